@@ -1,0 +1,69 @@
+"""Errors the storage engine raises, each carrying the Kafka error name a client will see.
+
+`storage` imports nothing from the wire protocol (DESIGN §1), so the Kafka name travels as
+`error_name`; `client/protocol.py` maps it to the numeric code. Errors that a client can cause
+(bad batches, offsets out of range) are operating errors and leave the log unchanged; errors
+that name a broken file (`CorruptIndexError`) are caught by recovery, which rebuilds.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class: `error_name` is the Kafka error this maps to."""
+
+    error_name = "UNKNOWN_SERVER_ERROR"
+
+
+class CorruptRecordError(StorageError):
+    """A batch failed a size, magic or CRC check (Kafka CORRUPT_MESSAGE)."""
+
+    error_name = "CORRUPT_MESSAGE"
+
+
+class InvalidRecordError(StorageError):
+    """A batch is well-formed but breaks a rule: record count, offsets, timestamps."""
+
+    error_name = "INVALID_RECORD"
+
+
+class RecordTooLargeError(StorageError):
+    """A batch is larger than `max.message.bytes` (or than a segment can hold)."""
+
+    error_name = "RECORD_TOO_LARGE"
+
+
+class UnsupportedCompressionTypeError(StorageError):
+    """The batch's compression codec is unknown or its package is not installed."""
+
+    error_name = "UNSUPPORTED_COMPRESSION_TYPE"
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read or delete asked for an offset outside [logStartOffset, bound]."""
+
+    error_name = "OFFSET_OUT_OF_RANGE"
+
+
+class InvalidConfigError(StorageError):
+    """A log config key is unknown or its value is out of range."""
+
+    error_name = "INVALID_CONFIG"
+
+
+class CorruptIndexError(StorageError):
+    """An index file is inconsistent with its segment; recovery rebuilds it."""
+
+    error_name = "CORRUPT_MESSAGE"
+
+
+class LogSegmentOffsetOverflowError(StorageError):
+    """An offset does not fit the segment's i32 relative-offset space."""
+
+    error_name = "UNKNOWN_SERVER_ERROR"
+
+
+class InconsistentClusterIdError(StorageError):
+    """meta.properties names another cluster than the one this node belongs to."""
+
+    error_name = "INCONSISTENT_CLUSTER_ID"
