@@ -1,0 +1,433 @@
+"""Log: one partition's replica on disk — segments, key offsets, epochs, retention, flushing.
+
+This is the storage API the node uses (Kafka's LocalLog and UnifiedLog in one, without
+replication, scheduling or metrics). Key offsets, with the invariant
+`log_start_offset <= high_watermark <= log_end_offset` after every change:
+- `log_start_offset`: the first offset a reader may ask for; raised by retention,
+  `delete_records` and (on followers) the leader's start offset;
+- `high_watermark`: owned by replication, which sets it; reads by consumers stop there;
+- `log_end_offset` (LEO): one past the last appended offset;
+- `recovery_point`: everything below it is fsynced; recovery re-validates only above it.
+
+Time is passed in as `now_ms`; the log reads no clock. Files deleted by retention or
+truncation leave the segment map at once, are renamed `*.deleted` and removed by
+`delete_expired_files` once `file.delete.delay.ms` has passed, so a reader that still holds
+the old segment finishes its read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from storage.config import LogConfig, TimestampType
+from storage.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from storage.leader_epoch_cache import LeaderEpochCache
+from storage.log_segment import DELETED_SUFFIX, LogSegment, RollReason, TimestampAndOffset
+from storage.log_segments import LogSegments
+from storage.records import (
+    BatchHeader,
+    read_header,
+    validate_batch,
+    with_log_append_time,
+    with_offsets,
+)
+from storage.retention import SegmentDeletionReason, SegmentInfo, deletable_segments
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+class LogStartOffsetIncrementReason(Enum):
+    CLIENT_RECORD_DELETION = "client delete records"
+    SEGMENT_DELETION = "segment deletion"
+    LEADER_OFFSET_INCREMENTED = "leader log start offset incremented"
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did: offsets assigned, the largest timestamp, the bytes written."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int
+    records_count: int
+    valid_bytes: int
+    rolled: RollReason | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """Raw batch bytes starting at or before `fetch_offset` (whole batches; may be empty)."""
+
+    fetch_offset: int
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Log:
+    """A partition's log directory. Build with `LogLoader.load`; one owner, no locks."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        high_watermark: int,
+        leader_epoch_cache: LeaderEpochCache,
+        now_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.segments = segments
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.high_watermark = high_watermark
+        self.leader_epoch_cache = leader_epoch_cache
+        self.last_flush_ms = now_ms
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._check_offsets()
+
+    # -- offsets ------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments.active_segment.next_offset
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    def size_in_bytes(self) -> int:
+        return self.segments.size_in_bytes()
+
+    def _check_offsets(self) -> None:
+        assert self.log_start_offset <= self.high_watermark, (
+            f"log_start_offset={self.log_start_offset} high_watermark={self.high_watermark} {self.name}"
+        )
+        assert self.high_watermark <= self.log_end_offset, (
+            f"high_watermark={self.high_watermark} log_end_offset={self.log_end_offset} {self.name}"
+        )
+        assert self.recovery_point <= self.log_end_offset, (
+            f"recovery_point={self.recovery_point} log_end_offset={self.log_end_offset} {self.name}"
+        )
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW, clamped to [log_start_offset, LEO]; return the value set.
+
+        Replication decides when it moves (and that a leader's never falls); storage only
+        keeps it inside the log."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self._check_offsets()
+        return self.high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> int | None:
+        """Raise the HW to `offset` if that is higher; return the old HW, or None if unchanged."""
+        if offset <= self.high_watermark:
+            return None
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"high watermark {offset} would pass the log end offset {self.log_end_offset} of {self.name}"
+            )
+        old = self.high_watermark
+        self.high_watermark = offset
+        self._check_offsets()
+        return old
+
+    def maybe_increment_log_start_offset(self, offset: int, reason: LogStartOffsetIncrementReason) -> int | None:
+        """Raise logStartOffset (never above the HW); return the old value, or None if unchanged."""
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.name} to {offset}: it is above the high "
+                f"watermark {self.high_watermark}; records can be deleted only up to the high watermark"
+            )
+        if offset <= self.log_start_offset:
+            return None
+        old = self.log_start_offset
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        self._check_offsets()
+        return old
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords: raise logStartOffset to `offset` (-1 means the HW).
+
+        Segments wholly below it go at the next retention pass. Returns the new logStartOffset."""
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise OffsetOutOfRangeError(f"cannot delete records before offset {offset}; use -1 or an offset >= 0")
+        self.maybe_increment_log_start_offset(target, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
+        return self.log_start_offset
+
+    # -- appending ----------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> LogAppendInfo:
+        """Validate client batches, assign offsets from the LEO, stamp the epoch, append.
+
+        Validation covers every batch before any byte is written, so a bad request leaves
+        the log unchanged. Only headers are rewritten; records are never decoded."""
+        headers = self._validate(records, check_records=True)
+        assigned: list[tuple[bytes, BatchHeader]] = []
+        next_offset = self.log_end_offset
+        log_append_time_ms = -1
+        for position, header in headers:
+            batch = with_offsets(records[position : position + header.size_in_bytes], next_offset, leader_epoch)
+            if self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME:
+                batch = with_log_append_time(batch, now_ms)
+                log_append_time_ms = now_ms
+            assigned.append((batch, read_header(batch)))
+            next_offset += header.last_offset_delta + 1
+        return self._append(assigned, now_ms, log_append_time_ms, leader_epoch)
+
+    def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
+        """Append batches fetched from the leader unchanged (offsets and epochs kept)."""
+        headers = self._validate(records, check_records=False)
+        previous = self.log_end_offset
+        for _, header in headers:
+            if header.base_offset < previous:
+                raise InvalidRecordError(
+                    f"batch at offset {header.base_offset} is below the log end offset {previous} of "
+                    f"{self.name}; the follower must truncate before appending"
+                )
+            previous = header.next_offset
+        batches = [(records[p : p + h.size_in_bytes], h) for p, h in headers]
+        return self._append(batches, now_ms, -1, None)
+
+    def _validate(self, records: bytes, check_records: bool) -> list[tuple[int, BatchHeader]]:
+        headers: list[tuple[int, BatchHeader]] = []
+        position = 0
+        while position < len(records):
+            header = validate_batch(records, position, self.config.max_message_bytes, check_records)
+            if header.size_in_bytes > self.config.segment_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {header.size_in_bytes} bytes is larger than segment.bytes="
+                    f"{self.config.segment_bytes} of {self.name}; send smaller batches"
+                )
+            headers.append((position, header))
+            position += header.size_in_bytes
+        if not headers:
+            raise InvalidRecordError(f"produce request for {self.name} holds no record batch")
+        return headers
+
+    def _append(self, batches: list[tuple[bytes, BatchHeader]], now_ms: int, log_append_time_ms: int,
+                leader_epoch: int | None) -> LogAppendInfo:
+        rolled: RollReason | None = None
+        max_timestamp = -1
+        records_count = 0
+        for batch, header in batches:
+            reason = self.segments.active_segment.should_roll(
+                len(batch), header, now_ms, self.config.segment_bytes, self.config.segment_ms
+            )
+            if reason is not None:
+                self.roll(now_ms, expected_next_offset=header.base_offset)
+                rolled = reason
+            self.segments.active_segment.append(batch, header)
+            epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
+            if epoch >= 0:
+                self.leader_epoch_cache.assign(epoch, header.base_offset)
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+            records_count += header.records_count
+        if self.segments.active_segment.unflushed_messages >= self.config.flush_messages:
+            self.flush(now_ms)
+        return LogAppendInfo(
+            first_offset=batches[0][1].base_offset,
+            last_offset=batches[-1][1].last_offset,
+            max_timestamp=max_timestamp,
+            log_append_time_ms=log_append_time_ms,
+            records_count=records_count,
+            valid_bytes=sum(len(batch) for batch, _ in batches),
+            rolled=rolled,
+        )
+
+    def roll(self, now_ms: int, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected, LEO); a no-op on an empty active segment."""
+        active = self.segments.active_segment
+        new_base = max(expected_next_offset or 0, self.log_end_offset)
+        if active.size == 0 and active.base_offset == new_base:
+            return active
+        if active.size == 0:
+            # An empty active segment at a lower base (a follower jumping ahead) is replaced.
+            self.segments.remove(active.base_offset)
+            active.delete_files()
+        else:
+            active.on_become_inactive()
+            active.flush()
+            self.recovery_point = max(self.recovery_point, active.next_offset)
+        segment = self._new_segment(new_base, now_ms)
+        self.segments.add(segment)
+        return segment
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        for suffix in (".log", ".index", ".timeindex"):
+            leftover = self.directory / f"{base_offset:020d}{suffix}"
+            if leftover.exists() and suffix == ".log" and leftover.stat().st_size > 0:
+                raise InvalidRecordError(f"{leftover} already holds data; refusing to overwrite it")
+            leftover.unlink(missing_ok=True)
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            created_ms=now_ms,
+            writable=True,
+        )
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Whole batches from the one holding `offset`, none at or past `max_offset` (the HW for
+        consumers, the LEO for followers). OFFSET_OUT_OF_RANGE outside [logStartOffset, LEO]."""
+        end = self.log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.name}; "
+                f"seek to {self.log_start_offset} (earliest) or {end} (latest)"
+            )
+        bound = end if max_offset is None else min(max_offset, end)
+        data = b""
+        if offset < bound:
+            for segment in self.segments.values_from(offset):
+                found = segment.read(offset, max_bytes, max_offset=bound, min_one_message=min_one_message)
+                if found is not None:
+                    data = found[1]
+                    break
+        return FetchDataInfo(offset, data, self.high_watermark, self.log_start_offset, end)
+
+    def iter_batches(self, start_offset: int | None = None) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """(segment, position, header) of every batch from `start_offset` (tools and cleaner)."""
+        start = self.log_start_offset if start_offset is None else start_offset
+        for segment in self.segments.values_from(start):
+            for position, header in segment.iter_headers():
+                if header.last_offset >= start:
+                    yield segment, position, header
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets on the log: -2 earliest, -1 latest, else the first record with
+        timestamp >= target (segments by largestTimestamp, then the time and offset indexes)."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_end_offset)
+        for segment in self.segments:
+            if segment.next_offset <= self.log_start_offset or segment.largest_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    # -- truncation ---------------------------------------------------------------------
+
+    def truncate_to(self, offset: int, now_ms: int) -> bool:
+        """Drop everything at or above `offset` (a follower diverged); True if anything went."""
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self.segments.first_segment.base_offset:
+            self.truncate_fully_and_start_at(offset, now_ms)
+            return True
+        for segment in list(self.segments):
+            if segment.base_offset > offset:
+                self._remove_segment(segment, now_ms)
+        self.segments.active_segment.truncate_to(offset)
+        self.leader_epoch_cache.truncate_from_end(offset)
+        self.recovery_point = min(self.recovery_point, offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.log_start_offset = min(self.log_start_offset, self.high_watermark)
+        self._check_offsets()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """Delete every segment and start empty at `offset` (a follower behind the leader's
+        logStartOffset, or a replica wiped by the leader)."""
+        for segment in list(self.segments):
+            self._remove_segment(segment, now_ms)
+        self.segments.add(self._new_segment(offset, now_ms))
+        self.leader_epoch_cache.clear_and_flush()
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.high_watermark = offset
+        self._check_offsets()
+
+    # -- retention ----------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int) -> list[tuple[SegmentDeletionReason, int]]:
+        """Apply retention (time, size, logStartOffset) on segments below the HW.
+
+        Returns (reason, count) per deletion. Rolls first when every segment would go, so the
+        log always keeps an active segment (seed 002)."""
+        deleted: list[tuple[SegmentDeletionReason, int]] = []
+        for _ in range(len(self.segments) + 1):
+            count, reason = deletable_segments(
+                [SegmentInfo(s.base_offset, s.size, s.largest_timestamp) for s in self.segments],
+                log_end_offset=self.log_end_offset,
+                high_watermark=self.high_watermark,
+                log_start_offset=self.log_start_offset,
+                now_ms=now_ms,
+                retention_ms=self.config.retention_ms,
+                retention_bytes=self.config.retention_bytes,
+                delete_policy=self.config.delete,
+            )
+            if reason is None:
+                break
+            doomed = list(self.segments)[:count]
+            if count == len(self.segments):
+                self.roll(now_ms)
+            for segment in doomed:
+                self._remove_segment(segment, now_ms)
+            new_start = self.segments.first_segment.base_offset
+            if new_start > self.log_start_offset:
+                self.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            deleted.append((reason, count))
+        return deleted
+
+    def _remove_segment(self, segment: LogSegment, now_ms: int) -> None:
+        """Take a segment out of the map now; rename its files `.deleted` for a delayed delete."""
+        self.segments.remove(segment.base_offset)
+        segment.change_file_suffixes("", DELETED_SUFFIX)
+        self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Remove `.deleted` files whose delay has passed; return how many segments went."""
+        due = [segment for deadline, segment in self._pending_deletes if deadline <= now_ms]
+        self._pending_deletes = [(d, s) for d, s in self._pending_deletes if d > now_ms]
+        for segment in due:
+            segment.delete_files()
+        return len(due)
+
+    # -- durability ---------------------------------------------------------------------
+
+    def flush(self, now_ms: int) -> None:
+        """fsync every segment at or above the recovery point; move the recovery point to LEO."""
+        for segment in self.segments.values_from(self.recovery_point):
+            segment.flush()
+        self.recovery_point = self.log_end_offset
+        self.last_flush_ms = now_ms
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush when `flush.ms` has passed since the last flush (Kafka's default: never)."""
+        if now_ms - self.last_flush_ms < self.config.flush_ms or self.recovery_point == self.log_end_offset:
+            return False
+        self.flush(now_ms)
+        return True
+
+    def close(self) -> None:
+        """Flush-free close: trims indexes. The owner flushes first for a clean shutdown."""
+        for segment in self.segments:
+            segment.close()
+        for _, segment in self._pending_deletes:
+            segment.close_handlers()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.name}, start={self.log_start_offset}, hw={self.high_watermark}, "
+            f"leo={self.log_end_offset}, segments={len(self.segments)})"
+        )

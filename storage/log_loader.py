@@ -1,0 +1,175 @@
+"""LogLoader: open a partition directory, finish interrupted file operations, recover.
+
+Passes, in order (Kafka's LogLoader.load):
+1. `*.deleted` files: a deletion was decided; finish it.
+2. `*.cleaned` files: an unfinished compaction output; the originals are intact, drop it.
+3. `*.swap` files: a finished compaction output that had not replaced its originals. Every
+   regular segment whose offsets fall inside the swap segment's range is deleted, then the
+   swap files get their final names (the swap segment holds the same offsets, compacted).
+4. Index files whose `.log` is missing are stray; drop them.
+5. Open every segment. A missing or inconsistent index sends its segment to `recover`.
+   After an unclean shutdown, every segment from the one holding the recovery point on is
+   recovered (batches re-validated, indexes rebuilt); the first invalid byte and everything
+   after it, later segments included, are dropped: what remains is a prefix of what was
+   appended.
+6. No segment left: start an empty one at the log start offset.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from storage.checkpoint import LEADER_EPOCH_CHECKPOINT
+from storage.config import LogConfig
+from storage.errors import CorruptIndexError, CorruptRecordError, StorageError
+from storage.leader_epoch_cache import LeaderEpochCache
+from storage.log import Log
+from storage.log_segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
+from storage.log_segments import LogSegments
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)(\.deleted|\.cleaned|\.swap)?$")
+
+
+def _parse(path: Path) -> tuple[int, str, str] | None:
+    match = _SEGMENT_FILE.match(path.name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2), match.group(3) or ""
+
+
+class LogLoader:
+    """Builds a `Log` from a directory; one `load` call per open."""
+
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+        self.directory = directory
+        self.config = config
+        self.now_ms = now_ms
+
+    def load(
+        self,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        high_watermark: int = 0,
+        had_clean_shutdown: bool = True,
+    ) -> Log:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._remove_temporary_files()
+        self._complete_swaps()
+        segments = self._open_segments()
+        if not had_clean_shutdown:
+            self._recover_from(segments, recovery_point)
+        if not len(segments):
+            segments.add(self._segment(log_start_offset, writable=True))
+        log_end_offset = segments.active_segment.next_offset
+        start = min(max(log_start_offset, segments.first_segment.base_offset), log_end_offset)
+        epoch_cache = LeaderEpochCache(self.directory / LEADER_EPOCH_CHECKPOINT)
+        epoch_cache.truncate_from_end(log_end_offset)
+        epoch_cache.truncate_from_start(start)
+        return Log(
+            self.directory,
+            self.config,
+            segments,
+            log_start_offset=start,
+            recovery_point=min(recovery_point, log_end_offset) if had_clean_shutdown else min(
+                recovery_point, log_end_offset, segments.active_segment.base_offset),
+            high_watermark=min(max(high_watermark, start), log_end_offset),
+            leader_epoch_cache=epoch_cache,
+            now_ms=self.now_ms,
+        )
+
+    def _segment(self, base_offset: int, writable: bool, suffix: str = "") -> LogSegment:
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            created_ms=self.now_ms,
+            writable=writable,
+            suffix=suffix,
+        )
+
+    def _remove_temporary_files(self) -> None:
+        """Passes 1, 2 and 4: finish deletions, drop unfinished cleaner output and stray indexes."""
+        for path in sorted(self.directory.iterdir()):
+            parsed = _parse(path)
+            if parsed is None:
+                continue
+            base_offset, kind, suffix = parsed
+            if suffix in (DELETED_SUFFIX, CLEANED_SUFFIX):
+                path.unlink()
+            elif suffix == "" and kind != LOG_SUFFIX:
+                log_file = self.directory / f"{base_offset:020d}{LOG_SUFFIX}"
+                swap_file = self.directory / f"{base_offset:020d}{LOG_SUFFIX}{SWAP_SUFFIX}"
+                if not log_file.exists() and not swap_file.exists():
+                    path.unlink()
+
+    def _complete_swaps(self) -> None:
+        """Pass 3: a `.swap` log replaces the regular segments inside its offset range."""
+        for swap_log in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            parsed = _parse(swap_log)
+            assert parsed is not None, swap_log
+            base_offset = parsed[0]
+            swap = self._segment(base_offset, writable=False, suffix=SWAP_SUFFIX)
+            swap.recover(self.config.max_message_bytes)
+            end_offset = swap.next_offset
+            for log_file in sorted(self.directory.glob(f"*{LOG_SUFFIX}")):
+                old_base = int(log_file.name[:20])
+                if base_offset <= old_base < end_offset and old_base != base_offset:
+                    for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        (self.directory / f"{old_base:020d}{kind}").unlink(missing_ok=True)
+            for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                (self.directory / f"{base_offset:020d}{kind}").unlink(missing_ok=True)
+            swap.change_file_suffixes(SWAP_SUFFIX, "")
+            swap.close()
+
+    def _open_segments(self) -> LogSegments:
+        """Pass 5a: open each `.log`; rebuild indexes that are missing or inconsistent."""
+        segments = LogSegments()
+        bases = sorted(int(path.name[:20]) for path in self.directory.glob(f"*{LOG_SUFFIX}"))
+        for slot, base_offset in enumerate(bases):
+            index_missing = not (self.directory / f"{base_offset:020d}{INDEX_SUFFIX}").exists()
+            segment = self._segment(base_offset, writable=slot == len(bases) - 1)
+            try:
+                if index_missing:
+                    raise CorruptIndexError(f"{segment.offset_index.path} is missing")
+                segment.load_state()
+            except (CorruptIndexError, CorruptRecordError):
+                segment.recover(self.config.max_message_bytes)
+            if slot != len(bases) - 1:
+                segment.offset_index.trim_to_valid_size()
+                segment.time_index.trim_to_valid_size()
+            segments.add(segment)
+        return segments
+
+    def _recover_from(self, segments: LogSegments, recovery_point: int) -> None:
+        """Pass 5b: re-validate from the recovery point; cut the log at the first bad byte."""
+        unflushed = segments.values_from(recovery_point)
+        for slot, segment in enumerate(unflushed):
+            try:
+                truncated = segment.recover(self.config.max_message_bytes)
+            except StorageError:
+                truncated = 1
+            previous = segments.floor_segment(segment.base_offset - 1)
+            out_of_order = previous is not None and previous.next_offset > segment.base_offset
+            if truncated or out_of_order:
+                for later in unflushed[slot + 1 :]:
+                    segments.remove(later.base_offset)
+                    later.delete_files()
+                if out_of_order or (segment.size == 0 and len(segments) > 1):
+                    segments.remove(segment.base_offset)
+                    segment.delete_files()
+                break
+        if len(segments):
+            active = segments.active_segment
+            active.offset_index.resize_for_append()
+            active.time_index.resize_for_append()

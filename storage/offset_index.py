@@ -1,0 +1,65 @@
+"""OffsetIndex: sparse map from offset to the byte position of a batch in a `.log` file.
+
+Format (Kafka's `.index`): 8-byte entries, big-endian `relativeOffset i32, position i32`, where
+relativeOffset = offset - baseOffset. An entry (offset, position) says the batch starting at
+`position` has last offset `offset`, so the batch holding any target >= offset starts at or after
+`position`. Offsets and positions strictly increase. One entry is added per
+`index.interval.bytes` of log; `lookup` returns the largest entry with offset <= target, or
+(baseOffset, 0) when there is none, and the reader scans forward from there.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from storage.errors import CorruptIndexError, LogSegmentOffsetOverflowError
+from storage.index import AbstractIndex
+
+INT32_MAX = 2**31 - 1
+
+
+class OffsetIndex(AbstractIndex):
+    entry_size = 8
+    _entry_format = struct.Struct(">ii")
+
+    def _parse(self, first: int, second: int) -> tuple[int, int]:
+        return self.base_offset + first, second
+
+    def relative_offset(self, offset: int) -> int:
+        relative = offset - self.base_offset
+        if not 0 <= relative <= INT32_MAX:
+            raise LogSegmentOffsetOverflowError(
+                f"offset {offset} does not fit a segment based at {self.base_offset}; roll first"
+            )
+        return relative
+
+    def last_offset(self) -> int:
+        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry with offset <= target, else (baseOffset, 0)."""
+        slot = self.floor_slot(target_offset)
+        return self.entry(slot) if slot >= 0 else (self.base_offset, 0)
+
+    def append(self, offset: int, position: int) -> None:
+        if self.entries and offset <= self.last_offset():
+            raise CorruptIndexError(
+                f"{self.path}: entry offset {offset} is not above the last entry {self.last_offset()}"
+            )
+        self._write(self.entries, self.relative_offset(offset), position)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries with offset >= `offset` (the log is being cut there)."""
+        self.truncate_entries(self.ceiling_slot(offset))
+
+    def sanity_check(self, log_size: int) -> None:
+        """Raise CorruptIndexError unless entries strictly increase and point inside the log."""
+        previous_offset, previous_position = self.base_offset - 1, -1
+        for slot in range(self.entries):
+            offset, position = self.entry(slot)
+            if offset <= previous_offset or position <= previous_position or position >= log_size:
+                raise CorruptIndexError(
+                    f"{self.path}: entry {slot} ({offset}, {position}) is out of order or past "
+                    f"the log end {log_size}"
+                )
+            previous_offset, previous_position = offset, position
