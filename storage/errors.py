@@ -67,3 +67,15 @@ class InconsistentClusterIdError(StorageError):
     """meta.properties names another cluster than the one this node belongs to."""
 
     error_name = "INCONSISTENT_CLUSTER_ID"
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint or meta.properties file is malformed; the message names the file and line."""
+
+    error_name = "KAFKA_STORAGE_ERROR"
+
+
+class InconsistentNodeIdError(StorageError):
+    """meta.properties names another node id than this node's `node.id`."""
+
+    error_name = "UNKNOWN_SERVER_ERROR"
