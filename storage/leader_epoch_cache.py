@@ -1,0 +1,185 @@
+"""LeaderEpochCache: which leader epoch wrote which offsets of a partition (Kafka KIP-101/279)."""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+from storage.checkpoint import EpochEntry, LeaderEpochCheckpointFile
+
+# Kafka's OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+__all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpochCache"]
+
+
+class LeaderEpochCache:
+    """The (leader epoch -> start offset) map of one replica, Kafka's LeaderEpochFileCache.
+
+    State: a list of `EpochEntry(epoch, start_offset)`, where `start_offset` is the offset of
+    the first batch appended in `epoch`; the entries of an epoch end where the next entry
+    starts, the latest one at the log end offset. Invariant: epochs and start offsets both
+    strictly increase along the list.
+
+    Backing file: the partition's `leader-epoch-checkpoint` (`LeaderEpochCheckpointFile`),
+    rewritten atomically after every change, so a reload always equals the cache. Kafka flushes
+    truncations asynchronously and repairs stale entries at load; we flush synchronously, which
+    costs an fsync per truncation (rare) and keeps the file exact.
+
+    Owner: the partition's `Log` (one owner, no locks). Followers use `end_offset_for` on the
+    leader (OffsetsForLeaderEpoch) to find where their log diverges and truncate there.
+    """
+
+    def __init__(self, checkpoint_path: Path) -> None:
+        self.checkpoint = LeaderEpochCheckpointFile(checkpoint_path)
+        self._entries: list[EpochEntry] = []
+        # As Kafka does, load through the assign rule: should the file hold non-monotonic
+        # entries, the later ones win and the cache still satisfies its invariant.
+        for entry in self.checkpoint.read():
+            self._assign_entry(entry)
+        self._check_invariants()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"LeaderEpochCache({self.checkpoint.path}, {self._entries})"
+
+    def entries(self) -> list[EpochEntry]:
+        """A copy of the entries, oldest first."""
+        return list(self._entries)
+
+    def latest_entry(self) -> EpochEntry | None:
+        return self._entries[-1] if self._entries else None
+
+    def earliest_entry(self) -> EpochEntry | None:
+        return self._entries[0] if self._entries else None
+
+    def latest_epoch(self) -> int | None:
+        """The epoch of the latest entry: the epoch that is being written to."""
+        return self._entries[-1].epoch if self._entries else None
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that `epoch` starts at `start_offset`; return True if the cache changed.
+
+        Kafka's rule: a repeat of the latest epoch at the same or a later offset changes
+        nothing (each batch of an epoch calls this). Otherwise every entry with an epoch >=
+        `epoch` or a start offset >= `start_offset` is removed first, since it cannot be
+        followed by this entry and stay monotonic: the log was truncated below it, so those
+        entries describe records that no longer exist. Then the entry is appended and flushed.
+        """
+        self._validate_entry(epoch, start_offset)
+        changed = self._assign_entry(EpochEntry(epoch, start_offset))
+        if changed:
+            self._flush()
+        return changed
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch, exactly as Kafka's endOffsetFor.
+
+        - `requested_epoch` is UNDEFINED_EPOCH, or no entry has a higher epoch and it is not
+          the latest epoch (including an empty cache): (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET).
+        - It is the latest epoch: (latest epoch, `log_end_offset`).
+        - Otherwise: the largest cached epoch <= `requested_epoch` and the start offset of the
+          first cached epoch above it. If no cached epoch is <= `requested_epoch` (those
+          entries were removed with the log's start), Kafka answers (`requested_epoch`, start
+          offset of the first entry) so that the follower truncates to the leader's start.
+        """
+        if requested_epoch == UNDEFINED_EPOCH:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if self._entries and self._entries[-1].epoch == requested_epoch:
+            return requested_epoch, log_end_offset
+        higher_index = bisect.bisect_right(self._entries, requested_epoch, key=_epoch_of)
+        if higher_index == len(self._entries):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        higher = self._entries[higher_index]
+        if higher_index == 0:
+            return requested_epoch, higher.start_offset
+        return self._entries[higher_index - 1].epoch, higher.start_offset
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The epoch of the entry covering `offset`, None if `offset` precedes every entry."""
+        index = bisect.bisect_right(self._entries, offset, key=_start_offset_of)
+        return self._entries[index - 1].epoch if index > 0 else None
+
+    def truncate_from_end(self, end_offset: int) -> list[EpochEntry]:
+        """Remove the entries starting at or after `end_offset`; return them, oldest first.
+
+        Called when the log is truncated to `end_offset` (its new log end offset). A negative
+        `end_offset` changes nothing (Kafka).
+        """
+        if end_offset < 0:
+            return []
+        index = bisect.bisect_left(self._entries, end_offset, key=_start_offset_of)
+        removed = self._entries[index:]
+        if removed:
+            del self._entries[index:]
+            self._check_invariants()
+            self._flush()
+        return removed
+
+    def truncate_from_start(self, start_offset: int) -> list[EpochEntry]:
+        """Forget offsets below a new log start offset; return the entries removed or rewritten.
+
+        Every entry starting at or below `start_offset` goes, and the last of them comes back
+        starting at `start_offset`, since its epoch still covers the records from there on.
+        So an entry starting exactly at `start_offset` stays as it is (Kafka's truncateFromStart).
+        """
+        index = bisect.bisect_right(self._entries, start_offset, key=_start_offset_of)
+        removed = self._entries[:index]
+        if removed:
+            self._entries[:index] = [EpochEntry(removed[-1].epoch, start_offset)]
+            self._check_invariants()
+            self._flush()
+        return removed
+
+    def clear_and_flush(self) -> None:
+        """Remove every entry and write the empty checkpoint."""
+        self._entries.clear()
+        self._flush()
+
+    def _assign_entry(self, entry: EpochEntry) -> bool:
+        latest = self.latest_entry()
+        # Every batch of the current epoch calls assign: the common case changes nothing.
+        if (
+            latest is not None
+            and latest.epoch == entry.epoch
+            and latest.start_offset <= entry.start_offset
+        ):
+            return False
+        while self._entries and (
+            self._entries[-1].epoch >= entry.epoch
+            or self._entries[-1].start_offset >= entry.start_offset
+        ):
+            self._entries.pop()
+        self._entries.append(entry)
+        self._check_invariants()
+        return True
+
+    @staticmethod
+    def _validate_entry(epoch: int, start_offset: int) -> None:
+        # Kafka throws IllegalArgumentException: a negative epoch or offset is a caller's bug.
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(
+                f"invalid leader epoch entry: epoch={epoch} start_offset={start_offset}; "
+                "both must be >= 0"
+            )
+
+    def _check_invariants(self) -> None:
+        for previous, current in zip(self._entries, self._entries[1:], strict=False):
+            assert previous.epoch < current.epoch, f"epochs not increasing: {self._entries}"
+            assert previous.start_offset < current.start_offset, (
+                f"start offsets not increasing: {self._entries}"
+            )
+
+    def _flush(self) -> None:
+        self.checkpoint.write(self._entries)
+
+
+def _epoch_of(entry: EpochEntry) -> int:
+    return entry.epoch
+
+
+def _start_offset_of(entry: EpochEntry) -> int:
+    return entry.start_offset
