@@ -1,0 +1,29 @@
+# Tributary: the two commands a fresh machine needs are `make run` (later: the local cluster)
+# and `make test`. Both create .venv and install the project into it first.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## test: lint, then the whole test suite (add PYTEST_ARGS="-k name" to narrow it)
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+## bench: storage benchmarks; prints tables (BENCH_ARGS="--log-mib 256" for a smaller run)
+bench: $(STAMP)
+	$(PY) -m bench.storage_bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache

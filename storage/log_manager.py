@@ -1,0 +1,156 @@
+"""LogManager: every partition log under a node's `log.dirs`, their checkpoints and shutdown.
+
+Per log dir (Kafka's layout):
+- `<topic>-<partition>/` one directory per partition log;
+- `recovery-point-offset-checkpoint`, `replication-offset-checkpoint` (high watermarks),
+  `log-start-offset-checkpoint`, `cleaner-offset-checkpoint`: the key offsets of its logs;
+- `.kafka_cleanshutdown`: written last on a clean shutdown and removed on open. Without it
+  the loader recovers every log from its recovery point (Kafka's name, so tools agree).
+
+The node calls the periodic passes (`cleanup_logs`, `flush_dirty_logs`, `checkpoint`,
+`delete_expired_files`) with `now_ms`; the manager reads no clock and schedules nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from storage.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    TopicPartition,
+)
+from storage.config import LogConfig
+from storage.log import Log
+from storage.log_loader import LogLoader
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+class LogDir:
+    """One entry of `log.dirs`: its checkpoint files and whether it was shut down cleanly."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.recovery_points = OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT)
+        self.high_watermarks = OffsetCheckpointFile(path / REPLICATION_OFFSET_CHECKPOINT)
+        self.log_start_offsets = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT)
+        self.cleaner_offsets = OffsetCheckpointFile(path / CLEANER_OFFSET_CHECKPOINT)
+        self.clean_shutdown_marker = path / CLEAN_SHUTDOWN_FILE
+
+
+class LogManager:
+    """Opens, creates, deletes and checkpoints the logs of all log dirs; one owner, no locks."""
+
+    def __init__(self, log_dirs: Sequence[Path], config_for: Callable[[str], LogConfig], now_ms: int) -> None:
+        assert log_dirs, "at least one log dir"
+        self.log_dirs = [LogDir(path) for path in log_dirs]
+        self.config_for = config_for
+        self.logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, LogDir] = {}
+        self.recovered: list[TopicPartition] = []
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir, now_ms)
+
+    def _load_dir(self, log_dir: LogDir, now_ms: int) -> None:
+        had_clean_shutdown = log_dir.clean_shutdown_marker.exists()
+        recovery_points = log_dir.recovery_points.read()
+        high_watermarks = log_dir.high_watermarks.read()
+        log_start_offsets = log_dir.log_start_offsets.read()
+        for child in sorted(log_dir.path.iterdir()):
+            if not child.is_dir():
+                continue
+            try:
+                topic_partition = TopicPartition.from_dir_name(child.name)
+            except ValueError:
+                continue  # not a partition directory (e.g. a `-delete` leftover)
+            log = LogLoader(child, self.config_for(topic_partition.topic), now_ms).load(
+                log_start_offset=log_start_offsets.get(topic_partition, 0),
+                recovery_point=recovery_points.get(topic_partition, 0),
+                high_watermark=high_watermarks.get(topic_partition, 0),
+                had_clean_shutdown=had_clean_shutdown,
+            )
+            self.logs[topic_partition] = log
+            self._dir_of[topic_partition] = log_dir
+            if not had_clean_shutdown:
+                self.recovered.append(topic_partition)
+        # The marker means "nothing since has been written": remove it before any append.
+        log_dir.clean_shutdown_marker.unlink(missing_ok=True)
+
+    def get_log(self, topic_partition: TopicPartition) -> Log | None:
+        return self.logs.get(topic_partition)
+
+    def get_or_create_log(self, topic_partition: TopicPartition, now_ms: int) -> Log:
+        """The partition's log, created empty in the log dir holding the fewest logs."""
+        log = self.logs.get(topic_partition)
+        if log is not None:
+            return log
+        log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v is d))
+        log = LogLoader(log_dir.path / str(topic_partition), self.config_for(topic_partition.topic), now_ms).load()
+        self.logs[topic_partition] = log
+        self._dir_of[topic_partition] = log_dir
+        return log
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        for topic_partition, log in self.logs.items():
+            if topic_partition.topic == topic:
+                log.config = config
+
+    def delete_log(self, topic_partition: TopicPartition) -> None:
+        """Close and remove a partition's directory (topic deletion or reassignment)."""
+        log = self.logs.pop(topic_partition, None)
+        if log is None:
+            return
+        del self._dir_of[topic_partition]
+        log.close()
+        for path in sorted(log.directory.iterdir()):
+            path.unlink()
+        log.directory.rmdir()
+        self.checkpoint()
+
+    def __iter__(self) -> Iterator[tuple[TopicPartition, Log]]:
+        return iter(sorted(self.logs.items()))
+
+    # -- periodic passes ----------------------------------------------------------------
+
+    def cleanup_logs(self, now_ms: int) -> int:
+        """Retention on every log (the node runs it on leaders only); segments deleted."""
+        deleted = 0
+        for _, log in self:
+            deleted += sum(count for _, count in log.delete_old_segments(now_ms))
+        self.delete_expired_files(now_ms)
+        return deleted
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        return sum(log.delete_expired_files(now_ms) for _, log in self)
+
+    def flush_dirty_logs(self, now_ms: int) -> int:
+        return sum(1 for _, log in self if log.maybe_flush(now_ms))
+
+    def checkpoint(self) -> None:
+        """Write the recovery point, HW and log start offset checkpoints of every log dir."""
+        for log_dir in self.log_dirs:
+            logs = {tp: log for tp, log in self.logs.items() if self._dir_of[tp] is log_dir}
+            log_dir.recovery_points.write({tp: log.recovery_point for tp, log in logs.items()})
+            log_dir.high_watermarks.write({tp: log.high_watermark for tp, log in logs.items()})
+            log_dir.log_start_offsets.write({tp: log.log_start_offset for tp, log in logs.items()})
+
+    def cleaner_checkpoint_for(self, topic_partition: TopicPartition) -> OffsetCheckpointFile:
+        return self._dir_of[topic_partition].cleaner_offsets
+
+    def shutdown(self, now_ms: int) -> None:
+        """Flush, checkpoint, close every log, then write the clean-shutdown markers."""
+        for _, log in self:
+            log.flush(now_ms)
+        self.checkpoint()
+        for _, log in self:
+            log.close()
+        for log_dir in self.log_dirs:
+            log_dir.clean_shutdown_marker.touch()
+        self.logs.clear()
+        self._dir_of.clear()
