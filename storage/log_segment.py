@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from storage.errors import CorruptRecordError, StorageError
+from storage.errors import CorruptIndexError, CorruptRecordError, StorageError
 from storage.offset_index import INT32_MAX, OffsetIndex
 from storage.records import (
     BATCH_HEADER_SIZE,
@@ -119,6 +119,25 @@ class LogSegment:
         """Re-validate every batch, rebuild both indexes, cut at the first bad byte.
 
         Returns the number of bytes truncated (Kafka's LogSegment.recover)."""
+        valid_bytes = self._rebuild_indexes(self._iter_valid_batches(max_message_bytes))
+        truncated = self.size - valid_bytes
+        if truncated:
+            self._file.truncate(valid_bytes)
+            self.size = valid_bytes
+        return truncated
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batch headers, when a lookup finds an index entry
+        that does not match the log. Better than Kafka, which trusts the index of a cleanly
+        shut down segment; the log file itself is not changed."""
+        trimmed = self.offset_index.is_full()
+        self._rebuild_indexes(self.iter_headers())
+        if trimmed:
+            self.offset_index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
+
+    def _rebuild_indexes(self, batches: Iterator[tuple[int, BatchHeader]]) -> int:
+        """Reset state and both indexes, re-add `batches` in order; return the bytes they cover."""
         self.offset_index.reset()
         self.time_index.reset()
         self.offset_index.resize_for_append()
@@ -129,18 +148,14 @@ class LogSegment:
         self.offset_of_max_timestamp_so_far = self.base_offset
         self.rolling_based_timestamp = None
         valid_bytes = 0
-        for position, header in self._iter_valid_batches(max_message_bytes):
+        for position, header in batches:
             if header.base_offset < self.next_offset or header.last_offset - self.base_offset > INT32_MAX:
                 break
             if self.rolling_based_timestamp is None:
                 self.rolling_based_timestamp = header.max_timestamp
             self._index(position, header)
             valid_bytes = position + header.size_in_bytes
-        truncated = self.size - valid_bytes
-        if truncated:
-            self._file.truncate(valid_bytes)
-            self.size = valid_bytes
-        return truncated
+        return valid_bytes
 
     def _iter_valid_batches(self, max_message_bytes: int) -> Iterator[tuple[int, BatchHeader]]:
         """Batches from the start that pass `validate_batch`, stopping at the first that fails."""
@@ -246,13 +261,32 @@ class LogSegment:
             yield position, header
             position += header.size_in_bytes
 
-    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, BatchHeader] | None:
+    def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= `offset`."""
-        _, position = self.offset_index.lookup(offset)
-        for batch_position, header in self.iter_headers(max(position, starting_position)):
+        try:
+            position = self._indexed_position(offset)
+        except (CorruptIndexError, CorruptRecordError):
+            self.rebuild_indexes()
+            position = self._indexed_position(offset)
+        for batch_position, header in self.iter_headers(position):
             if header.last_offset >= offset:
                 return batch_position, header
         return None
+
+    def _indexed_position(self, offset: int) -> int:
+        """The offset index's position for `offset`, checked against the batch it points at."""
+        entry_offset, position = self.offset_index.lookup(offset)
+        if position == 0:
+            return 0
+        if position + BATCH_HEADER_SIZE > self.size:
+            raise CorruptIndexError(f"{self.offset_index.path}: position {position} is past the log end {self.size}")
+        header = read_header(self.read_bytes(position, BATCH_HEADER_SIZE))
+        if header.last_offset != entry_offset:
+            raise CorruptIndexError(
+                f"{self.offset_index.path}: entry ({entry_offset}, {position}) points at a batch ending at "
+                f"{header.last_offset}"
+            )
+        return position
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_message: bool = True) -> tuple[int, bytes] | None:
@@ -278,9 +312,14 @@ class LogSegment:
         """First record at or after `starting_offset` with timestamp >= `timestamp`.
 
         Time index -> offset index -> scan batches by maxTimestamp -> records of that batch."""
-        _, indexed_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(max(indexed_offset, starting_offset))
-        for batch_position, header in self.iter_headers(position):
+        indexed_timestamp, indexed_offset = self.time_index.lookup(timestamp)
+        if indexed_timestamp != NO_TIMESTAMP and not self._time_entry_matches(indexed_timestamp, indexed_offset):
+            self.rebuild_indexes()
+            indexed_timestamp, indexed_offset = self.time_index.lookup(timestamp)
+        found = self.translate_offset(max(indexed_offset, starting_offset))
+        if found is None:
+            return None
+        for batch_position, header in self.iter_headers(found[0]):
             if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                 continue
             batch = self.read_bytes(batch_position, header.size_in_bytes)
@@ -288,6 +327,10 @@ class LogSegment:
                 if record.timestamp >= timestamp and record.offset >= starting_offset:
                     return TimestampAndOffset(record.timestamp, record.offset)
         return None
+
+    def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
+        found = self.translate_offset(offset)
+        return found is not None and found[1].last_offset == offset and found[1].max_timestamp == timestamp
 
     @property
     def largest_timestamp(self) -> int:
