@@ -1,0 +1,777 @@
+"""Kafka RecordBatch v2 (magic 2): parse, validate, rewrite and build batches.
+
+This is the only module that knows the record format. The broker's hot path uses
+`read_header`, `validate_batch`, `with_offsets` and `with_log_append_time`, which never
+decode records (DESIGN §2); clients, compaction and tools use `build_batch` and
+`decode_records`.
+
+Zigzag varints (`encode_varint` / `decode_varint`) are protobuf's: the value is mapped to
+(n << 1) ^ (n >> 63), then written 7 bits at a time, low group first, with the high bit set
+on every byte but the last. Lengths of -1 mean null.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from crc32c import crc32c
+
+from storage.compression import Compression, codec_of, compress, decompress
+from storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "BatchHeader",
+    "Compression",
+    "Record",
+    "TimestampKind",
+    "build_batch",
+    "build_batch_from_values",
+    "decode_records",
+    "decode_varint",
+    "encode_varint",
+    "iter_headers",
+    "iter_records",
+    "read_header",
+    "validate_batch",
+    "with_log_append_time",
+    "with_offsets",
+]
+
+LOG_OVERHEAD = 12  # baseOffset i64 + batchLength i32: the bytes batchLength does not count
+BATCH_HEADER_SIZE = 61  # everything from baseOffset through the records count
+MAGIC = 2
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+# The header splits at the CRC: the CRC covers attributes through the last record.
+_HEADER_HEAD = struct.Struct(">qiibI")
+_HEADER_TAIL = struct.Struct(">hiqqqhii")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+_PARTITION_LEADER_EPOCH_POSITION = 12
+_CRC_POSITION = 17
+_ATTRIBUTES_POSITION = 21
+_MAX_TIMESTAMP_POSITION = 35
+_BATCH_LENGTH_MIN = BATCH_HEADER_SIZE - LOG_OVERHEAD  # 49: an empty batch
+assert _HEADER.size == BATCH_HEADER_SIZE, _HEADER.size
+assert _HEADER_HEAD.size == _ATTRIBUTES_POSITION, _HEADER_HEAD.size
+
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_MASK = 0x08
+_TRANSACTIONAL_MASK = 0x10
+_CONTROL_MASK = 0x20
+
+# A record's body is at least 6 one-byte fields: attributes, timestampDelta, offsetDelta,
+# keyLength, valueLength, header count.
+_RECORD_BODY_SIZE_MIN = 6
+_INT32_MAX = 2**31 - 1
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+class TimestampKind(IntEnum):
+    """Attribute bit 3: who set the records' timestamps."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Varints
+
+
+def _encode_varint_slow(value: int) -> bytes:
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"varint value {value} does not fit a signed 64-bit integer")
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+# Encoded varints for -1 (null) through _VARINT_TABLE_LIMIT - 1, indexed by value + 1: lengths,
+# offset deltas and small timestamp deltas are looked up instead of computed.
+_VARINT_TABLE_LIMIT = 1 << 14
+_VARINTS = tuple(_encode_varint_slow(value) for value in range(-1, _VARINT_TABLE_LIMIT))
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag varint bytes of a signed 64-bit `value`."""
+    if -1 <= value < _VARINT_TABLE_LIMIT:
+        return _VARINTS[value + 1]
+    return _encode_varint_slow(value)
+
+
+def decode_varint(buffer: Any, position: int = 0) -> tuple[int, int]:
+    """Decode the zigzag varint at `position`; return (value, position after it)."""
+    try:
+        byte = buffer[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+        zigzag = byte & 0x7F
+        shift = 7
+        cursor = position + 1
+        while True:
+            byte = buffer[cursor]
+            cursor += 1
+            zigzag |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return (zigzag >> 1) ^ -(zigzag & 1), cursor
+            shift += 7
+            if shift >= 70:
+                raise CorruptRecordError(f"varint at position {position} is longer than 10 bytes; the data is damaged")
+    except IndexError:
+        raise CorruptRecordError(
+            f"varint at position {position} runs past the end of {len(buffer)} bytes; the data is truncated"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Header
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The 61-byte header of a Kafka RecordBatch v2; all integers big-endian.
+
+    | position | size | field                 | meaning                                          |
+    |----------|------|-----------------------|--------------------------------------------------|
+    | 0        | 8    | baseOffset            | offset of the first record (set by the leader)   |
+    | 8        | 4    | batchLength           | bytes after this field: size_in_bytes - 12       |
+    | 12       | 4    | partitionLeaderEpoch  | leader epoch that appended it (set by leader)    |
+    | 16       | 1    | magic                 | 2                                                |
+    | 17       | 4    | crc                   | CRC-32C (Castagnoli) of bytes 21..end, unsigned  |
+    | 21       | 2    | attributes            | bits 0-2 compression, 3 timestamp type,          |
+    |          |      |                       | 4 transactional, 5 control, 6 delete horizon     |
+    | 23       | 4    | lastOffsetDelta       | last record's offset - baseOffset                |
+    | 27       | 8    | baseTimestamp         | first record's timestamp (ms)                    |
+    | 35       | 8    | maxTimestamp          | largest timestamp, or the LogAppendTime          |
+    | 43       | 8    | producerId            | -1 without an idempotent producer                |
+    | 51       | 2    | producerEpoch         | -1 without an idempotent producer                |
+    | 53       | 4    | baseSequence          | -1 without an idempotent producer                |
+    | 57       | 4    | recordsCount          | number of records that follow                    |
+
+    Then the records, compressed as one stream if bits 0-2 say so. Each record is: length
+    varint (bytes after it), attributes i8 (unused, 0), timestampDelta varlong,
+    offsetDelta varint, keyLength varint (-1 null), key, valueLength varint (-1 null), value,
+    header count varint, then per header: keyLength varint, key (UTF-8), valueLength varint
+    (-1 null), value. baseOffset and partitionLeaderEpoch lie outside the CRC so a leader
+    can assign offsets without recomputing it.
+    """
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def compression(self) -> Compression:
+        """Codec of the records; ids 5-7 raise UnsupportedCompressionTypeError."""
+        return codec_of(self.attributes & _COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampKind:
+        return TimestampKind((self.attributes & _TIMESTAMP_TYPE_MASK) >> 3)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_MASK)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record: absolute offset and timestamp (ms), nullable key and value, and
+    headers as (UTF-8 key, nullable value) pairs in wire order."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def read_header(buffer: Any, position: int = 0) -> BatchHeader:
+    """Parse the batch header at `position` of bytes, a memoryview or an mmap.
+
+    Checks only what is needed to find the next batch (length and magic), not the CRC.
+    """
+    available = len(buffer) - position
+    if available < BATCH_HEADER_SIZE:
+        raise CorruptRecordError(
+            f"batch at position {position} needs a {BATCH_HEADER_SIZE}-byte header but only "
+            f"{available} bytes remain; the data ends mid-batch (truncate the log at {position} "
+            "or resend the batch)"
+        )
+    header = BatchHeader(*_HEADER.unpack_from(buffer, position))
+    if header.batch_length < _BATCH_LENGTH_MIN:
+        raise CorruptRecordError(
+            f"batch at position {position} has batchLength {header.batch_length}, below the "
+            f"minimum {_BATCH_LENGTH_MIN} of a v2 header; the bytes are not a batch (truncate "
+            f"the log at {position} or resend)"
+        )
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"batch at position {position} has magic {header.magic}; only RecordBatch v2 "
+            "(magic 2) is supported, so upgrade the producer (Kafka >= 0.11 clients write v2)"
+        )
+    return header
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def validate_batch(
+    buffer: Any,
+    position: int = 0,
+    max_message_bytes: int | None = None,
+    check_records: bool = True,
+) -> BatchHeader:
+    """Check the one batch at `position` and return its header.
+
+    Always: header sane, size <= `max_message_bytes`, batch wholly present, codec known,
+    CRC-32C matches. With `check_records` (the produce path): at least one record,
+    recordsCount equals the records present, which exactly fill the batch, and offset deltas
+    run 0..n-1 with lastOffsetDelta n-1. Uncompressed records are walked by their length and
+    offsetDelta varints only. Pass `check_records=False` for compacted batches, whose retained
+    records keep their original offsets and so may have gaps (or be empty).
+    """
+    header = read_header(buffer, position)
+    size = header.size_in_bytes
+    if max_message_bytes is not None and size > max_message_bytes:
+        raise RecordTooLargeError(
+            f"batch at position {position} is {size} bytes, over max.message.bytes "
+            f"{max_message_bytes}; send smaller batches (lower batch.size) or raise "
+            "max.message.bytes on the topic"
+        )
+    end = position + size
+    available = len(buffer) - position
+    if size > available:
+        raise CorruptRecordError(
+            f"batch at position {position} is truncated: it declares {size} bytes but only "
+            f"{available} remain; truncate the log at {position} or resend the batch"
+        )
+    with memoryview(buffer) as view:
+        computed = crc32c(view[position + _ATTRIBUTES_POSITION : end])
+    if computed != header.crc:
+        raise CorruptRecordError(
+            f"batch at position {position} (base offset {header.base_offset}) has CRC "
+            f"{header.crc:#010x} but its bytes hash to {computed:#010x}; the batch was damaged "
+            f"in transit or on disk: resend it, or truncate the log at {position}"
+        )
+    # The codec is read after the CRC check, so a flipped attribute bit reports as damage.
+    codec = header.compression
+    if check_records:
+        _check_records(buffer, position, header, codec)
+    return header
+
+
+def _check_records(buffer: Any, position: int, header: BatchHeader, codec: Compression) -> None:
+    count = header.records_count
+    if count < 1:
+        raise InvalidRecordError(
+            f"batch at position {position} has recordsCount {count}; a produced batch must hold at least one record"
+        )
+    start = position + BATCH_HEADER_SIZE
+    end = position + header.size_in_bytes
+    if codec == Compression.NONE:
+        _walk_records(buffer, start, end, count, position)
+    else:
+        payload = decompress(codec, buffer[start:end])
+        _walk_records(payload, 0, len(payload), count, position)
+    if header.last_offset_delta != count - 1:
+        raise InvalidRecordError(
+            f"batch at position {position} has lastOffsetDelta {header.last_offset_delta} for "
+            f"{count} records (expected {count - 1}); the producer must number records 0..n-1"
+        )
+
+
+def _walk_records(data: Any, position: int, end: int, count: int, batch_position: int) -> None:
+    """Check that data[position:end] holds exactly `count` records with offset deltas 0..n-1.
+
+    Reads only each record's length varint and its offsetDelta (past the attributes byte
+    and the timestampDelta varint): this runs for every produced batch.
+    """
+    start = position
+    found = 0
+    try:
+        while position < end and found < count:
+            length, body = decode_varint(data, position)
+            if length < _RECORD_BODY_SIZE_MIN or body + length > end:
+                break
+            record_end = body + length
+            cursor = body + 1
+            while cursor < record_end and data[cursor] & 0x80:
+                cursor += 1
+            offset_delta, _ = decode_varint(data, cursor + 1)
+            if offset_delta != found:
+                raise InvalidRecordError(
+                    f"batch at position {batch_position}: record {found} has offsetDelta "
+                    f"{offset_delta}; deltas must run 0..{count - 1} without gaps, so the "
+                    "producer must renumber its records"
+                )
+            found += 1
+            position = record_end
+    except (IndexError, CorruptRecordError):
+        pass  # an unreadable varint ends the walk; the mismatch below reports it
+    if found != count or position != end:
+        raise InvalidRecordError(
+            f"record count mismatch: batch at position {batch_position} declares {count} "
+            f"records, but its {end - start} record bytes hold {found} whole records followed "
+            f"by {end - position} bytes that are not one; the producer built it wrongly"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Iteration and decoding
+
+
+def iter_headers(buffer: Any, position: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each complete batch in buffer[position:end].
+
+    Stops quietly at a partial trailing batch (a fetch or a torn write may cut the last one);
+    a header that is not a batch raises CorruptRecordError.
+    """
+    limit = len(buffer) if end is None else min(end, len(buffer))
+    while limit - position >= BATCH_HEADER_SIZE:
+        header = read_header(buffer, position)
+        if position + header.size_in_bytes > limit:
+            return
+        yield position, header
+        position += header.size_in_bytes
+
+
+def iter_records(buffer: Any, position: int = 0, end: int | None = None) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Yield (header, records) for each complete batch in buffer[position:end]."""
+    for batch_position, header in iter_headers(buffer, position, end):
+        yield header, decode_records(buffer, batch_position)
+
+
+def decode_records(batch: Any, position: int = 0) -> list[Record]:
+    """Decode every record of the batch at `position`, decompressing as needed.
+
+    Offsets and timestamps are absolute; under LogAppendTime every record takes the batch's
+    maxTimestamp, as Kafka's consumers do. The CRC is not checked: call `validate_batch`
+    first on untrusted bytes.
+    """
+    header = read_header(batch, position)
+    start = position + BATCH_HEADER_SIZE
+    end = position + header.size_in_bytes
+    if end > len(batch):
+        raise CorruptRecordError(
+            f"batch at position {position} is truncated: it declares {header.size_in_bytes} "
+            f"bytes but only {len(batch) - position} remain; read the whole batch"
+        )
+    payload = decompress(header.compression, batch[start:end])
+    try:
+        return _decode_payload(payload, header)
+    except (IndexError, UnicodeDecodeError) as error:
+        raise CorruptRecordError(
+            f"records of batch at position {position} (base offset {header.base_offset}) do "
+            f"not parse ({type(error).__name__}: {error}); the batch is damaged"
+        ) from None
+
+
+def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:
+    length, position = decode_varint(data, position)
+    if length < 0:
+        return None, position
+    return data[position : position + length], position + length
+
+
+def _decode_headers(data: bytes, position: int, count: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    if count < 0:
+        raise CorruptRecordError(f"record header count {count} is negative; the batch is damaged")
+    headers = []
+    for _ in range(count):
+        key, position = _read_bytes(data, position)
+        if key is None:
+            raise CorruptRecordError("record header key is null; Kafka header keys are strings")
+        value, position = _read_bytes(data, position)
+        headers.append((key.decode("utf-8"), value))
+    return tuple(headers), position
+
+
+def _decode_payload(data: bytes, header: BatchHeader) -> list[Record]:
+    records = []
+    append = records.append
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    append_time = header.max_timestamp if header.timestamp_type == TimestampKind.LOG_APPEND_TIME else None
+    position = 0
+    for _ in range(header.records_count):
+        length, position = decode_varint(data, position)
+        record_end = position + length
+        timestamp_delta, position = decode_varint(data, position + 1)  # skip attributes
+        offset_delta, position = decode_varint(data, position)
+        key, position = _read_bytes(data, position)
+        value, position = _read_bytes(data, position)
+        header_count, position = decode_varint(data, position)
+        headers = ()
+        if header_count:
+            headers, position = _decode_headers(data, position, header_count)
+        if position != record_end:
+            raise CorruptRecordError(
+                f"record at offset {base_offset + offset_delta} declares {length} bytes but its "
+                f"fields take {length + position - record_end}; the batch is damaged"
+            )
+        timestamp = base_timestamp + timestamp_delta if append_time is None else append_time
+        append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+    if position != len(data):
+        raise CorruptRecordError(
+            f"batch at base offset {base_offset} has {len(data) - position} bytes after its "
+            f"{header.records_count} records; the batch is damaged"
+        )
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewriting (the leader's append path)
+
+
+def with_offsets(batch: bytes, base_offset: int, partition_leader_epoch: int | None = None) -> bytes:
+    """Copy of the batch with baseOffset (and partitionLeaderEpoch) set; both are outside
+    the CRC, so it stays valid."""
+    read_header(batch)
+    assert 0 <= base_offset <= _INT64_MAX, f"base_offset={base_offset}"
+    epoch_piece = batch[_PARTITION_LEADER_EPOCH_POSITION : _PARTITION_LEADER_EPOCH_POSITION + 4]
+    if partition_leader_epoch is not None:
+        assert -1 <= partition_leader_epoch <= _INT32_MAX, f"epoch={partition_leader_epoch}"
+        epoch_piece = _INT32.pack(partition_leader_epoch)
+    with memoryview(batch) as view:
+        return b"".join((_INT64.pack(base_offset), view[8:12], epoch_piece, view[16:]))
+
+
+def with_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:
+    """Copy of the batch stamped with LogAppendTime `timestamp_ms`: attribute bit 3 set,
+    maxTimestamp replaced, CRC recomputed (Kafka's LogValidator does this for topics with
+    message.timestamp.type=LogAppendTime; record timestamp deltas are left alone)."""
+    header = read_header(batch)
+    assert _INT64_MIN <= timestamp_ms <= _INT64_MAX, f"timestamp_ms={timestamp_ms}"
+    size = header.size_in_bytes
+    rewritten = bytearray(batch)
+    _INT16.pack_into(rewritten, _ATTRIBUTES_POSITION, header.attributes | _TIMESTAMP_TYPE_MASK)
+    _INT64.pack_into(rewritten, _MAX_TIMESTAMP_POSITION, timestamp_ms)
+    with memoryview(rewritten) as view:
+        crc = crc32c(view[_ATTRIBUTES_POSITION:size])
+    _UINT32.pack_into(rewritten, _CRC_POSITION, crc)
+    return bytes(rewritten)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+RecordInput = (
+    tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]] | Record
+)
+
+
+def build_batch(
+    records: Sequence[RecordInput],
+    *,
+    base_offset: int = 0,
+    timestamps: Sequence[int] | None = None,
+    base_timestamp: int | None = None,
+    compression: Compression = Compression.NONE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    timestamp_type: TimestampKind = TimestampKind.CREATE_TIME,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    keep_offsets: bool = False,
+    last_offset_delta: int | None = None,
+) -> bytes:
+    """Encode `records` as one RecordBatch v2.
+
+    Each record is (key, value), (key, value, headers) or a `Record`. Timestamps come from
+    `timestamps` (one per record), else from `Record` items, else `base_timestamp` for all
+    (default -1, Kafka's NO_TIMESTAMP: storage reads no clock). baseTimestamp is the first
+    record's timestamp unless `base_timestamp` is given. Offset deltas are 0..n-1; with
+    `keep_offsets` they are each `Record.offset - base_offset` (the cleaner keeps offsets), and
+    `last_offset_delta` may keep the original batch's last delta.
+    """
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    keys, values, headers, record_timestamps, offset_deltas = _split_records(records, base_offset, keep_offsets)
+    if timestamps is not None:
+        if len(timestamps) != len(records):
+            raise ValueError(f"{len(timestamps)} timestamps given for {len(records)} records")
+        record_timestamps = list(timestamps)
+    elif record_timestamps is not None and len(record_timestamps) != len(records):
+        raise ValueError("Record items (with timestamps) mixed with tuples; pass `timestamps`")
+    if record_timestamps is None:
+        first_timestamp = NO_TIMESTAMP if base_timestamp is None else base_timestamp
+        timestamp_deltas, max_timestamp = None, first_timestamp
+    else:
+        first_timestamp = record_timestamps[0] if base_timestamp is None else base_timestamp
+        timestamp_deltas = [timestamp - first_timestamp for timestamp in record_timestamps]
+        max_timestamp = max(record_timestamps)
+    last_delta = len(records) - 1 if offset_deltas is None else offset_deltas[-1]
+    if last_offset_delta is not None:
+        if last_offset_delta < last_delta:
+            raise ValueError(f"last_offset_delta {last_offset_delta} < last record's {last_delta}")
+        last_delta = last_offset_delta
+    if headers is None and timestamp_deltas is None and offset_deltas is None:
+        pieces = _encode_plain_records(values, keys)
+    else:
+        pieces = _encode_records(values, keys, headers, timestamp_deltas, offset_deltas)
+    attributes = _attributes(compression, timestamp_type, is_transactional, is_control)
+    return _finish_batch(
+        pieces,
+        len(records),
+        attributes=attributes,
+        base_offset=base_offset,
+        last_offset_delta=last_delta,
+        base_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
+        producer=(producer_id, producer_epoch, base_sequence),
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def build_batch_from_values(
+    values: Sequence[bytes | None],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    timestamp_ms: int = NO_TIMESTAMP,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    timestamp_type: TimestampKind = TimestampKind.CREATE_TIME,
+    is_transactional: bool = False,
+) -> bytes:
+    """Fast path of `build_batch`: values (and optional keys) without headers, one timestamp
+    for all, offset deltas 0..n-1."""
+    if not values:
+        raise ValueError("a batch needs at least one record")
+    if keys is not None and len(keys) != len(values):
+        raise ValueError(f"{len(keys)} keys given for {len(values)} values")
+    attributes = _attributes(compression, timestamp_type, is_transactional, False)
+    return _finish_batch(
+        _encode_plain_records(values, keys),
+        len(values),
+        attributes=attributes,
+        base_offset=base_offset,
+        last_offset_delta=len(values) - 1,
+        base_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer=(producer_id, producer_epoch, base_sequence),
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def _attributes(compression: Compression, timestamp_type: TimestampKind, transactional: bool, control: bool) -> int:
+    attributes = int(Compression(compression)) | (int(TimestampKind(timestamp_type)) << 3)
+    if transactional:
+        attributes |= _TRANSACTIONAL_MASK
+    if control:
+        attributes |= _CONTROL_MASK
+    return attributes
+
+
+def _split_records(
+    records: Sequence[RecordInput], base_offset: int, keep_offsets: bool
+) -> tuple[list, list, list | None, list[int] | None, list[int] | None]:
+    """Columns of `records`: keys, values, headers (None if none has any), timestamps of the
+    `Record` items (None if none) and offset deltas (None unless `keep_offsets`)."""
+    keys, values, headers, timestamps, offset_deltas = [], [], [], [], []
+    any_headers = False
+    for item in records:
+        if isinstance(item, Record):
+            keys.append(item.key)
+            values.append(item.value)
+            headers.append(item.headers)
+            timestamps.append(item.timestamp)
+            offset_deltas.append(item.offset - base_offset)
+        elif len(item) == 2:
+            keys.append(item[0])
+            values.append(item[1])
+            headers.append(())
+        else:
+            keys.append(item[0])
+            values.append(item[1])
+            headers.append(item[2])
+        any_headers = any_headers or bool(headers[-1])
+    if keep_offsets:
+        if len(offset_deltas) != len(records):
+            raise ValueError("keep_offsets needs every item to be a Record (with its offset)")
+        _check_offset_deltas(offset_deltas, base_offset)
+    return (
+        keys,
+        values,
+        headers if any_headers else None,
+        timestamps or None,
+        offset_deltas if keep_offsets else None,
+    )
+
+
+def _check_offset_deltas(offset_deltas: list[int], base_offset: int) -> None:
+    previous = -1
+    for delta in offset_deltas:
+        if not previous < delta <= _INT32_MAX:
+            raise ValueError(
+                f"record offset {base_offset + delta} must exceed the previous one "
+                f"({base_offset + previous}) and be within 2**31-1 of base_offset {base_offset}"
+            )
+        previous = delta
+
+
+def _encode_plain_records(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None):
+    """Record pieces for the common case: no headers, timestampDelta 0, offsetDelta = index.
+
+    Per record: length, attributes 0 + timestampDelta 0 (b"\\x00\\x00"), offsetDelta, key,
+    value, header count 0. Lengths are computed, not measured, so nothing is encoded twice.
+    """
+    varints = _VARINTS
+    limit = _VARINT_TABLE_LIMIT
+    pieces: list[bytes] = []
+    append = pieces.append
+    for index, value in enumerate(values):
+        offset_piece = varints[index + 1] if index < limit else _encode_varint_slow(index)
+        key = None if keys is None else keys[index]
+        if key is None:
+            key_piece = b"\x01"  # length -1: null
+            key = b""
+        else:
+            length = len(key)
+            key_piece = varints[length + 1] if length < limit else _encode_varint_slow(length)
+        if value is None:
+            value_piece = b"\x01"
+            value = b""
+        else:
+            length = len(value)
+            value_piece = varints[length + 1] if length < limit else _encode_varint_slow(length)
+        body_size = 3 + len(offset_piece) + len(key_piece) + len(key) + len(value_piece) + len(value)
+        append(varints[body_size + 1] if body_size < limit else _encode_varint_slow(body_size))
+        append(b"\x00\x00" + offset_piece + key_piece)
+        append(key)
+        append(value_piece)
+        append(value)
+        append(b"\x00")
+    return pieces
+
+
+def _nullable_pieces(data: bytes | None) -> tuple[bytes, bytes]:
+    if data is None:
+        return b"\x01", b""
+    return encode_varint(len(data)), data
+
+
+def _encode_records(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None],
+    headers: Sequence[Sequence[tuple[str, bytes | None]]] | None,
+    timestamp_deltas: Sequence[int] | None,
+    offset_deltas: Sequence[int] | None,
+) -> list[bytes]:
+    """Record pieces in general: any headers, timestamp deltas and offset deltas."""
+    pieces: list[bytes] = []
+    extend = pieces.extend
+    for index, value in enumerate(values):
+        timestamp_delta = 0 if timestamp_deltas is None else timestamp_deltas[index]
+        offset_delta = index if offset_deltas is None else offset_deltas[index]
+        body = [
+            b"\x00",
+            encode_varint(timestamp_delta),
+            encode_varint(offset_delta),
+            *_nullable_pieces(keys[index]),
+            *_nullable_pieces(value),
+        ]
+        record_headers = () if headers is None else headers[index]
+        body.append(encode_varint(len(record_headers)))
+        for header_key, header_value in record_headers:
+            encoded_key = header_key.encode("utf-8")
+            body.append(encode_varint(len(encoded_key)))
+            body.append(encoded_key)
+            body.extend(_nullable_pieces(header_value))
+        extend((encode_varint(sum(map(len, body))), *body))
+    return pieces
+
+
+def _finish_batch(
+    pieces: list[bytes],
+    count: int,
+    *,
+    attributes: int,
+    base_offset: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer: tuple[int, int, int],
+    partition_leader_epoch: int,
+) -> bytes:
+    """Join record pieces, compress them, and put the header and CRC in front."""
+    payload = b"".join(pieces)
+    codec = Compression(attributes & _COMPRESSION_MASK)
+    if codec != Compression.NONE:
+        payload = compress(codec, payload)
+    batch_length = _BATCH_LENGTH_MIN + len(payload)
+    if batch_length > _INT32_MAX:
+        raise RecordTooLargeError(
+            f"batch of {count} records would be {batch_length + LOG_OVERHEAD} bytes, over the "
+            "format's 2 GiB limit; split the records into several batches"
+        )
+    try:
+        tail = _HEADER_TAIL.pack(attributes, last_offset_delta, base_timestamp, max_timestamp, *producer, count)
+        head = _HEADER_HEAD.pack(
+            base_offset, batch_length, partition_leader_epoch, MAGIC, crc32c(payload, crc32c(tail))
+        )
+    except struct.error as error:
+        raise ValueError(
+            f"a batch header field is out of range ({error}): base_offset={base_offset} "
+            f"last_offset_delta={last_offset_delta} base_timestamp={base_timestamp} "
+            f"max_timestamp={max_timestamp} producer={producer} "
+            f"partition_leader_epoch={partition_leader_epoch}"
+        ) from None
+    return b"".join((head, tail, payload))
