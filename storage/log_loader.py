@@ -22,7 +22,7 @@ from pathlib import Path
 
 from storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from storage.config import LogConfig
-from storage.errors import CorruptIndexError, CorruptRecordError, StorageError
+from storage.errors import CorruptCheckpointError, CorruptIndexError, CorruptRecordError
 from storage.leader_epoch_cache import LeaderEpochCache
 from storage.log import Log
 from storage.log_segment import (
@@ -65,14 +65,16 @@ class LogLoader:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._remove_temporary_files()
         self._complete_swaps()
-        segments = self._open_segments()
+        segments, suspect_offset = self._open_segments()
         if not had_clean_shutdown:
-            self._recover_from(segments, recovery_point)
+            self._recover_from(segments, min(recovery_point, suspect_offset))
+        elif suspect_offset < 2**63:
+            self._recover_from(segments, suspect_offset)
         if not len(segments):
             segments.add(self._segment(log_start_offset, writable=True))
         log_end_offset = segments.active_segment.next_offset
         start = min(max(log_start_offset, segments.first_segment.base_offset), log_end_offset)
-        epoch_cache = LeaderEpochCache(self.directory / LEADER_EPOCH_CHECKPOINT)
+        epoch_cache = self._leader_epoch_cache(segments)
         epoch_cache.truncate_from_end(log_end_offset)
         epoch_cache.truncate_from_start(start)
         return Log(
@@ -86,6 +88,23 @@ class LogLoader:
             leader_epoch_cache=epoch_cache,
             now_ms=self.now_ms,
         )
+
+    def _leader_epoch_cache(self, segments: LogSegments) -> LeaderEpochCache:
+        """The partition's epoch cache; a damaged checkpoint is rebuilt from the batches.
+
+        Better than Kafka, which stops the log dir: every batch carries the epoch that wrote
+        it, so the cache is derived data and a header scan restores it."""
+        path = self.directory / LEADER_EPOCH_CHECKPOINT
+        try:
+            return LeaderEpochCache(path)
+        except CorruptCheckpointError:
+            path.unlink()
+        cache = LeaderEpochCache(path)
+        for segment in segments:
+            for _, header in segment.iter_headers():
+                if header.partition_leader_epoch >= 0:
+                    cache.assign(header.partition_leader_epoch, header.base_offset)
+        return cache
 
     def _segment(self, base_offset: int, writable: bool, suffix: str = "") -> LogSegment:
         return LogSegment(
@@ -132,9 +151,12 @@ class LogLoader:
             swap.change_file_suffixes(SWAP_SUFFIX, "")
             swap.close()
 
-    def _open_segments(self) -> LogSegments:
-        """Pass 5a: open each `.log`; rebuild indexes that are missing or inconsistent."""
+    def _open_segments(self) -> tuple[LogSegments, int]:
+        """Pass 5a: open each `.log`. Returns the segments and the base offset of the first one
+        whose index is missing or disagrees with its log (2**63 if none): recovery starts
+        there even after a clean shutdown, since such a segment is not to be trusted."""
         segments = LogSegments()
+        suspect_offset = 2**63
         bases = sorted(int(path.name[:20]) for path in self.directory.glob(f"*{LOG_SUFFIX}"))
         for slot, base_offset in enumerate(bases):
             index_missing = not (self.directory / f"{base_offset:020d}{INDEX_SUFFIX}").exists()
@@ -144,23 +166,21 @@ class LogLoader:
                     raise CorruptIndexError(f"{segment.offset_index.path} is missing")
                 segment.load_state()
             except (CorruptIndexError, CorruptRecordError):
-                segment.recover(self.config.max_message_bytes)
-            if slot != len(bases) - 1:
-                segment.offset_index.trim_to_valid_size()
-                segment.time_index.trim_to_valid_size()
+                suspect_offset = min(suspect_offset, base_offset)
             segments.add(segment)
-        return segments
+        return segments, suspect_offset
 
     def _recover_from(self, segments: LogSegments, recovery_point: int) -> None:
         """Pass 5b: re-validate from the recovery point; cut the log at the first bad byte."""
         unflushed = segments.values_from(recovery_point)
         for slot, segment in enumerate(unflushed):
-            try:
-                truncated = segment.recover(self.config.max_message_bytes)
-            except StorageError:
-                truncated = 1
+            truncated = segment.recover(self.config.max_message_bytes, contiguous=not self.config.compact)
             previous = segments.floor_segment(segment.base_offset - 1)
-            out_of_order = previous is not None and previous.next_offset > segment.base_offset
+            # A compacted log may have gaps between segments; any other log is contiguous.
+            out_of_order = previous is not None and (
+                previous.next_offset > segment.base_offset
+                or (previous.next_offset != segment.base_offset and not self.config.compact)
+            )
             if truncated or out_of_order:
                 for later in unflushed[slot + 1 :]:
                     segments.remove(later.base_offset)
@@ -169,7 +189,10 @@ class LogLoader:
                     segments.remove(segment.base_offset)
                     segment.delete_files()
                 break
-        if len(segments):
-            active = segments.active_segment
-            active.offset_index.resize_for_append()
-            active.time_index.resize_for_append()
+        for segment in segments:
+            if segment is segments.active_segment:
+                segment.offset_index.resize_for_append()
+                segment.time_index.resize_for_append()
+            else:
+                segment.offset_index.trim_to_valid_size()
+                segment.time_index.trim_to_valid_size()

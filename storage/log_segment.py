@@ -115,11 +115,17 @@ class LogSegment:
         first = next(self.iter_headers(0), None)
         self.rolling_based_timestamp = first[1].max_timestamp if first else None
 
-    def recover(self, max_message_bytes: int) -> int:
+    def recover(self, max_message_bytes: int, contiguous: bool = False) -> int:
         """Re-validate every batch, rebuild both indexes, cut at the first bad byte.
 
-        Returns the number of bytes truncated (Kafka's LogSegment.recover)."""
-        valid_bytes = self._rebuild_indexes(self._iter_valid_batches(max_message_bytes))
+        baseOffset lies outside the CRC, so a damaged one passes validation; for logs that are
+        not compacted, `contiguous` also cuts at the first batch that does not start where the
+        previous one ended (or, first, at the segment's base offset). Returns the bytes cut
+        (Kafka's LogSegment.recover)."""
+        batches = self._iter_valid_batches(max_message_bytes)
+        if contiguous:
+            batches = self._contiguous(batches)
+        valid_bytes = self._rebuild_indexes(batches)
         truncated = self.size - valid_bytes
         if truncated:
             self._file.truncate(valid_bytes)
@@ -157,6 +163,14 @@ class LogSegment:
             valid_bytes = position + header.size_in_bytes
         return valid_bytes
 
+    def _contiguous(self, batches: Iterator[tuple[int, BatchHeader]]) -> Iterator[tuple[int, BatchHeader]]:
+        expected = self.base_offset
+        for position, header in batches:
+            if header.base_offset != expected:
+                return
+            expected = header.next_offset
+            yield position, header
+
     def _iter_valid_batches(self, max_message_bytes: int) -> Iterator[tuple[int, BatchHeader]]:
         """Batches from the start that pass `validate_batch`, stopping at the first that fails."""
         position, buffer, buffer_start = 0, b"", 0
@@ -174,7 +188,8 @@ class LogSegment:
                 chunk_bytes = max(_SCAN_CHUNK_BYTES, header.size_in_bytes)
                 buffer, buffer_start, local = self.read_bytes(position, chunk_bytes), position, 0
             try:
-                validate_batch(buffer, local, max_message_bytes)
+                # Size, magic and CRC only, as Kafka's recover: compacted batches have offset gaps or no records.
+                validate_batch(buffer, local, max_message_bytes, check_records=False)
             except StorageError:
                 return
             yield position, header

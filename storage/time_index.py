@@ -43,8 +43,8 @@ class TimeIndex(AbstractIndex):
             raise CorruptIndexError(
                 f"{self.path}: entry offset {offset} is below the last entry's {last_offset}"
             )
-        if self.entries and timestamp <= last_timestamp:
-            return False
+        if timestamp <= last_timestamp:
+            return False  # also refuses NO_TIMESTAMP as a first entry, as Kafka does
         if not skip_full_check and self.is_full():
             raise CorruptIndexError(f"{self.path}: time index is full; the segment must roll")
         if self.is_full():
