@@ -1,0 +1,124 @@
+"""LogManager: log dirs, Kafka's checkpoint files, the clean-shutdown marker and recovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    TopicPartition,
+)
+from storage.config import LogConfig
+from storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
+from storage.records import build_batch
+
+CONFIG = LogConfig.from_properties({"segment.bytes": 600, "index.interval.bytes": 64})
+ORDERS = TopicPartition("orders", 0)
+EVENTS = TopicPartition("page-views", 3)
+
+
+def manager_for(*dirs: Path) -> LogManager:
+    return LogManager(list(dirs), lambda topic: CONFIG, now_ms=0)
+
+
+def fill(manager: LogManager, topic_partition: TopicPartition, count: int) -> None:
+    log = manager.get_or_create_log(topic_partition, now_ms=0)
+    for n in range(count):
+        log.append_as_leader(build_batch([(b"k", b"value-%03d" % n)], timestamps=[n]), 0, n)
+
+
+def test_clean_shutdown_writes_checkpoints_and_marker_and_reopen_keeps_offsets(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    fill(manager, ORDERS, 20)
+    log = manager.get_log(ORDERS)
+    assert log is not None
+    log.update_high_watermark(15)
+    log.delete_records(4)
+    manager.shutdown(now_ms=100)
+
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {ORDERS: 20}
+    assert OffsetCheckpointFile(tmp_path / REPLICATION_OFFSET_CHECKPOINT).read() == {ORDERS: 15}
+    assert OffsetCheckpointFile(tmp_path / LOG_START_OFFSET_CHECKPOINT).read() == {ORDERS: 4}
+
+    reopened = manager_for(tmp_path)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists(), "the marker must go before anything is written"
+    assert reopened.recovered == []
+    log = reopened.get_log(ORDERS)
+    assert log is not None
+    assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (4, 15, 20)
+
+
+def test_missing_marker_recovers_every_log_and_cuts_a_torn_tail(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    fill(manager, ORDERS, 12)
+    fill(manager, EVENTS, 3)
+    manager.checkpoint()
+    for _, log in manager:
+        for segment in log.segments:
+            segment.close_handlers()  # kill -9
+    active = max((tmp_path / str(ORDERS)).glob("*.log"))
+    whole_batches_size = active.stat().st_size
+    with open(active, "ab") as file:
+        file.write(b"\x00\x00\x00\x00\x00\x00\x00\x0c\x00\x00")  # a torn half-written batch
+
+    reopened = manager_for(tmp_path)
+    assert sorted(reopened.recovered) == sorted([ORDERS, EVENTS])
+    orders = reopened.get_log(ORDERS)
+    events = reopened.get_log(EVENTS)
+    assert orders is not None and events is not None
+    assert orders.log_end_offset == 12
+    assert events.log_end_offset == 3
+    assert active.stat().st_size == whole_batches_size, "the torn tail is cut off"
+
+
+def test_new_logs_spread_over_log_dirs_and_are_found_again(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    manager = manager_for(first, second)
+    fill(manager, ORDERS, 2)
+    fill(manager, EVENTS, 2)
+    assert {p.name for p in first.iterdir() if p.is_dir()} | {p.name for p in second.iterdir() if p.is_dir()} == {
+        "orders-0",
+        "page-views-3",
+    }
+    assert len([p for p in first.iterdir() if p.is_dir()]) == 1
+    manager.shutdown(now_ms=0)
+    reopened = manager_for(first, second)
+    assert sorted(tp for tp, _ in reopened) == sorted([ORDERS, EVENTS])
+
+
+def test_delete_log_removes_the_directory_and_its_checkpoint_lines(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    fill(manager, ORDERS, 3)
+    fill(manager, EVENTS, 3)
+    manager.delete_log(ORDERS)
+    assert not (tmp_path / "orders-0").exists()
+    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read().keys() == {EVENTS}
+
+
+def test_cleanup_logs_applies_retention_and_removes_deleted_files_after_the_delay(tmp_path: Path) -> None:
+    config = LogConfig.from_properties({"segment.bytes": 600, "retention.ms": 1000, "file.delete.delay.ms": 500})
+    manager = LogManager([tmp_path], lambda topic: config, now_ms=0)
+    fill(manager, ORDERS, 20)
+    log = manager.get_log(ORDERS)
+    assert log is not None
+    log.update_high_watermark(log.log_end_offset)
+    segments_before = len(log.segments)
+    deleted = manager.cleanup_logs(now_ms=5000)
+    assert deleted == segments_before, "every segment expired; the log rolled to keep an empty active one"
+    assert log.log_start_offset == log.log_end_offset == 20
+    assert list((tmp_path / "orders-0").glob("*.deleted")), "deleted segments wait for file.delete.delay.ms"
+    manager.delete_expired_files(now_ms=5499)
+    assert list((tmp_path / "orders-0").glob("*.deleted"))
+    manager.delete_expired_files(now_ms=5500)
+    assert not list((tmp_path / "orders-0").glob("*.deleted"))
+
+
+def test_directories_that_are_not_partitions_are_ignored(tmp_path: Path) -> None:
+    (tmp_path / "lost+found").mkdir()
+    (tmp_path / "notes.txt").write_text("hello")
+    manager = manager_for(tmp_path)
+    assert list(manager) == []
