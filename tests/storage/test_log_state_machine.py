@@ -47,7 +47,8 @@ class LogMachine(RuleBasedStateMachine):
         batch = build_batch([(b"key", value) for value in values], timestamps=timestamps)
         info = self.log.append_as_leader(batch, self.epoch, self.now_ms)
         assert info.first_offset == self.model_end, f"first={info.first_offset} model_end={self.model_end}"
-        self.records += [(info.first_offset + i, ts, v) for i, (ts, v) in enumerate(zip(timestamps, values))]
+        pairs = zip(timestamps, values, strict=True)
+        self.records += [(info.first_offset + i, ts, v) for i, (ts, v) in enumerate(pairs)]
 
     @property
     def model_end(self) -> int:
