@@ -91,6 +91,8 @@ class LogConfig:
 
 def _integer(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, Any], int]:
     def parse(key: str, raw: Any) -> int:
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise InvalidConfigError(f"{key}={raw!r} is not an integer")
         try:
             value = int(raw)
         except (TypeError, ValueError):

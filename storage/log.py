@@ -339,7 +339,7 @@ class Log:
                 self._remove_segment(segment, now_ms)
         self.segments.active_segment.truncate_to(offset)
         self.leader_epoch_cache.truncate_from_end(offset)
-        self.recovery_point = min(self.recovery_point, offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.high_watermark)
         self._check_offsets()

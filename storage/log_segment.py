@@ -306,7 +306,7 @@ class LogSegment:
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_message: bool = True) -> tuple[int, bytes] | None:
         """Whole batches from the one holding `offset`, at most `max_bytes` (KIP-74: at least
-        one batch when `min_one_message`), none reaching `max_offset`. None when empty."""
+        one batch when `min_one_message`), none reaching `max_offset`. None past the segment's end."""
         found = self.translate_offset(offset)
         if found is None:
             return None
@@ -320,7 +320,7 @@ class LogSegment:
                 break
             end = next_end
         if end == start:
-            return None
+            return start, b""  # the first batch does not fit: an empty read, not "look further"
         return start, self.read_bytes(start, end - start)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
