@@ -338,7 +338,7 @@ class Log:
             if segment.base_offset > offset:
                 self._remove_segment(segment, now_ms)
         self.segments.active_segment.truncate_to(offset)
-        self.leader_epoch_cache.truncate_from_end(offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.high_watermark)
