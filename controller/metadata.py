@@ -492,7 +492,6 @@ def _topic_from_snapshot(loaded: ClusterMetadata, entry: tuple[Any, ...]) -> Non
         raise MetadataRecordError(f"snapshot is inconsistent: {error}") from None
 
 
-
 # ---- invariants (DESIGN §6), for the simulator and tests ----------------------------------------
 
 

@@ -1,0 +1,259 @@
+"""Requests to the active controller and its responses, as frozen dataclasses with Kafka's field names.
+
+These are the shapes of Kafka's CreateTopics, DeleteTopics, IncrementalAlterConfigs,
+BrokerRegistration, BrokerHeartbeat, ControlledShutdown and AlterPartition messages, reduced to the
+fields Tributary uses. `node/` decodes the wire form into them and `QuorumController` answers
+them; errors are `ErrorCode` values with a message that says what to do, never exceptions.
+When `client/protocol.py` exists (DESIGN §1: the wire protocol is defined once), it re-exports
+these rather than defining them twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from controller.error_codes import ErrorCode
+
+NO_VALUE = -1
+"""Kafka's "use the default" for `num_partitions` and `replication_factor`, and "unknown" elsewhere."""
+
+
+class AlterConfigOp(IntEnum):
+    """An incremental config operation (Kafka's `AlterConfigOp.OpType` ids)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class ConfigResourceType(IntEnum):
+    """What a config belongs to (Kafka's `ConfigResource.Type` ids). Only topic configs are dynamic here."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+# ---- CreateTopics ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopic:
+    """A topic to create. Either `num_partitions` / `replication_factor` (-1: the controller's
+    default) or `assignments` (partition index -> replica broker ids, leader first), not both."""
+
+    name: str
+    num_partitions: int = NO_VALUE
+    replication_factor: int = NO_VALUE
+    assignments: Mapping[int, tuple[int, ...]] | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsRequest:
+    """Create topics; each succeeds or fails alone. `validate_only` checks everything and writes nothing."""
+
+    topics: tuple[CreatableTopic, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopicResult:
+    """One topic's outcome; `topic_id` is None on failure and under `validate_only`."""
+
+    name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+    topic_id: str | None = None
+    num_partitions: int = NO_VALUE
+    replication_factor: int = NO_VALUE
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsResponse:
+    topics: tuple[CreatableTopicResult, ...]
+
+
+# ---- DeleteTopics ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsRequest:
+    """Delete topics by name and/or by topic id; each succeeds or fails alone."""
+
+    topic_names: tuple[str, ...] = ()
+    topic_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeletableTopicResult:
+    name: str | None
+    topic_id: str | None
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsResponse:
+    topics: tuple[DeletableTopicResult, ...]
+
+
+# ---- IncrementalAlterConfigs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlterableConfig:
+    """One operation on one key; `value` is ignored by DELETE and required by the others."""
+
+    name: str
+    op: AlterConfigOp
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResource:
+    resource_type: ConfigResourceType
+    resource_name: str
+    configs: tuple[AlterableConfig, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsRequest:
+    """Change configs; each resource succeeds or fails as a whole."""
+
+    resources: tuple[AlterConfigsResource, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResourceResult:
+    resource_type: ConfigResourceType
+    resource_name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsResponse:
+    responses: tuple[AlterConfigsResourceResult, ...]
+
+
+# ---- BrokerRegistration, BrokerHeartbeat, ControlledShutdown ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationRequest:
+    """A starting broker registers. `incarnation_id` is new for every process start;
+    `endpoints` maps listener name to `host:port`."""
+
+    broker_id: int
+    incarnation_id: str
+    endpoints: Mapping[str, str]
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationResponse:
+    """`broker_epoch` (the registration record's offset) goes into every later request of the broker."""
+
+    error_code: ErrorCode
+    error_message: str | None = None
+    broker_epoch: int = NO_VALUE
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatRequest:
+    """Sent every `broker.heartbeat.interval.ms`. `current_metadata_offset` is the broker's applied
+    metadata offset; `want_fence` asks to stay fenced (still starting); `want_shutdown` asks for a
+    controlled shutdown."""
+
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool = False
+    want_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdownRequest:
+    """A stopping broker asks to hand over its leaderships first (a heartbeat with `want_shutdown`)."""
+
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatResponse:
+    """`is_caught_up`: the broker has applied its own registration. `should_shut_down`: a controlled
+    shutdown is complete (it leads nothing and has seen the records that moved its leaderships)."""
+
+    error_code: ErrorCode
+    error_message: str | None = None
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+# ---- AlterPartition ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionData:
+    """A leader's proposed ISR for one partition, at the leader and partition epochs it knows.
+    `new_isr_broker_epochs`, when given, pairs each ISR member with the broker epoch the leader saw
+    it fetch with (KIP-903); -1 skips the check for that member."""
+
+    topic_id: str
+    partition_index: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+    new_isr_broker_epochs: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    partitions: tuple[AlterPartitionData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResult:
+    """On NONE, the partition's state after the change (which the leader adopts)."""
+
+    topic_id: str
+    partition_index: int
+    error_code: ErrorCode
+    error_message: str | None = None
+    leader_id: int = NO_VALUE
+    leader_epoch: int = NO_VALUE
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = NO_VALUE
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    """A top-level error (unknown broker, stale broker epoch) leaves `partitions` empty."""
+
+    error_code: ErrorCode
+    error_message: str | None = None
+    partitions: tuple[AlterPartitionResult, ...] = ()
+
+
+# ---- periodic work -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerTick:
+    """Time passed: fence brokers whose session expired, elect leaders where one became possible."""
+
+
+@dataclass(frozen=True, slots=True)
+class TickResponse:
+    fenced_broker_ids: tuple[int, ...] = ()
+    elected_partitions: tuple[tuple[str, int], ...] = ()

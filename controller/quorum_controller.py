@@ -1,0 +1,856 @@
+"""QuorumController: the active controller's request handling, as a pure state machine.
+
+Theory of operation. The node whose Raft replica leads the quorum is the active controller. It
+owns one `QuorumController`, built from the committed `ClusterMetadata` when it takes office. Each
+request (`handle(request, now_ms)` or the named methods) is validated against a *speculative*
+copy of the metadata, which includes the records this controller proposed that are not committed
+yet, so two creates of one topic in a row are caught. The answer is a `ControllerResult`: the
+records to append (in order, one Raft entry each) and the response to send once they commit.
+Every record is applied to the speculative copy as it is produced, at the offset it will get in
+the log, so a RegisterBroker's broker epoch (= its offset, as in KRaft) is known at once.
+
+Contract with the owner (the node's controller driver):
+- Take office with `QuorumController(committed, rng, now_ms, next_offset)` or `reset_to(...)`,
+  only after the Raft leader has committed an entry of its own term, so that `committed` holds
+  every record of earlier terms; `next_offset` is the Raft log end offset, where the next record
+  will land.
+- Append `result.records` at once, contiguously, from `result.base_offset`. If Raft refuses or
+  places them elsewhere (leadership lost), call `reset_to` with the committed state; uncommitted
+  records of a deposed controller are discarded by Raft and by the speculative copy alike.
+- Send `result.response` after the records commit (immediately if there are none).
+- Call `tick(now_ms)` periodically (e.g. every `broker.heartbeat.interval.ms` / 4).
+
+Broker liveness (Kafka's `BrokerHeartbeatManager`): the last heartbeat time of each broker is
+controller memory, not metadata; a new controller assumes every unfenced broker was just heard
+from. A broker silent for more than `broker.session.timeout.ms` is fenced by `tick`.
+
+Leader and ISR changes (Kafka's `ReplicationControlManager.generateLeaderAndIsrUpdates`). When a
+broker is fenced, starts a controlled shutdown or re-registers, it leaves every ISR, and each
+partition it led gets the first replica (in replica order) that is in the remaining ISR and
+active (unfenced, not shutting down), with leader_epoch + 1. If no such replica exists:
+- with `unclean.leader.election.enable=true` the first active replica leads and the ISR is reset
+  to it alone (data may be lost, which is what the user chose);
+- otherwise the partition goes offline (leader -1). If the broker was the last ISR member it
+  stays in the ISR: we never shrink an ISR to nothing (KRaft without ELR, KIP-966's predecessor),
+  because the last ISR member is the only replica known to hold every committed record; when it
+  returns (unfences) it leads again. Unfencing a broker, a `tick`, and turning unclean election
+  on all elect leaders for offline partitions where that became possible.
+
+Validation follows Kafka's order and error codes; every error message names the values and the
+way out. A rejected request yields no records and leaves the state untouched.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from controller.controller_api import (
+    NO_VALUE,
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResourceResult,
+    AlterPartitionData,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionResult,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    ConfigResourceType,
+    ControlledShutdownRequest,
+    ControllerTick,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    TickResponse,
+)
+from controller.error_codes import ErrorCode
+from controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, topic_name_error
+from controller.metadata_records import (
+    NO_LEADER,
+    BrokerRegistrationChange,
+    ConfigChange,
+    FenceBroker,
+    MetadataRecord,
+    Partition,
+    PartitionChange,
+    RegisterBroker,
+    RemoveTopic,
+    Topic,
+    UnfenceBroker,
+)
+from controller.replica_assignment import UsableBroker, assign_replicas
+from storage.config import LogConfig
+from storage.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    import random
+
+ResponseT = TypeVar("ResponseT")
+
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+_LIST_CONFIGS = {"cleanup.policy"}  # the only list-typed topic config: APPEND/SUBTRACT apply to it
+_TOPIC_ID_DRAWS_MAX = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """The controller's settings; names are Kafka's broker config keys in snake_case."""
+
+    broker_session_timeout_ms: int = 9000
+    num_partitions: int = 1  # `num.partitions`: the default for CreateTopics without a count
+    default_replication_factor: int = 1  # `default.replication.factor`
+    partition_count_max: int = 10_000  # per CreateTopics topic; Kafka bounds records per operation similarly
+
+    def __post_init__(self) -> None:
+        assert self.broker_session_timeout_ms > 0, f"broker_session_timeout_ms={self.broker_session_timeout_ms}"
+        assert self.num_partitions >= 1, f"num_partitions={self.num_partitions}"
+        assert self.default_replication_factor >= 1, f"default_replication_factor={self.default_replication_factor}"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerResult(Generic[ResponseT]):
+    """What a request produced: records to append from `base_offset` (one Raft entry each, in
+    order), and the response to send once they are committed."""
+
+    records: tuple[MetadataRecord, ...]
+    response: ResponseT
+    base_offset: int
+
+
+class _Batch:
+    """Records of one request, each applied to the speculative metadata at its future offset."""
+
+    def __init__(self, metadata: ClusterMetadata, base_offset: int) -> None:
+        self.metadata = metadata
+        self.base_offset = base_offset
+        self.records: list[MetadataRecord] = []
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+    def append(self, record: MetadataRecord) -> int:
+        """Apply `record` speculatively; return the offset it will have."""
+        offset = self.next_offset
+        self.metadata.apply_record(offset, record)
+        self.records.append(record)
+        return offset
+
+    def result(self, response: ResponseT) -> ControllerResult[ResponseT]:
+        return ControllerResult(tuple(self.records), response, self.base_offset)
+
+
+class _Rejected(Exception):
+    """A request check failed; internal control flow only, turned into an error response."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class QuorumController:
+    """The active controller: validates requests and answers with records and a response.
+
+    State: the speculative metadata (committed + own proposals), the offset the next record
+    will get, each broker's last heartbeat time, and the offset from which a broker in controlled
+    shutdown must have read before it may stop. All of it is rebuilt by `reset_to`.
+    """
+
+    def __init__(
+        self,
+        committed: ClusterMetadata,
+        rng: random.Random,
+        now_ms: int,
+        next_offset: int,
+        config: ControllerConfig | None = None,
+    ) -> None:
+        self._config = config or ControllerConfig()
+        self._rng = rng
+        self.reset_to(committed, now_ms, next_offset)
+
+    def reset_to(self, committed: ClusterMetadata, now_ms: int, next_offset: int) -> None:
+        """Drop every uncommitted proposal and start again from `committed` (taking office, or
+        after Raft refused an append). Every unfenced broker counts as heard from at `now_ms`."""
+        assert next_offset > committed.last_applied_offset, (
+            f"next_offset={next_offset} last_applied_offset={committed.last_applied_offset}"
+        )
+        self._metadata = committed.copy()
+        self._next_offset = next_offset
+        self._now_ms = now_ms
+        self._last_contact_ms = {broker.broker_id: now_ms for broker in committed.brokers()}
+        self._controlled_shutdown_offset = {
+            broker.broker_id: committed.last_applied_offset
+            for broker in committed.brokers()
+            if broker.in_controlled_shutdown
+        }
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        """The speculative metadata (read only): committed state plus this controller's proposals."""
+        return self._metadata
+
+    @property
+    def next_offset(self) -> int:
+        """The log offset the next proposed record will get."""
+        return self._next_offset
+
+    def handle(self, request: Any, now_ms: int) -> ControllerResult[Any]:
+        """Dispatch any controller request (or `ControllerTick`) to its method."""
+        method = _HANDLERS.get(type(request))
+        assert method is not None, f"not a controller request: {request!r}"
+        return method(self, request, now_ms)
+
+    def _begin(self, now_ms: int) -> _Batch:
+        assert now_ms >= self._now_ms, f"time went back: now_ms={now_ms} < {self._now_ms}"
+        self._now_ms = now_ms
+        return _Batch(self._metadata, self._next_offset)
+
+    def _finish(self, batch: _Batch, response: ResponseT) -> ControllerResult[ResponseT]:
+        assert batch.base_offset == self._next_offset, f"interleaved batches at {self._next_offset}"
+        self._next_offset = batch.next_offset
+        return batch.result(response)
+
+    # ---- CreateTopics --------------------------------------------------------------------------
+
+    def create_topics(self, request: CreateTopicsRequest, now_ms: int) -> ControllerResult[CreateTopicsResponse]:
+        """Create each topic with its partitions, or say why not (INVALID_TOPIC_EXCEPTION,
+        TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
+        INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST for a name given twice)."""
+        batch = self._begin(now_ms)
+        counts = Counter(topic.name for topic in request.topics)
+        results: list[CreatableTopicResult] = []
+        for topic in request.topics:
+            try:
+                if counts[topic.name] > 1:
+                    raise _Rejected(ErrorCode.INVALID_REQUEST, f"topic {topic.name!r} appears twice in the request")
+                results.append(self._create_topic(topic, request.validate_only, batch))
+            except _Rejected as rejected:
+                results.append(CreatableTopicResult(topic.name, rejected.code, rejected.message))
+        return self._finish(batch, CreateTopicsResponse(tuple(results)))
+
+    def _create_topic(self, topic: CreatableTopic, validate_only: bool, batch: _Batch) -> CreatableTopicResult:
+        self._check_new_topic_name(topic.name)
+        configs = _config_strings(topic.configs)
+        manual = None if topic.assignments is None else self._manual_assignment(topic)
+        if manual is None:
+            partition_count, replication_factor = self._partition_count_and_factor(topic)
+        else:
+            partition_count, replication_factor = len(manual), len(manual[0])
+        _check_topic_configs(configs, replication_factor)
+        if validate_only:
+            return CreatableTopicResult(
+                topic.name, ErrorCode.NONE, None, None, partition_count, replication_factor, configs
+            )
+        assignment = manual or assign_replicas(self._usable_brokers(), partition_count, replication_factor, self._rng)
+        topic_id = self._new_topic_id()
+        batch.append(Topic(topic.name, topic_id, configs))
+        for index, replicas in enumerate(assignment):
+            isr = tuple(replica for replica in replicas if self._is_active(replica))
+            assert isr, f"{topic.name}-{index}: no active replica in {replicas}"
+            batch.append(Partition(topic_id, index, replicas, isr, isr[0], 0, 0))
+        return CreatableTopicResult(
+            topic.name, ErrorCode.NONE, None, topic_id, partition_count, replication_factor, configs
+        )
+
+    def _check_new_topic_name(self, name: str) -> None:
+        error = topic_name_error(name)
+        if error is not None:
+            raise _Rejected(ErrorCode.INVALID_TOPIC_EXCEPTION, error)
+        if self._metadata.topic_id(name) is not None:
+            raise _Rejected(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        # Kafka's Topic.hasCollision: '.' and '_' map to the same metric name, so they may not
+        # tell two topics apart.
+        if "." in name or "_" in name:
+            key = name.replace(".", "_")
+            for other in self._metadata.topic_names():
+                if other.replace(".", "_") == key:
+                    raise _Rejected(
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"topic {name!r} collides with existing topic {other!r}: '.' and '_' are the same in metric "
+                        "names; choose another name",
+                    )
+
+    def _partition_count_and_factor(self, topic: CreatableTopic) -> tuple[int, int]:
+        count = self._config.num_partitions if topic.num_partitions == NO_VALUE else topic.num_partitions
+        if not 1 <= count <= self._config.partition_count_max:
+            raise _Rejected(
+                ErrorCode.INVALID_PARTITIONS,
+                f"num_partitions={count} for {topic.name!r}; use 1..{self._config.partition_count_max}",
+            )
+        factor = (
+            self._config.default_replication_factor
+            if topic.replication_factor == NO_VALUE
+            else topic.replication_factor
+        )
+        usable = len(self._usable_brokers())
+        if factor < 1:
+            raise _Rejected(ErrorCode.INVALID_REPLICATION_FACTOR, f"replication_factor={factor}; use at least 1")
+        if factor > usable:
+            raise _Rejected(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication_factor={factor} but only {usable} broker(s) are registered and unfenced; "
+                f"use at most {usable} or start more brokers",
+            )
+        return count, factor
+
+    def _manual_assignment(self, topic: CreatableTopic) -> list[tuple[int, ...]]:
+        """Kafka's `validateManualPartitionAssignment`: indices 0..n-1, one replica count, no repeats,
+        registered brokers, and at least one active replica per partition."""
+        assert topic.assignments is not None
+        if topic.num_partitions != NO_VALUE or topic.replication_factor != NO_VALUE:
+            raise _Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"{topic.name!r}: give either assignments or num_partitions/replication_factor, not both",
+            )
+        count = len(topic.assignments)
+        if sorted(topic.assignments) != list(range(count)) or count == 0:
+            raise _Rejected(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{topic.name!r}: partition indices {sorted(topic.assignments)} must be 0..n-1",
+            )
+        if count > self._config.partition_count_max:
+            raise _Rejected(
+                ErrorCode.INVALID_PARTITIONS,
+                f"{topic.name!r}: {count} partitions; at most {self._config.partition_count_max}",
+            )
+        assignment = [tuple(topic.assignments[index]) for index in range(count)]
+        for index, replicas in enumerate(assignment):
+            where = f"{topic.name}-{index}"
+            if not replicas or len(set(replicas)) != len(replicas) or len(replicas) != len(assignment[0]):
+                raise _Rejected(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"{where}: replicas {list(replicas)} are empty, repeat a broker, or differ in count "
+                    f"from partition 0's {len(assignment[0])}",
+                )
+            unknown = [replica for replica in replicas if self._metadata.broker(replica) is None]
+            if unknown:
+                raise _Rejected(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: brokers {unknown} are not registered")
+            if not any(self._is_active(replica) for replica in replicas):
+                raise _Rejected(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"{where}: all of brokers {list(replicas)} are fenced or shutting down",
+                )
+        return assignment
+
+    def _new_topic_id(self) -> str:
+        """A Kafka-style topic id from the injected generator: 16 random bytes, url-safe base64
+        without padding (22 characters), never all zeros, never Kafka's metadata topic id (1),
+        never starting with '-' (it would read as a command-line flag), never taken."""
+        for _ in range(_TOPIC_ID_DRAWS_MAX):
+            value = self._rng.getrandbits(128)
+            topic_id = base64.urlsafe_b64encode(value.to_bytes(16, "big")).decode("ascii").rstrip("=")
+            if value > 1 and not topic_id.startswith("-") and self._metadata.topic_name(topic_id) is None:
+                assert len(topic_id) == 22, topic_id
+                return topic_id
+        raise AssertionError(f"no fresh topic id in {_TOPIC_ID_DRAWS_MAX} draws: the generator is broken")
+
+    # ---- DeleteTopics --------------------------------------------------------------------------
+
+    def delete_topics(self, request: DeleteTopicsRequest, now_ms: int) -> ControllerResult[DeleteTopicsResponse]:
+        """Remove topics by name (UNKNOWN_TOPIC_OR_PARTITION if absent) or id (UNKNOWN_TOPIC_ID)."""
+        batch = self._begin(now_ms)
+        results: list[DeletableTopicResult] = []
+        names, ids = Counter(request.topic_names), Counter(request.topic_ids)
+        for name in request.topic_names:
+            topic_id = self._metadata.topic_id(name)
+            if names[name] > 1:
+                results.append(DeletableTopicResult(name, None, ErrorCode.INVALID_REQUEST, f"{name!r} is given twice"))
+            elif topic_id is None:
+                results.append(
+                    DeletableTopicResult(
+                        name,
+                        None,
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"topic {name!r} does not exist; list topics to check the name",
+                    )
+                )
+            else:
+                batch.append(RemoveTopic(topic_id))
+                results.append(DeletableTopicResult(name, topic_id, ErrorCode.NONE))
+        for topic_id in request.topic_ids:
+            name = self._metadata.topic_name(topic_id)
+            if ids[topic_id] > 1:
+                results.append(
+                    DeletableTopicResult(
+                        None, topic_id, ErrorCode.INVALID_REQUEST, f"topic id {topic_id} is given twice"
+                    )
+                )
+            elif name is None:
+                results.append(
+                    DeletableTopicResult(
+                        None,
+                        topic_id,
+                        ErrorCode.UNKNOWN_TOPIC_ID,
+                        f"no topic has id {topic_id}; it may be deleted already",
+                    )
+                )
+            else:
+                batch.append(RemoveTopic(topic_id))
+                results.append(DeletableTopicResult(name, topic_id, ErrorCode.NONE))
+        return self._finish(batch, DeleteTopicsResponse(tuple(results)))
+
+    # ---- IncrementalAlterConfigs ---------------------------------------------------------------
+
+    def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest, now_ms: int
+    ) -> ControllerResult[IncrementalAlterConfigsResponse]:
+        """Apply SET/DELETE/APPEND/SUBTRACT to topic configs; each resource all or nothing
+        (UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG, INVALID_REQUEST). Turning unclean leader
+        election on elects leaders for the topic's offline partitions at once."""
+        batch = self._begin(now_ms)
+        counts = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
+        results: list[AlterConfigsResourceResult] = []
+        for resource in request.resources:
+            try:
+                if counts[(resource.resource_type, resource.resource_name)] > 1:
+                    raise _Rejected(ErrorCode.INVALID_REQUEST, f"resource {resource.resource_name!r} is given twice")
+                self._alter_configs(resource, request.validate_only, batch)
+                results.append(
+                    AlterConfigsResourceResult(resource.resource_type, resource.resource_name, ErrorCode.NONE)
+                )
+            except _Rejected as rejected:
+                results.append(
+                    AlterConfigsResourceResult(
+                        resource.resource_type, resource.resource_name, rejected.code, rejected.message
+                    )
+                )
+        return self._finish(batch, IncrementalAlterConfigsResponse(tuple(results)))
+
+    def _alter_configs(self, resource: AlterConfigsResource, validate_only: bool, batch: _Batch) -> None:
+        if resource.resource_type != ConfigResourceType.TOPIC:
+            raise _Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"{resource.resource_type!r} configs are static here; set them in the broker's config file",
+            )
+        name = resource.resource_name
+        topic_id = self._metadata.topic_id(name)
+        if topic_id is None:
+            raise _Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        current = self._metadata.topic_configs(name)
+        updated = _apply_config_ops(current, resource.configs)
+        _check_topic_configs(updated, len(self._metadata.partitions(topic_id)[0].replicas))
+        if validate_only:
+            return
+        for key in sorted(set(current) | set(updated)):
+            if current.get(key) != updated.get(key):
+                batch.append(ConfigChange(name, key, updated.get(key)))
+        self._elect_offline_leaders(batch, [topic_id])
+
+    # ---- BrokerRegistration, BrokerHeartbeat, ControlledShutdown -------------------------------
+
+    def register_broker(
+        self, request: BrokerRegistrationRequest, now_ms: int
+    ) -> ControllerResult[BrokerRegistrationResponse]:
+        """Register (or re-register) a broker, fenced, with a new broker epoch; a second live
+        process with the same id gets DUPLICATE_BROKER_REGISTRATION."""
+        batch = self._begin(now_ms)
+        error = _registration_error(request)
+        existing = self._metadata.broker(request.broker_id)
+        if (
+            error is None
+            and existing is not None
+            and existing.incarnation_id != request.incarnation_id
+            and self._has_valid_session(existing, now_ms)
+        ):
+            error = _Rejected(
+                ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                f"broker {request.broker_id} is registered by another live process (incarnation "
+                f"{existing.incarnation_id}); give this node another node.id, or wait "
+                f"{self._config.broker_session_timeout_ms} ms after the old one stops",
+            )
+        if error is not None:
+            return self._finish(batch, BrokerRegistrationResponse(error.code, error.message))
+        if existing is not None:
+            # A restarted process may have lost unflushed records: it leaves ISRs and leaderships
+            # before its new registration (KIP-966's unclean-shutdown handling, always applied).
+            self._remove_from_isrs(batch, request.broker_id)
+        broker_epoch = batch.append(
+            RegisterBroker(request.broker_id, request.incarnation_id, dict(request.endpoints), request.rack)
+        )
+        self._last_contact_ms[request.broker_id] = now_ms
+        self._controlled_shutdown_offset.pop(request.broker_id, None)
+        return self._finish(batch, BrokerRegistrationResponse(ErrorCode.NONE, None, broker_epoch))
+
+    def broker_heartbeat(
+        self, request: BrokerHeartbeatRequest, now_ms: int
+    ) -> ControllerResult[BrokerHeartbeatResponse]:
+        """Record that the broker is alive and move it between fenced, active, controlled shutdown
+        and shut down (Kafka's `BrokerHeartbeatManager.calculateNextBrokerState`)."""
+        batch = self._begin(now_ms)
+        broker = self._metadata.broker(request.broker_id)
+        rejected = self._check_broker_epoch(broker, request.broker_id, request.broker_epoch)
+        if rejected is not None:
+            return self._finish(batch, BrokerHeartbeatResponse(rejected.code, rejected.message))
+        assert broker is not None
+        self._last_contact_ms[broker.broker_id] = now_ms
+        caught_up = request.current_metadata_offset >= broker.broker_epoch
+        should_shut_down = False
+        if broker.fenced:
+            should_shut_down = request.want_shutdown
+            if not request.want_shutdown and not request.want_fence and caught_up:
+                self._unfence(batch, broker)
+        elif request.want_fence:
+            self._fence(batch, broker)
+            should_shut_down = request.want_shutdown
+        elif broker.in_controlled_shutdown:
+            shutdown_offset = self._controlled_shutdown_offset.get(broker.broker_id, broker.broker_epoch)
+            if not self._leads_anything(broker.broker_id) and request.current_metadata_offset >= shutdown_offset:
+                self._fence(batch, broker)
+                should_shut_down = True
+        elif request.want_shutdown:
+            self._begin_controlled_shutdown(batch, broker)
+        after = self._metadata.broker(broker.broker_id)
+        assert after is not None
+        response = BrokerHeartbeatResponse(ErrorCode.NONE, None, caught_up, after.fenced, should_shut_down)
+        return self._finish(batch, response)
+
+    def controlled_shutdown(
+        self, request: ControlledShutdownRequest, now_ms: int
+    ) -> ControllerResult[BrokerHeartbeatResponse]:
+        """Move leadership away from a stopping broker (a heartbeat with `want_shutdown`). Repeat
+        until `should_shut_down`: then it leads nothing and may stop."""
+        heartbeat = BrokerHeartbeatRequest(
+            request.broker_id, request.broker_epoch, request.current_metadata_offset, want_shutdown=True
+        )
+        return self.broker_heartbeat(heartbeat, now_ms)
+
+    def _check_broker_epoch(
+        self, broker: BrokerRegistration | None, broker_id: int, broker_epoch: int
+    ) -> _Rejected | None:
+        if broker is None:
+            return _Rejected(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered; register it")
+        if broker.broker_epoch != broker_epoch:
+            return _Rejected(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {broker_id} has epoch {broker.broker_epoch}, the request says {broker_epoch}; "
+                "this process is stale: re-register",
+            )
+        return None
+
+    def _has_valid_session(self, broker: BrokerRegistration, now_ms: int) -> bool:
+        """Kafka's `hasValidSession`: unfenced and heard from within the session timeout."""
+        last_contact_ms = self._last_contact_ms.get(broker.broker_id, now_ms)
+        return not broker.fenced and now_ms <= last_contact_ms + self._config.broker_session_timeout_ms
+
+    def _unfence(self, batch: _Batch, broker: BrokerRegistration) -> None:
+        batch.append(UnfenceBroker(broker.broker_id, broker.broker_epoch))
+        self._controlled_shutdown_offset.pop(broker.broker_id, None)
+        self._elect_offline_leaders(batch, None)
+
+    def _fence(self, batch: _Batch, broker: BrokerRegistration) -> None:
+        """Leave ISRs and leaderships first, then fence: after every record a fenced broker leads nothing."""
+        self._remove_from_isrs(batch, broker.broker_id)
+        batch.append(FenceBroker(broker.broker_id, broker.broker_epoch))
+        self._controlled_shutdown_offset.pop(broker.broker_id, None)
+
+    def _begin_controlled_shutdown(self, batch: _Batch, broker: BrokerRegistration) -> None:
+        self._remove_from_isrs(batch, broker.broker_id)
+        offset = batch.append(BrokerRegistrationChange(broker.broker_id, broker.broker_epoch, True))
+        self._controlled_shutdown_offset[broker.broker_id] = offset
+
+    def _leads_anything(self, broker_id: int) -> bool:
+        return any(state.leader == broker_id for _, _, state in self._metadata.all_partitions())
+
+    # ---- AlterPartition ------------------------------------------------------------------------
+
+    def alter_partition(self, request: AlterPartitionRequest, now_ms: int) -> ControllerResult[AlterPartitionResponse]:
+        """A partition leader's ISR change, checked like KRaft's `validateAlterPartitionData`."""
+        batch = self._begin(now_ms)
+        rejected = self._check_broker_epoch(
+            self._metadata.broker(request.broker_id), request.broker_id, request.broker_epoch
+        )
+        if rejected is not None:
+            return self._finish(batch, AlterPartitionResponse(rejected.code, rejected.message))
+        results: list[AlterPartitionResult] = []
+        for data in request.partitions:
+            try:
+                state = self._alter_partition(request.broker_id, data, batch)
+            except _Rejected as error:
+                results.append(AlterPartitionResult(data.topic_id, data.partition_index, error.code, error.message))
+                continue
+            results.append(
+                AlterPartitionResult(
+                    data.topic_id,
+                    data.partition_index,
+                    ErrorCode.NONE,
+                    None,
+                    state.leader,
+                    state.leader_epoch,
+                    state.isr,
+                    state.partition_epoch,
+                )
+            )
+        return self._finish(batch, AlterPartitionResponse(ErrorCode.NONE, None, tuple(results)))
+
+    def _alter_partition(self, broker_id: int, data: AlterPartitionData, batch: _Batch) -> PartitionRegistration:
+        where = f"{self._metadata.topic_name(data.topic_id)}-{data.partition_index}"
+        if self._metadata.topic_name(data.topic_id) is None:
+            raise _Rejected(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {data.topic_id}")
+        state = self._metadata.partition(data.topic_id, data.partition_index)
+        if state is None:
+            raise _Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {where} does not exist")
+        _check_alter_partition_epochs(broker_id, data, state, where)
+        new_isr = tuple(replica for replica in state.replicas if replica in data.new_isr)
+        if len(new_isr) != len(data.new_isr) or len(set(data.new_isr)) != len(data.new_isr):
+            raise _Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"{where}: ISR {list(data.new_isr)} repeats a broker or is not within replicas {list(state.replicas)}",
+            )
+        if state.leader not in new_isr:
+            raise _Rejected(
+                ErrorCode.INVALID_REQUEST, f"{where}: ISR {list(data.new_isr)} must include leader {state.leader}"
+            )
+        self._check_isr_eligible(data, where)
+        if new_isr != state.isr:
+            batch.append(PartitionChange(data.topic_id, data.partition_index, isr=new_isr))
+        after = self._metadata.partition(data.topic_id, data.partition_index)
+        assert after is not None
+        return after
+
+    def _check_isr_eligible(self, data: AlterPartitionData, where: str) -> None:
+        """KIP-841/903: every ISR member must be registered, unfenced, not shutting down, and (when
+        the leader gives one) at the broker epoch the leader saw it fetch with."""
+        epochs = data.new_isr_broker_epochs
+        if epochs is not None and len(epochs) != len(data.new_isr):
+            raise _Rejected(
+                ErrorCode.INVALID_REQUEST, f"{where}: {len(epochs)} broker epochs for {len(data.new_isr)} ISR members"
+            )
+        for position, replica in enumerate(data.new_isr):
+            broker = self._metadata.broker(replica)
+            reason = None
+            if broker is None:
+                reason = "is not registered"
+            elif broker.fenced:
+                reason = "is fenced"
+            elif broker.in_controlled_shutdown:
+                reason = "is shutting down"
+            elif epochs is not None and epochs[position] != NO_VALUE and epochs[position] != broker.broker_epoch:
+                reason = f"has broker epoch {broker.broker_epoch}, not {epochs[position]}"
+            if reason is not None:
+                raise _Rejected(
+                    ErrorCode.INELIGIBLE_REPLICA,
+                    f"{where}: broker {replica} {reason} and cannot join the ISR; retry when it is back",
+                )
+
+    # ---- periodic work -------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> ControllerResult[TickResponse]:
+        """Fence every broker silent for longer than the session timeout, then elect leaders for
+        offline partitions where that became possible."""
+        batch = self._begin(now_ms)
+        fenced: list[int] = []
+        for broker in self._metadata.brokers():
+            if broker.fenced:
+                continue
+            last_contact_ms = self._last_contact_ms.get(broker.broker_id)
+            assert last_contact_ms is not None, f"unfenced broker {broker.broker_id} has no heartbeat time"
+            if last_contact_ms + self._config.broker_session_timeout_ms < now_ms:
+                self._fence(batch, broker)
+                fenced.append(broker.broker_id)
+        elected = self._elect_offline_leaders(batch, None)
+        return self._finish(batch, TickResponse(tuple(fenced), tuple(elected)))
+
+    # ---- leader and ISR changes ----------------------------------------------------------------
+
+    def _remove_from_isrs(self, batch: _Batch, broker_id: int) -> None:
+        """Take `broker_id` out of every ISR (but never empty one) and away from every leadership."""
+        involved = [
+            (topic_id, index, state)
+            for topic_id, index, state in self._metadata.all_partitions()
+            if broker_id in state.isr
+        ]
+        for topic_id, index, state in involved:
+            change = self._partition_change(topic_id, index, state, removing=broker_id)
+            if change is not None:
+                batch.append(change)
+        assert not self._leads_anything(broker_id), f"broker {broker_id} still leads after removal"
+
+    def _elect_offline_leaders(self, batch: _Batch, topic_ids: list[str] | None) -> list[tuple[str, int]]:
+        """Elect leaders for offline partitions (of `topic_ids`, or all) where one is now eligible."""
+        elected: list[tuple[str, int]] = []
+        for topic_id, index in self._metadata.leaderless_partitions():
+            if topic_ids is not None and topic_id not in topic_ids:
+                continue
+            state = self._metadata.partition(topic_id, index)
+            assert state is not None
+            change = self._partition_change(topic_id, index, state, removing=None)
+            if change is not None:
+                batch.append(change)
+                elected.append((topic_id, index))
+        return elected
+
+    def _partition_change(
+        self, topic_id: str, index: int, state: PartitionRegistration, removing: int | None
+    ) -> PartitionChange | None:
+        """The change that removes `removing` (if any) from the ISR and gives the partition the best
+        leader available, or None if nothing changes. See the module docstring for the rules."""
+
+        def acceptable(replica: int) -> bool:
+            return replica != removing and self._is_active(replica)
+
+        isr = tuple(replica for replica in state.isr if replica != removing)
+        if state.leader in isr and acceptable(state.leader):
+            leader = state.leader
+        else:
+            leader = next((replica for replica in state.replicas if replica in isr and acceptable(replica)), NO_LEADER)
+            if leader == NO_LEADER and self._unclean_election_enabled(topic_id):
+                leader = next((replica for replica in state.replicas if acceptable(replica)), NO_LEADER)
+                if leader != NO_LEADER:
+                    isr = (leader,)
+        if not isr:
+            isr = state.isr  # the last ISR member stays: it is the only replica known to be complete
+        if isr == state.isr and leader == state.leader:
+            return None
+        return PartitionChange(
+            topic_id,
+            index,
+            isr=None if isr == state.isr else isr,
+            leader=None if leader == state.leader else leader,
+        )
+
+    def _unclean_election_enabled(self, topic_id: str) -> bool:
+        name = self._metadata.topic_name(topic_id)
+        assert name is not None, f"unknown topic id {topic_id}"
+        value = self._metadata.topic_configs(name).get(UNCLEAN_LEADER_ELECTION_ENABLE)
+        if value is None:
+            return LogConfig().unclean_leader_election_enable
+        return LogConfig.from_properties({UNCLEAN_LEADER_ELECTION_ENABLE: value}).unclean_leader_election_enable
+
+    def _is_active(self, broker_id: int) -> bool:
+        broker = self._metadata.broker(broker_id)
+        return broker is not None and broker.active
+
+    def _usable_brokers(self) -> list[UsableBroker]:
+        return [UsableBroker(broker.broker_id, broker.rack) for broker in self._metadata.brokers() if broker.active]
+
+
+# ---- leaf checks ---------------------------------------------------------------------------------
+
+
+def _registration_error(request: BrokerRegistrationRequest) -> _Rejected | None:
+    if request.broker_id < 0:
+        return _Rejected(ErrorCode.INVALID_REQUEST, f"broker id {request.broker_id} is negative; set node.id >= 0")
+    if not request.incarnation_id:
+        return _Rejected(ErrorCode.INVALID_REQUEST, "incarnation_id is empty; draw a fresh one at process start")
+    if not request.endpoints:
+        return _Rejected(ErrorCode.INVALID_REQUEST, f"broker {request.broker_id} gave no endpoints; set listeners")
+    for listener, address in request.endpoints.items():
+        host, _, port = str(address).rpartition(":")
+        if not listener or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return _Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"endpoint {listener}={address!r} of broker {request.broker_id} is not host:port",
+            )
+    return None
+
+
+def _check_alter_partition_epochs(
+    broker_id: int, data: AlterPartitionData, state: PartitionRegistration, where: str
+) -> None:
+    """KRaft's order: epochs from the future mean this controller is behind (NOT_CONTROLLER); an
+    old leader epoch is a deposed leader (FENCED_LEADER_EPOCH); an old partition epoch is a
+    leader that missed a change (INVALID_UPDATE_VERSION)."""
+    if data.leader_epoch > state.leader_epoch or data.partition_epoch > state.partition_epoch:
+        raise _Rejected(
+            ErrorCode.NOT_CONTROLLER,
+            f"{where}: request epochs ({data.leader_epoch}, {data.partition_epoch}) are ahead of "
+            f"({state.leader_epoch}, {state.partition_epoch}); find the active controller",
+        )
+    if data.leader_epoch < state.leader_epoch:
+        raise _Rejected(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"{where}: leader epoch {data.leader_epoch} is older than {state.leader_epoch}; refresh metadata",
+        )
+    if broker_id != state.leader:
+        raise _Rejected(ErrorCode.INVALID_REQUEST, f"{where}: broker {broker_id} is not the leader ({state.leader})")
+    if data.partition_epoch < state.partition_epoch:
+        raise _Rejected(
+            ErrorCode.INVALID_UPDATE_VERSION,
+            f"{where}: partition epoch {data.partition_epoch} is older than {state.partition_epoch}; "
+            "refresh metadata and propose again",
+        )
+
+
+def _config_strings(configs: Mapping[str, Any]) -> dict[str, str]:
+    """Config values as Kafka stores them: strings (booleans lower case)."""
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            out[key] = str(value)
+        else:
+            raise _Rejected(ErrorCode.INVALID_CONFIG, f"{key}={value!r}: a config value must be a string")
+    return out
+
+
+def _check_topic_configs(configs: Mapping[str, str], replication_factor: int) -> None:
+    """Every key known and every value in range (`LogConfig.from_properties`), and
+    min.insync.replicas <= replication factor. Kafka accepts the latter and then fails every
+    acks=all produce with NOT_ENOUGH_REPLICAS; we refuse it up front, where the fix is obvious."""
+    try:
+        config = LogConfig.from_properties(configs)
+    except InvalidConfigError as error:
+        raise _Rejected(ErrorCode.INVALID_CONFIG, str(error)) from None
+    if config.min_insync_replicas > replication_factor:
+        raise _Rejected(
+            ErrorCode.INVALID_CONFIG,
+            f"{MIN_INSYNC_REPLICAS}={config.min_insync_replicas} exceeds the replication factor {replication_factor}; "
+            "acks=all writes could never succeed",
+        )
+
+
+def _apply_config_ops(current: Mapping[str, str], ops: tuple[AlterableConfig, ...]) -> dict[str, str]:
+    """The configs after `ops` (Kafka's incremental semantics), or `_Rejected`."""
+    counts = Counter(op.name for op in ops)
+    updated = dict(current)
+    defaults = LogConfig().to_properties()
+    for op in ops:
+        if counts[op.name] > 1:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, f"config {op.name} is altered twice in one request")
+        if op.op == AlterConfigOp.DELETE:
+            updated.pop(op.name, None)
+            continue
+        if op.value is None:
+            raise _Rejected(ErrorCode.INVALID_CONFIG, f"{op.op.name} of {op.name} needs a value")
+        value = _config_strings({op.name: op.value})[op.name]
+        if op.op == AlterConfigOp.SET:
+            updated[op.name] = value
+            continue
+        if op.name not in _LIST_CONFIGS:
+            raise _Rejected(ErrorCode.INVALID_CONFIG, f"{op.op.name} applies to list configs only, not {op.name}")
+        items = [item.strip() for item in updated.get(op.name, defaults.get(op.name, "")).split(",") if item.strip()]
+        given = [item.strip() for item in value.split(",") if item.strip()]
+        if op.op == AlterConfigOp.APPEND:
+            items += [item for item in given if item not in items]
+        else:
+            items = [item for item in items if item not in given]
+        updated[op.name] = ",".join(items)
+    return updated
+
+
+_HANDLERS: dict[type, Callable[[QuorumController, Any, int], ControllerResult[Any]]] = {
+    CreateTopicsRequest: QuorumController.create_topics,
+    DeleteTopicsRequest: QuorumController.delete_topics,
+    IncrementalAlterConfigsRequest: QuorumController.incremental_alter_configs,
+    BrokerRegistrationRequest: QuorumController.register_broker,
+    BrokerHeartbeatRequest: QuorumController.broker_heartbeat,
+    ControlledShutdownRequest: QuorumController.controlled_shutdown,
+    AlterPartitionRequest: QuorumController.alter_partition,
+    ControllerTick: lambda controller, request, now_ms: controller.tick(now_ms),
+}
