@@ -1,0 +1,611 @@
+"""Log compaction: the cleaner keeps the last record of every key at its original offset, honours
+the dirty ratio, the high watermark, the active segment, min.compaction.lag.ms and the delete
+horizon of tombstones, and a crash at any of its file steps reopens to a correct log.
+
+Method: build logs with `append_as_leader`, clean with explicit `now_ms`, and compare what the
+log holds (decoded from its segments) with what was appended; crashes are a `fault` callable that
+raises at one step, after which the files are reopened by `LogLoader` as after kill -9."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from kafka.record.memory_records import MemoryRecords
+
+from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile, TopicPartition
+from storage.cleaner import (
+    Cleaner,
+    CleanerStep,
+    delete_horizon_ms,
+    group_segments_by_size,
+    log_to_clean,
+    needs_cleaning,
+)
+from storage.config import LogConfig
+from storage.log import Log
+from storage.log_loader import LogLoader
+from storage.records import Compression, build_batch, decode_records, read_header
+
+NOW_MS = 1_000_000
+TP = TopicPartition("t", 0)
+COMPACT: dict[str, Any] = {
+    "cleanup.policy": "compact",
+    "segment.bytes": 1000,
+    "index.interval.bytes": 100,
+    "segment.index.bytes": 1200,
+    "min.cleanable.dirty.ratio": 0.0,
+    "delete.retention.ms": 1000,
+}
+
+Entry = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
+
+
+class Crash(Exception):
+    """Raised by a test's fault hook: the cleaner stops as if the process died."""
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def open_log(directory: Path, properties: Mapping[str, Any] | None = None, now_ms: int = NOW_MS, **load: Any) -> Log:
+    return LogLoader(directory, LogConfig.from_properties({**COMPACT, **(properties or {})}), now_ms).load(**load)
+
+
+def make_cleaner(root: Path, dedupe_entries_max: int = 1000) -> Cleaner:
+    return Cleaner(OffsetCheckpointFile(root / CLEANER_OFFSET_CHECKPOINT), dedupe_entries_max)
+
+
+def put(log: Log, key: bytes | None, value: bytes | None, timestamp: int = NOW_MS, **batch: Any) -> int:
+    """Append one record as leader (epoch 3); return its offset."""
+    records = build_batch([(key, value)], timestamps=[timestamp], **batch)
+    return log.append_as_leader(records, 3, NOW_MS).first_offset
+
+
+def put_all(log: Log, pairs: list[tuple[bytes, bytes | None]], timestamp: int = NOW_MS) -> list[int]:
+    return [put(log, key, value, timestamp) for key, value in pairs]
+
+
+def publish(log: Log, now_ms: int = NOW_MS) -> None:
+    """Roll so that everything is in inactive segments, and move the HW to the LEO."""
+    log.roll(now_ms)
+    log.update_high_watermark(log.log_end_offset)
+
+
+def entries(log: Log) -> list[Entry]:
+    """Every record in the log's segments, in file order."""
+    found: list[Entry] = []
+    for segment in log.segments:
+        data = segment.read_bytes(0, segment.size)
+        position = 0
+        while position < len(data):
+            header = read_header(data, position)
+            found += [(r.offset, r.key, r.value, r.timestamp) for r in decode_records(data, position)]
+            position += header.size_in_bytes
+    return found
+
+
+def latest_values(records: list[Entry]) -> dict[bytes, bytes]:
+    """key -> its last value; keys whose last record is a tombstone are absent."""
+    latest: dict[bytes, bytes | None] = {}
+    for _, key, value, _ in records:
+        if key is not None:
+            latest[key] = value
+    return {key: value for key, value in latest.items() if value is not None}
+
+
+def segment_bytes(log: Log) -> dict[int, bytes]:
+    return {segment.base_offset: segment.read_bytes(0, segment.size) for segment in log.segments}
+
+
+def assert_well_formed(log: Log) -> None:
+    """Offsets strictly increase across the log; every record can be read by its offset."""
+    offsets = [offset for offset, _, _, _ in entries(log)]
+    assert offsets == sorted(set(offsets)), offsets
+    for offset in offsets:
+        if offset < log.log_start_offset:
+            continue
+        data = log.read(offset, 1).records
+        found = [r.offset for p in _positions(data) for r in decode_records(data, p)]
+        assert offset in found, f"read({offset}) returned offsets {found}"
+
+
+def _positions(data: bytes) -> list[int]:
+    positions, position = [], 0
+    while position < len(data):
+        positions.append(position)
+        position += read_header(data, position).size_in_bytes
+    return positions
+
+
+def abandon(log: Log) -> None:
+    """Drop a log as kill -9 would: release file handles without trimming or flushing anything."""
+    for segment in log.segments:
+        segment.close_handlers()
+
+
+# -- dedupe ---------------------------------------------------------------------------------
+
+
+def test_clean_keeps_the_last_record_of_each_key_at_its_original_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    pairs = [(b"k%d" % (i % 3), b"v%d" % i) for i in range(40)]
+    offsets = put_all(log, pairs)
+    publish(log)
+    before = entries(log)
+    result = make_cleaner(tmp_path).clean(log, NOW_MS)
+    expected = [entry for entry in before if entry[0] in (offsets[-3], offsets[-2], offsets[-1])]
+    assert entries(log) == expected
+    assert [(o, k, v) for o, k, v, _ in expected] == [(37, b"k1", b"v37"), (38, b"k2", b"v38"), (39, b"k0", b"v39")]
+    assert result.records_removed == 37
+    assert result.end_offset == 40
+    assert result.map_entries == 3
+    assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (0, 40, 40)
+    assert_well_formed(log)
+
+
+def test_rebuilt_batch_keeps_epoch_producer_codec_timestamps_and_offset_range(tmp_path: Path) -> None:
+    """A batch that loses records keeps its base and last offset, leader epoch, producer fields,
+    codec and record timestamps; kafka-python decodes it."""
+    log = open_log(tmp_path / "t-0")
+    batch = build_batch([(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"c", b"4")], timestamps=[10, 20, 30, 40],
+                        compression=Compression.GZIP, producer_id=77, producer_epoch=2, base_sequence=5)
+    log.append_as_leader(batch, 9, NOW_MS)
+    put(log, b"c", b"5")
+    publish(log)
+    make_cleaner(tmp_path).clean(log, NOW_MS)
+    segment = log.segments.first_segment
+    data = segment.read_bytes(0, segment.size)
+    header = read_header(data)
+    assert (header.base_offset, header.last_offset, header.partition_leader_epoch) == (0, 3, 9)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 2, 5)
+    assert header.compression == Compression.GZIP
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in decode_records(data)] == [
+        (1, b"b", b"2", 20), (2, b"a", b"3", 30)]
+    kafka_batch = MemoryRecords(data[: header.size_in_bytes]).next_batch()
+    assert kafka_batch.validate_crc()
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in kafka_batch] == [(1, b"b", b"2", 20), (2, b"a", b"3", 30)]
+
+
+def test_keyless_records_are_discarded_as_kafka_does(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    put_all(log, [(b"a", b"1")])
+    put(log, None, b"no key")
+    put(log, b"b", b"2")
+    publish(log)
+    make_cleaner(tmp_path).clean(log, NOW_MS)
+    assert [(o, k, v) for o, k, v, _ in entries(log)] == [(0, b"a", b"1"), (2, b"b", b"2")]
+
+
+def test_group_whose_last_batch_is_removed_keeps_an_empty_batch_at_the_group_end(tmp_path: Path) -> None:
+    """The loader replaces old segments by the range of the swap segment, so the cleaned segment
+    must end where its group ended even when the group's last records are all superseded."""
+    log = open_log(tmp_path / "t-0", {"segment.bytes": 300})  # two of these segments fit, not three
+    put_all(log, [(b"a", b"1"), (b"b", b"1")])
+    log.roll(NOW_MS)
+    put_all(log, [(b"a", b"2"), (b"b", b"2")])
+    log.roll(NOW_MS)
+    put_all(log, [(b"a", b"3"), (b"b", b"3")])
+    log.roll(NOW_MS)
+    log.update_high_watermark(log.log_end_offset)
+    make_cleaner(tmp_path).clean(log, NOW_MS)
+    first = log.segments.first_segment
+    assert (first.base_offset, first.next_offset) == (0, 4)
+    last_header = list(first.iter_headers())[-1][1]
+    assert (last_header.base_offset, last_header.last_offset, last_header.records_count) == (3, 3, 0)
+    assert [(o, v) for o, _, v, _ in entries(log)] == [(4, b"3"), (5, b"3")]
+
+
+# -- tombstones -----------------------------------------------------------------------------
+
+
+def test_tombstone_is_kept_for_delete_retention_ms_after_its_first_clean_then_removed(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", {"delete.retention.ms": 1000})
+    put_all(log, [(b"a", b"1"), (b"b", b"1"), (b"a", None)], timestamp=500)
+    publish(log)
+    cleaner = make_cleaner(tmp_path)
+    cleaner.clean(log, NOW_MS)
+    assert [(o, k, v, t) for o, k, v, t in entries(log)] == [(1, b"b", b"1", 500), (2, b"a", None, 500)]
+    tombstone_batch = list(log.segments.first_segment.iter_headers())[-1][1]
+    assert delete_horizon_ms(tombstone_batch) == NOW_MS + 1000
+    cleaner.clean(log, NOW_MS + 999)
+    assert [(o, v) for o, _, v, _ in entries(log)] == [(1, b"1"), (2, None)]
+    cleaner.clean(log, NOW_MS + 1000)
+    assert [(o, k, v) for o, k, v, _ in entries(log)] == [(1, b"b", b"1")]
+    assert_well_formed(log)
+
+
+def test_tombstone_in_a_batch_with_other_records_reads_back_with_its_timestamps(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(build_batch([(b"a", b"1"), (b"b", None), (b"c", b"3")], timestamps=[7, 8, 9]), 0, NOW_MS)
+    publish(log)
+    make_cleaner(tmp_path).clean(log, NOW_MS)
+    data = log.segments.first_segment.read_bytes(0, log.segments.first_segment.size)
+    assert delete_horizon_ms(read_header(data)) == NOW_MS + COMPACT["delete.retention.ms"]
+    kafka_batch = MemoryRecords(data).next_batch()
+    assert kafka_batch.validate_crc()
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in kafka_batch] == [
+        (0, b"a", b"1", 7), (1, b"b", None, 8), (2, b"c", b"3", 9)]
+    assert read_header(data).max_timestamp == 9
+
+
+# -- what is cleanable ----------------------------------------------------------------------
+
+
+def test_dirty_ratio_below_min_cleanable_dirty_ratio_does_not_clean(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", {"min.cleanable.dirty.ratio": 0.5})
+    put_all(log, [(b"k%d" % i, b"x" * 50) for i in range(12)])
+    publish(log)
+    cleaner = make_cleaner(tmp_path)
+    assert cleaner.maybe_clean(log, NOW_MS) is not None
+    clean_bytes = log.size_in_bytes()
+    put_all(log, [(b"k0", b"y" * 50)])
+    publish(log)
+    to_clean = cleaner.log_to_clean(log, NOW_MS)
+    dirty_bytes = log.segments.values_before(log.log_end_offset)[-1].size
+    assert (to_clean.clean_bytes, to_clean.cleanable_bytes) == (clean_bytes, dirty_bytes)
+    assert to_clean.cleanable_ratio == dirty_bytes / (clean_bytes + dirty_bytes) < 0.5
+    before = segment_bytes(log)
+    assert cleaner.maybe_clean(log, NOW_MS) is None
+    assert segment_bytes(log) == before
+    put_all(log, [(b"k%d" % i, b"z" * 50) for i in range(1, 12)])
+    publish(log)
+    assert needs_cleaning(cleaner.log_to_clean(log, NOW_MS), 0.5)
+    assert cleaner.maybe_clean(log, NOW_MS) is not None
+    expected = {b"k0": b"y" * 50} | {b"k%d" % i: b"z" * 50 for i in range(1, 12)}
+    assert latest_values(entries(log)) == expected
+    assert len(entries(log)) == 12
+
+
+def test_maybe_clean_ignores_logs_without_the_compact_policy(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", {"cleanup.policy": "delete"})
+    put_all(log, [(b"a", b"1"), (b"a", b"2")])
+    publish(log)
+    assert make_cleaner(tmp_path).maybe_clean(log, NOW_MS) is None
+    assert len(entries(log)) == 2
+
+
+def test_active_segment_and_segments_at_or_above_the_high_watermark_are_never_cleaned(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    for round_number in range(4):
+        put_all(log, [(b"a", b"%d" % round_number), (b"b", b"%d" % round_number)])
+        log.roll(NOW_MS)
+    put_all(log, [(b"a", b"active")])
+    log.update_high_watermark(5)  # inside the segment [4, 6)
+    protected = {base: data for base, data in segment_bytes(log).items() if base >= 4}
+    result = make_cleaner(tmp_path).clean(log, NOW_MS)
+    assert result.first_uncleanable_offset == 4
+    assert result.end_offset == 4
+    assert {base: data for base, data in segment_bytes(log).items() if base >= 4} == protected
+    assert [(o, v) for o, _, v, _ in entries(log) if o < 4] == [(2, b"1"), (3, b"1")]
+
+
+def test_min_compaction_lag_ms_holds_back_segments_with_recent_records(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", {"min.compaction.lag.ms": 1000})
+    put_all(log, [(b"a", b"old"), (b"a", b"older")], timestamp=NOW_MS - 5000)
+    log.roll(NOW_MS)
+    put_all(log, [(b"a", b"new")], timestamp=NOW_MS - 10)
+    publish(log)
+    result = make_cleaner(tmp_path).clean(log, NOW_MS)
+    assert (result.first_uncleanable_offset, result.end_offset) == (2, 2)
+    assert [(o, v) for o, _, v, _ in entries(log)] == [(1, b"older"), (2, b"new")]
+
+
+def test_delete_and_compact_policies_both_apply(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", {"cleanup.policy": "compact,delete", "retention.ms": 10_000,
+                                                 "segment.bytes": 200})
+    put_all(log, [(b"a", b"1"), (b"b", b"1")], timestamp=NOW_MS - 60_000)
+    log.roll(NOW_MS)
+    put_all(log, [(b"a", b"2"), (b"a", b"3")], timestamp=NOW_MS)
+    publish(log)
+    cleaner = make_cleaner(tmp_path)
+    cleaner.maybe_clean(log, NOW_MS)
+    assert [(o, k, v) for o, k, v, _ in entries(log)] == [(1, b"b", b"1"), (3, b"a", b"3")]
+    log.delete_old_segments(NOW_MS)
+    assert log.log_start_offset == 2
+    assert [(o, k, v) for o, k, v, _ in entries(log)] == [(3, b"a", b"3")]
+    assert cleaner.log_to_clean(log, NOW_MS).first_dirty_offset == 4
+
+
+# -- checkpoint -----------------------------------------------------------------------------
+
+
+def test_checkpoint_is_written_and_the_next_clean_maps_only_the_new_dirty_part(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    put_all(log, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1"), (b"a", b"2")])
+    publish(log)
+    cleaner = make_cleaner(tmp_path)
+    first = cleaner.clean(log, NOW_MS)
+    assert OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).read() == {TP: 4}
+    assert (first.first_dirty_offset, first.end_offset, first.map_entries) == (0, 4, 3)
+    put_all(log, [(b"d", b"1"), (b"a", b"3")])
+    publish(log)
+    to_clean = cleaner.log_to_clean(log, NOW_MS)
+    assert (to_clean.first_dirty_offset, to_clean.first_uncleanable_offset) == (4, 6)
+    second = cleaner.clean(log, NOW_MS)
+    assert (second.first_dirty_offset, second.end_offset, second.map_entries) == (4, 6, 2)
+    assert [(o, k, v) for o, k, v, _ in entries(log)] == [(1, b"b", b"1"), (2, b"c", b"1"), (4, b"d", b"1"),
+                                                          (5, b"a", b"3")]
+    assert cleaner.checkpointed_offset(log) == 6
+
+
+def test_checkpoint_outside_the_log_restarts_from_the_log_start(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    put_all(log, [(b"a", b"1"), (b"a", b"2")])
+    publish(log)
+    OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).write({TP: 999})
+    to_clean = log_to_clean(log, 999, NOW_MS)
+    assert (to_clean.first_dirty_offset, to_clean.checkpoint_reset) == (0, True)
+    assert make_cleaner(tmp_path).clean(log, NOW_MS).records_removed == 1
+
+
+def test_maybe_truncate_checkpoint_lowers_only(tmp_path: Path) -> None:
+    cleaner = make_cleaner(tmp_path)
+    cleaner.checkpoint.write({TP: 50, TopicPartition("u", 1): 7})
+    assert cleaner.maybe_truncate_checkpoint(TP, 60) is None
+    assert cleaner.maybe_truncate_checkpoint(TP, 20) == 50
+    assert cleaner.checkpoint.read() == {TP: 20, TopicPartition("u", 1): 7}
+    cleaner.remove_checkpoint(TP)
+    assert cleaner.checkpoint.read() == {TopicPartition("u", 1): 7}
+
+
+def test_full_offset_map_cleans_only_up_to_the_offset_it_reached(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    put_all(log, [(key, value) for key in (b"a", b"b", b"c", b"d", b"e") for value in (b"1", b"2")])
+    publish(log)
+    before = entries(log)
+    cleaner = make_cleaner(tmp_path, dedupe_entries_max=3)
+    first = cleaner.clean(log, NOW_MS)
+    assert (first.end_offset, first.map_full, first.map_entries) == (6, True, 3)
+    assert [(o, k, v) for o, k, v, _ in entries(log)][:3] == [(1, b"a", b"2"), (3, b"b", b"2"), (5, b"c", b"2")]
+    assert [entry for entry in entries(log) if entry[0] >= 6] == [entry for entry in before if entry[0] >= 6]
+    second = cleaner.clean(log, NOW_MS)
+    assert (second.first_dirty_offset, second.end_offset, second.map_full) == (6, 10, False)
+    assert [o for o, _, _, _ in entries(log)] == [1, 3, 5, 7, 9]
+
+
+# -- grouping -------------------------------------------------------------------------------
+
+
+def test_grouping_fits_segment_bytes_and_makes_fewer_segments(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", {"segment.bytes": 600})
+    for value in range(30):
+        put_all(log, [(b"k%d" % (value % 2), b"%d" % value)])
+        if value % 3 == 2:
+            log.roll(NOW_MS)
+    publish(log)
+    segments = log.segments.values_before(log.log_end_offset)
+    groups = group_segments_by_size(segments, 600, 1200)
+    assert [segment for group in groups for segment in group] == segments
+    assert all(sum(s.size for s in group) <= 600 for group in groups)
+    assert all(len(group) > 1 for group in groups[:-1])
+    cleaner = make_cleaner(tmp_path)
+    result = cleaner.clean(log, NOW_MS)
+    assert (result.segments_before, result.segments_after) == (len(segments), len(groups))
+    assert len(log.segments) == len(groups) + 1
+    cleaner.clean(log, NOW_MS)
+    assert len(log.segments) == 2  # the second pass merges the now tiny segments into one
+    assert [(o, v) for o, _, v, _ in entries(log)] == [(28, b"28"), (29, b"29")]
+
+
+def test_grouping_respects_index_sizes_and_relative_offsets(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", {"index.interval.bytes": 0})
+    put_all(log, [(b"a", b"1"), (b"a", b"2")])
+    log.roll(NOW_MS)
+    put_all(log, [(b"a", b"3")])
+    log.roll(NOW_MS, expected_next_offset=2**31 + 10)
+    log.append_as_follower(build_batch([(b"a", b"4")], base_offset=2**31 + 10, timestamps=[NOW_MS]), NOW_MS)
+    publish(log)
+    segments = log.segments.values_before(log.log_end_offset)
+    assert [len(g) for g in group_segments_by_size(segments, 10**6, 10**6)] == [2, 1]
+    assert [len(g) for g in group_segments_by_size(segments, 10**6, 8)] == [1, 1, 1]
+
+
+# -- crashes --------------------------------------------------------------------------------
+
+CRASH_PROPERTIES = {"segment.bytes": 700, "delete.retention.ms": 100}
+
+
+def _build_crash_log(directory: Path) -> tuple[Log, Cleaner]:
+    """Several segments per group, two groups, tombstones already cleaned once (horizon set) and
+    new duplicates after them, so the crashing clean both dedupes and removes tombstones."""
+    log = open_log(directory / "t-0", CRASH_PROPERTIES)
+    cleaner = make_cleaner(directory)
+    for value in range(24):
+        key = b"k%d" % (value % 5)
+        put(log, key, None if value % 7 == 6 else b"v%d" % value)
+        if value % 3 == 2:
+            log.roll(NOW_MS)
+    publish(log)
+    cleaner.clean(log, NOW_MS)
+    for value in range(24, 40):  # k0's tombstone stays its last record; its horizon passes by CRASH_NOW_MS
+        put(log, b"k%d" % (1 + value % 3), b"v%d" % value)
+        if value % 3 == 2:
+            log.roll(NOW_MS)
+    publish(log)
+    return log, cleaner
+
+
+CRASH_NOW_MS = NOW_MS + 500
+
+
+def _clean_steps(tmp_path: Path) -> tuple[list[CleanerStep], list[Entry], list[Entry], list[int]]:
+    """A crash-free run: its steps, the records before and after, and each group's end offset."""
+    log, cleaner = _build_crash_log(tmp_path / "reference")
+    before = entries(log)
+    steps: list[CleanerStep] = []
+    cleaner.clean(log, CRASH_NOW_MS, steps.append)
+    ends = [s.next_offset for s in log.segments.values_before(cleaner.checkpointed_offset(log) or 0)]
+    return steps, before, entries(log), ends
+
+
+@pytest.fixture(scope="module")
+def crash_reference(tmp_path_factory: pytest.TempPathFactory):
+    return _clean_steps(tmp_path_factory.mktemp("crash"))
+
+
+def test_crash_reference_run_covers_every_step(crash_reference) -> None:
+    steps, before, after, ends = crash_reference
+    assert set(steps) == set(CleanerStep)
+    assert steps.count(CleanerStep.SWAP_COMPLETED) == len(ends) >= 2
+    assert steps.count(CleanerStep.OLD_SEGMENT_DELETED) > len(ends)
+    assert latest_values(after) == latest_values(before)
+    assert len(after) < len(before)
+    assert any(value is None for _, _, value, _ in before)
+    assert all(value is not None for _, _, value, _ in after)  # tombstones past their horizon went
+
+
+def test_crash_at_every_step_reopens_to_before_or_after_each_group(tmp_path: Path, crash_reference) -> None:
+    steps, before, after, ends = crash_reference
+    # Groups are swapped in order, so after a crash the first k groups are cleaned, the rest not.
+    states = [[e for e in after if e[0] < end] + [e for e in before if e[0] >= end] for end in [0, *ends]]
+    for crash_at, step in enumerate(steps):
+        directory = tmp_path / f"crash-{crash_at}"
+        log, cleaner = _build_crash_log(directory)
+        calls: list[CleanerStep] = []
+
+        def fault(step: CleanerStep, calls: list[CleanerStep] = calls, crash_at: int = crash_at) -> None:
+            calls.append(step)
+            if len(calls) > crash_at:
+                raise Crash(step)
+
+        with pytest.raises(Crash):
+            cleaner.clean(log, CRASH_NOW_MS, fault)
+        assert calls[-1] == step
+        where = f"crash after step {crash_at} ({step.name})"
+        state = (log.log_start_offset, log.recovery_point, log.high_watermark, log.log_end_offset)
+        abandon(log)
+        reopened = open_log(directory / "t-0", CRASH_PROPERTIES, CRASH_NOW_MS, log_start_offset=state[0],
+                            recovery_point=state[1], high_watermark=state[2], had_clean_shutdown=False)
+        leftovers = [p.name for p in reopened.directory.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
+        assert not leftovers, where
+        assert entries(reopened) in states, where
+        assert latest_values(entries(reopened)) == latest_values(before), where
+        assert reopened.log_end_offset == state[3], where
+        assert_well_formed(reopened)
+        cleaner.clean(reopened, CRASH_NOW_MS)
+        assert entries(reopened) == after, where
+        reopened.close()
+
+
+# -- property: random appends, rolls, cleans and crashes against a reference ----------------
+
+
+class CompactedLogMachine(RuleBasedStateMachine):
+    """Reference model: the list of every record appended (offset, key, value, timestamp). After
+    each rule: the log's records are a subsequence of it with the same offsets, in increasing
+    order; the latest value of every key is the reference's; nothing at or above the first dirty
+    offset, and nothing in the active segment, was removed."""
+
+    @initialize(dedupe_entries_max=st.integers(1, 8), segment_size=st.integers(250, 900))
+    def open(self, dedupe_entries_max: int, segment_size: int) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="cleaner-"))
+        self.properties = {"segment.bytes": segment_size, "delete.retention.ms": 50, "index.interval.bytes": 60}
+        self.now_ms = NOW_MS
+        self.log = open_log(self.root / "t-0", self.properties, self.now_ms)
+        self.cleaner = make_cleaner(self.root, dedupe_entries_max)
+        self.reference: list[Entry] = []
+        self.clean_bound = 0  # no clean so far may have removed a record at or above this offset
+
+    def teardown(self) -> None:
+        if hasattr(self, "log"):
+            self.log.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    @rule(records=st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", b"e"]),
+                                     st.one_of(st.none(), st.binary(max_size=20))), min_size=1, max_size=4),
+          elapsed_ms=st.integers(0, 40), compression=st.sampled_from([Compression.NONE, Compression.GZIP]))
+    def append(self, records: list[tuple[bytes, bytes | None]], elapsed_ms: int, compression: Compression) -> None:
+        self.now_ms += elapsed_ms
+        batch = build_batch(records, timestamps=[self.now_ms] * len(records), compression=compression)
+        info = self.log.append_as_leader(batch, 1, self.now_ms)
+        self.reference += [(info.first_offset + i, k, v, self.now_ms) for i, (k, v) in enumerate(records)]
+        self.log.update_high_watermark(self.log.log_end_offset)
+
+    @rule()
+    def roll(self) -> None:
+        self.log.roll(self.now_ms)
+
+    @rule(elapsed_ms=st.integers(0, 80))
+    def clean(self, elapsed_ms: int) -> None:
+        self.now_ms += elapsed_ms
+        self._note_clean_bound()
+        result = self.cleaner.clean(self.log, self.now_ms)
+        assert result.end_offset <= self.clean_bound
+        event(f"clean removed records: {result.records_removed > 0}, map full: {result.map_full}")
+
+    def _note_clean_bound(self) -> None:
+        to_clean = self.cleaner.log_to_clean(self.log, self.now_ms)
+        assert to_clean.first_uncleanable_offset <= self.log.high_watermark
+        assert to_clean.first_uncleanable_offset <= self.log.segments.active_segment.base_offset
+        self.clean_bound = max(self.clean_bound, to_clean.first_uncleanable_offset, to_clean.first_dirty_offset)
+
+    @rule(elapsed_ms=st.integers(0, 80), crash_at=st.integers(0, 25))
+    def crash_while_cleaning(self, elapsed_ms: int, crash_at: int) -> None:
+        self.now_ms += elapsed_ms
+        calls: list[CleanerStep] = []
+
+        def fault(step: CleanerStep) -> None:
+            calls.append(step)
+            if len(calls) > crash_at:
+                raise Crash(step)
+
+        self._note_clean_bound()
+        with contextlib.suppress(Crash):
+            self.cleaner.clean(self.log, self.now_ms, fault)
+        event(f"crash after {calls[-1].name if len(calls) > crash_at else 'no step'}")
+        state = (self.log.log_start_offset, self.log.recovery_point, self.log.high_watermark)
+        abandon(self.log)
+        self.log = open_log(self.root / "t-0", self.properties, self.now_ms, log_start_offset=state[0],
+                            recovery_point=state[1], high_watermark=state[2], had_clean_shutdown=False)
+
+    @rule()
+    def reopen(self) -> None:
+        self.log.flush(self.now_ms)
+        state = (self.log.log_start_offset, self.log.recovery_point, self.log.high_watermark)
+        self.log.close()
+        self.log = open_log(self.root / "t-0", self.properties, self.now_ms, log_start_offset=state[0],
+                            recovery_point=state[1], high_watermark=state[2])
+
+    @invariant()
+    def records_are_the_reference_minus_compacted_ones(self) -> None:
+        if not hasattr(self, "log"):
+            return
+        found = entries(self.log)
+        by_offset = {entry[0]: entry for entry in self.reference}
+        assert all(by_offset.get(entry[0]) == entry for entry in found), "a record changed or appeared"
+        offsets = [entry[0] for entry in found]
+        assert offsets == sorted(set(offsets))
+        assert latest_values(found) == latest_values(self.reference)
+        if {key for _, key, _, _ in self.reference} - {key for _, key, _, _ in found}:
+            event("a deleted key's last tombstone was removed")
+        kept = set(offsets)
+        untouchable = [e[0] for e in self.reference if e[0] >= self.clean_bound]
+        assert all(offset in kept for offset in untouchable), "a record no clean could reach went missing"
+        assert self.log.log_end_offset == (self.reference[-1][0] + 1 if self.reference else 0)
+
+    @invariant()
+    def latest_records_are_readable(self) -> None:
+        if not hasattr(self, "log"):
+            return
+        latest = {key: offset for offset, key, value, _ in self.reference if value is not None}
+        latest_any = {key: offset for offset, key, _, _ in self.reference}
+        for key, offset in latest.items():
+            if latest_any[key] != offset:
+                continue  # the key's last record is a tombstone
+            data = self.log.read(offset, 1).records
+            assert offset in [r.offset for p in _positions(data) for r in decode_records(data, p)]
+
+
+CompactedLogMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_compacted_log_matches_reference = CompactedLogMachine.TestCase
