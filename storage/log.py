@@ -392,6 +392,11 @@ class Log:
     def _remove_segment(self, segment: LogSegment, now_ms: int) -> None:
         """Take a segment out of the map now; rename its files `.deleted` for a delayed delete."""
         self.segments.remove(segment.base_offset)
+        # A segment at the same base may already wait for deletion (two cleans within
+        # file.delete.delay.ms): delete that one now so the rename cannot overwrite it.
+        for pending in [s for _, s in self._pending_deletes if s.base_offset == segment.base_offset]:
+            pending.delete_files()
+        self._pending_deletes = [(d, s) for d, s in self._pending_deletes if s.base_offset != segment.base_offset]
         segment.change_file_suffixes("", DELETED_SUFFIX)
         self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
 

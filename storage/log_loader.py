@@ -53,6 +53,7 @@ class LogLoader:
         self.directory = directory
         self.config = config
         self.now_ms = now_ms
+        self.contiguous = True
 
     def load(
         self,
@@ -61,7 +62,11 @@ class LogLoader:
         recovery_point: int = 0,
         high_watermark: int = 0,
         had_clean_shutdown: bool = True,
+        was_compacted: bool = False,
     ) -> Log:
+        """Open the log. `was_compacted` says the log may hold offset gaps even if its policy no
+        longer has `compact` (the owner knows from the cleaner-offset-checkpoint)."""
+        self.contiguous = not (self.config.compact or was_compacted)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._remove_temporary_files()
         self._complete_swaps()
@@ -174,12 +179,12 @@ class LogLoader:
         """Pass 5b: re-validate from the recovery point; cut the log at the first bad byte."""
         unflushed = segments.values_from(recovery_point)
         for slot, segment in enumerate(unflushed):
-            truncated = segment.recover(self.config.max_message_bytes, contiguous=not self.config.compact)
+            truncated = segment.recover(self.config.max_message_bytes, contiguous=self.contiguous)
             previous = segments.floor_segment(segment.base_offset - 1)
             # A compacted log may have gaps between segments; any other log is contiguous.
             out_of_order = previous is not None and (
                 previous.next_offset > segment.base_offset
-                or (previous.next_offset != segment.base_offset and not self.config.compact)
+                or (previous.next_offset != segment.base_offset and self.contiguous)
             )
             if truncated or out_of_order:
                 for later in unflushed[slot + 1 :]:

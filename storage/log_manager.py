@@ -62,6 +62,7 @@ class LogManager:
         recovery_points = log_dir.recovery_points.read()
         high_watermarks = log_dir.high_watermarks.read()
         log_start_offsets = log_dir.log_start_offsets.read()
+        cleaned = log_dir.cleaner_offsets.read()
         for child in sorted(log_dir.path.iterdir()):
             if not child.is_dir():
                 continue
@@ -74,6 +75,7 @@ class LogManager:
                 recovery_point=recovery_points.get(topic_partition, 0),
                 high_watermark=high_watermarks.get(topic_partition, 0),
                 had_clean_shutdown=had_clean_shutdown,
+                was_compacted=topic_partition in cleaned,
             )
             self.logs[topic_partition] = log
             self._dir_of[topic_partition] = log_dir

@@ -122,3 +122,29 @@ def test_directories_that_are_not_partitions_are_ignored(tmp_path: Path) -> None
     (tmp_path / "notes.txt").write_text("hello")
     manager = manager_for(tmp_path)
     assert list(manager) == []
+
+
+def test_compacted_log_reopened_under_delete_policy_keeps_its_gaps(tmp_path: Path) -> None:
+    """A log compacted once has offset gaps for good; recovery must not read them as damage
+    when the topic's policy later changes to delete (the cleaner checkpoint remembers)."""
+    from storage.cleaner import Cleaner
+
+    compact = LogConfig.from_properties({"segment.bytes": 600, "cleanup.policy": "compact"})
+    manager = LogManager([tmp_path], lambda topic: compact, now_ms=0)
+    log = manager.get_or_create_log(ORDERS, now_ms=0)
+    for n in range(30):
+        log.append_as_leader(build_batch([(b"key-%d" % (n % 3), b"value-%03d" % n)], timestamps=[n]), 0, n)
+    log.roll(now_ms=30)
+    log.update_high_watermark(log.log_end_offset)
+    Cleaner(manager.cleaner_checkpoint_for(ORDERS)).clean(log, now_ms=30)
+    survivors = [h.base_offset for _, _, h in log.iter_batches() if h.records_count]
+    assert survivors == [27, 28, 29], f"only the last value per key is left: {survivors}"
+    for segment in log.segments:
+        segment.close_handlers()  # kill -9 before any recovery-point checkpoint: everything is re-validated
+
+    delete = LogConfig.from_properties({"segment.bytes": 600, "cleanup.policy": "delete"})
+    reopened = LogManager([tmp_path], lambda topic: delete, now_ms=100)
+    log = reopened.get_log(ORDERS)
+    assert log is not None
+    assert [h.base_offset for _, _, h in log.iter_batches() if h.records_count] == survivors
+    assert log.log_end_offset == 30
