@@ -354,3 +354,20 @@ def test_deletable_segments_matches_kafkas_rules(case: dict) -> None:
         delete_policy=case["delete"],
     )
     assert got == expected
+
+
+def test_a_second_deletion_of_the_same_base_offset_does_not_lose_track_of_files(make_log) -> None:
+    log = make_log({"file.delete.delay.ms": 1000})
+    for round_number in range(2):
+        log.append_as_leader(build_batch([(b"k", b"round-%d" % round_number)], timestamps=[1]), 0, NOW_MS)
+        log.truncate_fully_and_start_at(0, NOW_MS + round_number)
+    deleted = sorted(p.name for p in log.directory.glob("*.deleted"))
+    assert deleted == [
+        "00000000000000000000.index.deleted",
+        "00000000000000000000.log.deleted",
+        "00000000000000000000.timeindex.deleted",
+    ]
+    assert b"round-1" in (log.directory / "00000000000000000000.log.deleted").read_bytes()
+    assert log.delete_expired_files(NOW_MS + 1000) == 0, "the second deletion waits its own full delay"
+    assert log.delete_expired_files(NOW_MS + 1001) == 1
+    assert not list(log.directory.glob("*.deleted"))
