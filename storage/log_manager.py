@@ -24,6 +24,7 @@ from storage.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
 )
+from storage.cleaner import Cleaner, CleanResult
 from storage.config import LogConfig
 from storage.log import Log
 from storage.log_loader import LogLoader
@@ -42,6 +43,7 @@ class LogDir:
         self.log_start_offsets = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT)
         self.cleaner_offsets = OffsetCheckpointFile(path / CLEANER_OFFSET_CHECKPOINT)
         self.clean_shutdown_marker = path / CLEAN_SHUTDOWN_FILE
+        self.cleaner = Cleaner(self.cleaner_offsets)
 
 
 class LogManager:
@@ -103,12 +105,21 @@ class LogManager:
             if topic_partition.topic == topic:
                 log.config = config
 
+    def truncate_to(self, topic_partition: TopicPartition, offset: int, now_ms: int) -> bool:
+        """Truncate a follower's log and lower its cleaner checkpoint with it (Kafka's
+        LogManager.truncateTo): re-appended offsets are dirty again."""
+        log = self.logs[topic_partition]
+        truncated = log.truncate_to(offset, now_ms)
+        if truncated:
+            self._dir_of[topic_partition].cleaner.maybe_truncate_checkpoint(topic_partition, log.log_end_offset)
+        return truncated
+
     def delete_log(self, topic_partition: TopicPartition) -> None:
         """Close and remove a partition's directory (topic deletion or reassignment)."""
         log = self.logs.pop(topic_partition, None)
         if log is None:
             return
-        del self._dir_of[topic_partition]
+        self._dir_of.pop(topic_partition).cleaner.remove_checkpoint(topic_partition)
         log.close()
         for path in sorted(log.directory.iterdir()):
             path.unlink()
@@ -128,6 +139,15 @@ class LogManager:
         self.delete_expired_files(now_ms)
         return deleted
 
+    def clean_logs(self, now_ms: int) -> list[tuple[TopicPartition, CleanResult]]:
+        """Compact every `cleanup.policy=compact` log whose dirty ratio is high enough."""
+        results = []
+        for topic_partition, log in self:
+            result = self._dir_of[topic_partition].cleaner.maybe_clean(log, now_ms)
+            if result is not None:
+                results.append((topic_partition, result))
+        return results
+
     def delete_expired_files(self, now_ms: int) -> int:
         return sum(log.delete_expired_files(now_ms) for _, log in self)
 
@@ -141,9 +161,6 @@ class LogManager:
             log_dir.recovery_points.write({tp: log.recovery_point for tp, log in logs.items()})
             log_dir.high_watermarks.write({tp: log.high_watermark for tp, log in logs.items()})
             log_dir.log_start_offsets.write({tp: log.log_start_offset for tp, log in logs.items()})
-
-    def cleaner_checkpoint_for(self, topic_partition: TopicPartition) -> OffsetCheckpointFile:
-        return self._dir_of[topic_partition].cleaner_offsets
 
     def shutdown(self, now_ms: int) -> None:
         """Flush, checkpoint, close every log, then write the clean-shutdown markers."""

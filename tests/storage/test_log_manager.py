@@ -127,8 +127,6 @@ def test_directories_that_are_not_partitions_are_ignored(tmp_path: Path) -> None
 def test_compacted_log_reopened_under_delete_policy_keeps_its_gaps(tmp_path: Path) -> None:
     """A log compacted once has offset gaps for good; recovery must not read them as damage
     when the topic's policy later changes to delete (the cleaner checkpoint remembers)."""
-    from storage.cleaner import Cleaner
-
     compact = LogConfig.from_properties({"segment.bytes": 600, "cleanup.policy": "compact"})
     manager = LogManager([tmp_path], lambda topic: compact, now_ms=0)
     log = manager.get_or_create_log(ORDERS, now_ms=0)
@@ -136,7 +134,8 @@ def test_compacted_log_reopened_under_delete_policy_keeps_its_gaps(tmp_path: Pat
         log.append_as_leader(build_batch([(b"key-%d" % (n % 3), b"value-%03d" % n)], timestamps=[n]), 0, n)
     log.roll(now_ms=30)
     log.update_high_watermark(log.log_end_offset)
-    Cleaner(manager.cleaner_checkpoint_for(ORDERS)).clean(log, now_ms=30)
+    cleaned = manager.clean_logs(now_ms=30)
+    assert [tp for tp, _ in cleaned] == [ORDERS]
     survivors = [h.base_offset for _, _, h in log.iter_batches() if h.records_count]
     assert survivors == [27, 28, 29], f"only the last value per key is left: {survivors}"
     for segment in log.segments:
@@ -148,3 +147,19 @@ def test_compacted_log_reopened_under_delete_policy_keeps_its_gaps(tmp_path: Pat
     assert log is not None
     assert [h.base_offset for _, _, h in log.iter_batches() if h.records_count] == survivors
     assert log.log_end_offset == 30
+
+
+def test_truncating_a_follower_lowers_its_cleaner_checkpoint(tmp_path: Path) -> None:
+    compact = LogConfig.from_properties({"segment.bytes": 600, "cleanup.policy": "compact"})
+    manager = LogManager([tmp_path], lambda topic: compact, now_ms=0)
+    log = manager.get_or_create_log(ORDERS, now_ms=0)
+    for n in range(30):
+        log.append_as_leader(build_batch([(b"key-%d" % (n % 3), b"value-%03d" % n)], timestamps=[n]), 0, n)
+    log.roll(now_ms=30)
+    log.update_high_watermark(log.log_end_offset)
+    manager.clean_logs(now_ms=30)
+    assert OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read() == {ORDERS: 30}
+    assert manager.truncate_to(ORDERS, 28, now_ms=40)
+    assert OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read() == {ORDERS: 28}
+    manager.delete_log(ORDERS)
+    assert OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read() == {}
