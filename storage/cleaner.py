@@ -70,20 +70,15 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
 from crc32c import crc32c
 
-from storage.checkpoint import OffsetCheckpointFile, TopicPartition
+from storage.checkpoint import OffsetCheckpointFile, TopicPartition, fsync_directory
 from storage.log import Log
 from storage.log_segment import (
     CLEANED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
     SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
     LogSegment,
-    file_name,
 )
 from storage.offset_index import INT32_MAX
 from storage.records import (
@@ -372,14 +367,6 @@ def _filter_batch(header: BatchHeader, batch: bytes, offset_map: _OffsetMap, now
 # -- the cleaner ---------------------------------------------------------------------------
 
 
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 class Cleaner:
     """Compacts logs one at a time, synchronously; owns the cleaner-offset-checkpoint of one log dir.
 
@@ -484,7 +471,7 @@ class Cleaner:
                      stats: _Stats, fault: Fault) -> None:
         """Pass 2 for one group: write it into one `.cleaned` segment, then swap that in."""
         assert group[-1].base_offset < log.segments.active_segment.base_offset, f"{group[-1]} is active"
-        cleaned = _new_cleaned_segment(log, group[0].base_offset, now_ms)
+        cleaned = log.new_segment(group[0].base_offset, now_ms, suffix=CLEANED_SUFFIX)
         last_dropped: BatchHeader | None = None
         for old in group:
             for header, batch in _iter_batches(old):
@@ -509,30 +496,15 @@ class Cleaner:
         _replace_segments(log, cleaned, group, now_ms, fault)
 
 
-def _new_cleaned_segment(log: Log, base_offset: int, now_ms: int) -> LogSegment:
-    """An empty, writable `<base>.log.cleaned` segment; leftovers of an earlier attempt go first."""
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-        (log.directory / (file_name(base_offset, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
-    return LogSegment(
-        log.directory,
-        base_offset,
-        index_interval_bytes=log.config.index_interval_bytes,
-        max_index_size=log.config.segment_index_bytes,
-        created_ms=now_ms,
-        writable=True,
-        suffix=CLEANED_SUFFIX,
-    )
-
-
 def _replace_segments(log: Log, cleaned: LogSegment, group: list[LogSegment], now_ms: int, fault: Fault) -> None:
     """Steps 2-4 (Kafka's LocalLog.replaceSegments): `.swap`, old segments `.deleted`, final name."""
     cleaned.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
-    _fsync_directory(log.directory)
+    fsync_directory(log.directory)
     fault(CleanerStep.SWAP_RENAMED)
     for old in group:
         log._remove_segment(old, now_ms)
         fault(CleanerStep.OLD_SEGMENT_DELETED)
     cleaned.change_file_suffixes(SWAP_SUFFIX, "")
-    _fsync_directory(log.directory)
+    fsync_directory(log.directory)
     log.segments.add(cleaned)
     fault(CleanerStep.SWAP_COMPLETED)

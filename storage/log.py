@@ -25,7 +25,16 @@ from pathlib import Path
 from storage.config import LogConfig, TimestampType
 from storage.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from storage.leader_epoch_cache import LeaderEpochCache
-from storage.log_segment import DELETED_SUFFIX, LogSegment, RollReason, TimestampAndOffset
+from storage.log_segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    RollReason,
+    TimestampAndOffset,
+    file_name,
+)
 from storage.log_segments import LogSegments
 from storage.records import (
     BatchHeader,
@@ -261,14 +270,17 @@ class Log:
             active.on_become_inactive()
             active.flush()
             self.recovery_point = max(self.recovery_point, active.next_offset)
-        segment = self._new_segment(new_base, now_ms)
+        segment = self.new_segment(new_base, now_ms)
         self.segments.add(segment)
         return segment
 
-    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
-        for suffix in (".log", ".index", ".timeindex"):
-            leftover = self.directory / f"{base_offset:020d}{suffix}"
-            if leftover.exists() and suffix == ".log" and leftover.stat().st_size > 0:
+    def new_segment(self, base_offset: int, now_ms: int, suffix: str = "") -> LogSegment:
+        """An empty writable segment at `base_offset`, not yet in the map. Leftover empty files of
+        that name go first; a regular `.log` that holds data is never overwritten. Files with a
+        suffix (the cleaner's `.cleaned`) are scratch output and always replaced."""
+        for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            leftover = self.directory / (file_name(base_offset, kind) + suffix)
+            if not suffix and kind == LOG_SUFFIX and leftover.exists() and leftover.stat().st_size > 0:
                 raise InvalidRecordError(f"{leftover} already holds data; refusing to overwrite it")
             leftover.unlink(missing_ok=True)
         return LogSegment(
@@ -278,6 +290,7 @@ class Log:
             max_index_size=self.config.segment_index_bytes,
             created_ms=now_ms,
             writable=True,
+            suffix=suffix,
         )
 
     # -- reading ------------------------------------------------------------------------
@@ -350,7 +363,7 @@ class Log:
         logStartOffset, or a replica wiped by the leader)."""
         for segment in list(self.segments):
             self._remove_segment(segment, now_ms)
-        self.segments.add(self._new_segment(offset, now_ms))
+        self.segments.add(self.new_segment(offset, now_ms))
         self.leader_epoch_cache.clear_and_flush()
         self.log_start_offset = offset
         self.recovery_point = offset
