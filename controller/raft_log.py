@@ -1,0 +1,259 @@
+"""RaftLog: the quorum's replicated log — a `storage.Log` of `__cluster_metadata-0` plus snapshots.
+
+KRaft's ReplicatedLog/KafkaMetadataLog in one class: the Raft core asks it the questions Raft
+needs (where does my log end and in which epoch; is a follower's fetch position consistent with
+my log; where does epoch e end) and gives it the writes Raft makes (append as leader or
+follower, truncate, snapshot, install a snapshot).
+
+Mapping onto storage:
+- an entry is a record; every RecordBatch's partitionLeaderEpoch is the Raft epoch that
+  appended it, so the log's LeaderEpochCache answers every term question (`end_offset_for`);
+- the commit index is the log's high watermark; it lives in memory only (KRaft does not
+  persist it either): after a restart it starts at the log start offset, which is the latest
+  snapshot's end offset, and the leader's next fetch response raises it;
+- `log_start_offset` = the latest snapshot's end offset (0 without a snapshot). A snapshot
+  raises it with `delete_records`, and retention (logStartOffset rule only: `retention.ms` and
+  `retention.bytes` are off) then drops the segments wholly below it.
+
+Owner: the Raft core (writes) and its driver (`flush`). One owner, no locks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from controller.raft_messages import CommittedEntry, OffsetAndEpoch
+from controller.snapshot import SnapshotStore
+from storage.config import LogConfig
+from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET
+from storage.log import Log, LogAppendInfo
+from storage.log_loader import LogLoader
+from storage.records import build_batch, build_batch_from_values, decode_records, iter_headers
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION = 0
+METADATA_LOG_DIR = f"{METADATA_TOPIC}-{METADATA_PARTITION}"
+# Kafka's control record key (version 0, type 2 = LEADER_CHANGE).
+LEADER_CHANGE_KEY = b"\x00\x00\x00\x02"
+
+
+def metadata_log_config(segment_bytes: int = 1024 * 1024 * 1024, segment_index_bytes: int = 10 * 1024 * 1024,
+                        max_message_bytes: int = 8 * 1024 * 1024) -> LogConfig:
+    """The metadata log's storage settings: time and size retention off (snapshots bound it),
+    and deleted segments removed at once — the Raft core is the log's only reader, so no read
+    can still hold a deleted segment (Kafka keeps `file.delete.delay.ms` for concurrent fetches)."""
+    return LogConfig(segment_bytes=segment_bytes, segment_index_bytes=segment_index_bytes, retention_ms=-1,
+                     retention_bytes=-1, file_delete_delay_ms=0, max_message_bytes=max_message_bytes)
+
+
+class FetchValidation(Enum):
+    """KRaft's ValidOffsetAndEpoch.Kind: what a leader tells a follower about its position."""
+
+    VALID = "valid"  # the follower's log matches up to its fetch offset: send records
+    DIVERGING = "diverging"  # truncate to the offset given, then fetch again
+    SNAPSHOT = "snapshot"  # the position is below the log start: fetch the snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedPosition:
+    kind: FetchValidation
+    offset_and_epoch: OffsetAndEpoch | None = None
+
+
+class RaftLog:
+    """See the module docstring. State: `log` (segments, epochs, HW) and `snapshots`.
+
+    Invariants (checked by `check`): log_start_offset equals the latest snapshot's end offset, or
+    0 without one; log_start_offset <= high_watermark <= log_end_offset."""
+
+    def __init__(self, log: Log, snapshots: SnapshotStore) -> None:
+        self.log = log
+        self.snapshots = snapshots
+        self.truncation_count = 0  # bumped on every truncation: lets observers (the simulator) notice
+
+    @classmethod
+    def open(cls, directory: Path, now_ms: int, config: LogConfig | None = None,
+             had_clean_shutdown: bool = False) -> RaftLog:
+        """Open (or create) the metadata log in `directory` and reconcile it with the latest
+        snapshot. Recovery re-validates every segment unless the shutdown was clean: the
+        metadata log is small, and it keeps no recovery-point checkpoint."""
+        snapshots = SnapshotStore(directory)
+        latest = snapshots.latest_id()
+        start = latest.offset if latest is not None else 0
+        log = LogLoader(directory, config or metadata_log_config(), now_ms).load(
+            log_start_offset=start, recovery_point=0, high_watermark=start, had_clean_shutdown=had_clean_shutdown
+        )
+        raft_log = cls(log, snapshots)
+        raft_log._reconcile_with_snapshot(now_ms)
+        raft_log.check()
+        return raft_log
+
+    def _reconcile_with_snapshot(self, now_ms: int) -> None:
+        """KRaft's truncateToLatestSnapshot, made strict: if the log ends before the latest
+        snapshot (a crash between writing a downloaded snapshot and truncating), or its first
+        entry at the snapshot's end has an older epoch than the snapshot (entries that lost to the
+        committed ones the snapshot holds), the log is useless: start it empty at the snapshot."""
+        latest = self.snapshots.latest_id()
+        if latest is None:
+            return
+        end = self.log.log_end_offset
+        start_epoch = self.log.leader_epoch_cache.epoch_for_offset(self.log.log_start_offset)
+        stale = end > self.log.log_start_offset and (start_epoch is None or start_epoch < latest.epoch)
+        if end < latest.offset or stale:
+            self.log.truncate_fully_and_start_at(latest.offset, now_ms)
+            self.truncation_count += 1
+        self.log.update_high_watermark(max(self.log.high_watermark, latest.offset))
+
+    def check(self) -> None:
+        latest = self.snapshots.latest_id()
+        expected_start = latest.offset if latest is not None else 0
+        assert self.log.log_start_offset == expected_start, (
+            f"log_start_offset={self.log.log_start_offset} latest snapshot={latest}"
+        )
+        assert self.log.high_watermark <= self.log.log_end_offset, (
+            f"high_watermark={self.log.high_watermark} log_end_offset={self.log.log_end_offset}"
+        )
+
+    # -- positions ------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def last_fetched_epoch(self) -> int:
+        """The epoch of the last entry; with an empty log, the snapshot's epoch (0 without one)."""
+        if self.log.log_end_offset > self.log.log_start_offset:
+            latest = self.log.leader_epoch_cache.latest_epoch()
+            assert latest is not None, f"log {self.log} holds entries but its epoch cache is empty"
+            return latest
+        snapshot = self.snapshots.latest_id()
+        return snapshot.epoch if snapshot is not None else 0
+
+    def end_offset_and_epoch(self) -> OffsetAndEpoch:
+        """Where the log ends: what a candidate's log is compared by."""
+        return OffsetAndEpoch(self.last_fetched_epoch(), self.log.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        """KRaft's endOffsetForEpoch: the largest epoch <= `epoch` in the log and where it ends.
+        An epoch older than every entry (those went into the snapshot) answers the snapshot id."""
+        found_epoch, found_offset = self.log.leader_epoch_cache.end_offset_for(epoch, self.log.log_end_offset)
+        if found_offset == UNDEFINED_EPOCH_OFFSET:
+            return OffsetAndEpoch(self.last_fetched_epoch(), self.log.log_end_offset)
+        snapshot = self.snapshots.latest_id()
+        if snapshot is not None and found_offset == snapshot.offset and found_epoch == epoch:
+            return snapshot
+        return OffsetAndEpoch(found_epoch, found_offset)
+
+    def validate_offset_and_epoch(self, offset: int, epoch: int) -> ValidatedPosition:
+        """KRaft's validateOffsetAndEpoch, on the leader, for a follower at (offset, epoch)."""
+        snapshot = self.snapshots.latest_id()
+        start = self.log.log_start_offset
+        if offset < start or (snapshot is not None and offset == start and epoch != snapshot.epoch):
+            assert snapshot is not None, f"offset {offset} is below log start {start} without a snapshot"
+            return ValidatedPosition(FetchValidation.SNAPSHOT, snapshot)
+        end = self.end_offset_for_epoch(epoch)
+        if end.epoch != epoch or offset > end.offset:
+            return ValidatedPosition(FetchValidation.DIVERGING, end)
+        return ValidatedPosition(FetchValidation.VALID)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def append_as_leader(self, data: bytes, epoch: int, now_ms: int) -> LogAppendInfo:
+        """Append one record holding `data`, stamped with `epoch`; the caller flushes."""
+        return self.log.append_as_leader(build_batch_from_values([data], timestamp_ms=now_ms), epoch, now_ms)
+
+    def append_leader_change(self, payload: bytes, epoch: int, now_ms: int) -> LogAppendInfo:
+        """Append the control record a new leader writes first (KRaft's LeaderChangeMessage)."""
+        batch = build_batch([(LEADER_CHANGE_KEY, payload)], timestamps=[now_ms], is_control=True)
+        return self.log.append_as_leader(batch, epoch, now_ms)
+
+    def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
+        """Append the leader's batches unchanged; they must start at the log end offset."""
+        first = next(iter_headers(records), None)
+        assert first is not None, f"no whole batch in {len(records)} fetched bytes"
+        assert first[1].base_offset == self.log.log_end_offset, (
+            f"fetched batch starts at {first[1].base_offset}, log ends at {self.log.log_end_offset}"
+        )
+        return self.log.append_as_follower(records, now_ms)
+
+    def truncate_to_end_offset(self, diverging: OffsetAndEpoch, now_ms: int) -> int:
+        """KRaft's truncateToEndOffset: cut the log where it stops agreeing with the leader's
+        (`diverging`: the leader's end of the largest epoch <= ours). Returns the new end."""
+        if diverging.epoch == 0:
+            offset = min(diverging.offset, self.log.log_end_offset)
+        else:
+            local = self.end_offset_for_epoch(diverging.epoch)
+            offset = min(local.offset, diverging.offset) if local.epoch == diverging.epoch else local.offset
+        assert offset >= self.log.high_watermark, (
+            f"truncation to {offset} would drop committed entries below the high watermark "
+            f"{self.log.high_watermark} (diverging {diverging}, log {self.log})"
+        )
+        if self.log.truncate_to(offset, now_ms):
+            self.truncation_count += 1
+        return self.log.log_end_offset
+
+    def flush(self, now_ms: int) -> None:
+        self.log.flush(now_ms)
+
+    def close(self) -> None:
+        self.log.close()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset` up to the log end (at least one batch if any)."""
+        return self.log.read(offset, max_bytes).records
+
+    def read_committed(self, offset: int, records_max: int) -> list[CommittedEntry]:
+        """Committed entries from `offset` (at most about `records_max`), decoded, in order."""
+        assert offset >= self.log.log_start_offset, f"offset {offset} < start {self.log.log_start_offset}"
+        high_watermark = self.log.high_watermark
+        entries: list[CommittedEntry] = []
+        while offset < high_watermark and len(entries) < records_max:
+            data = self.log.read(offset, 64 * 1024, max_offset=high_watermark).records
+            assert data, f"nothing to read at {offset} below the high watermark {high_watermark}"
+            for position, header in iter_headers(data):
+                for record in decode_records(data, position):
+                    if offset <= record.offset < high_watermark:
+                        entries.append(CommittedEntry(record.offset, header.partition_leader_epoch,
+                                                      record.value or b"", header.is_control))
+                offset = max(offset, header.next_offset)
+        return entries
+
+    # -- snapshots ------------------------------------------------------------------------------
+
+    def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes, now_ms: int) -> None:
+        """Store a snapshot of the applied state, then drop the log below it."""
+        assert snapshot_id.offset <= self.log.high_watermark, f"{snapshot_id} above the HW {self.log.high_watermark}"
+        assert snapshot_id.offset > self.log.log_start_offset, f"{snapshot_id} not above {self.log.log_start_offset}"
+        self.snapshots.write(snapshot_id, data)
+        self.log.delete_records(snapshot_id.offset)
+        self.log.delete_old_segments(now_ms)
+        self.log.delete_expired_files(now_ms)
+        self.snapshots.delete_before(snapshot_id)
+        self.check()
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch, file_bytes: bytes, now_ms: int) -> bytes:
+        """A follower's download is complete: store it, restart the log empty at its end offset
+        (every entry below is in the snapshot, everything at or above came from a log that was
+        behind it). Returns the state bytes to restore."""
+        assert self.log.high_watermark <= snapshot_id.offset, (
+            f"installing {snapshot_id} below the high watermark {self.log.high_watermark}"
+        )
+        data = self.snapshots.write_file(snapshot_id, file_bytes)
+        self.log.truncate_fully_and_start_at(snapshot_id.offset, now_ms)
+        self.log.delete_expired_files(now_ms)
+        self.truncation_count += 1
+        self.snapshots.delete_before(snapshot_id)
+        self.check()
+        return data
