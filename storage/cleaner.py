@@ -479,12 +479,12 @@ class Cleaner:
                 kept = _filter_batch(header, batch, offset_map, now_ms, log.config.delete_retention_ms, stats)
                 last_dropped = header if kept is None else None
                 if kept is not None:
-                    cleaned.append(kept, header if kept is batch else read_header(kept))
+                    cleaned.append((kept,), header if kept is batch else read_header(kept))
             fault(CleanerStep.CLEANED_APPENDED)
         if last_dropped is not None:
             # Keep the group's offset range: LogLoader replaces old segments by the swap's range.
             empty = _empty_batch(last_dropped)
-            cleaned.append(empty, read_header(empty))
+            cleaned.append((empty,), read_header(empty))
         group_end = max((old.next_offset for old in group if old.size), default=group[0].base_offset)
         assert cleaned.next_offset == group_end, f"{cleaned} ends before the group {group} did"
         stats.bytes_written += cleaned.size

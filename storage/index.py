@@ -40,6 +40,7 @@ class AbstractIndex:
             self._file.truncate(length)
         self.entries = length // self.entry_size
         self._mmap: mmap.mmap | None = None
+        self.max_entries = 0
         if writable:
             self._remap(self._rounded(max_index_size))
         else:
@@ -57,10 +58,8 @@ class AbstractIndex:
         self._file.truncate(size)
         if size > 0:
             self._mmap = mmap.mmap(self._file.fileno(), size)
-
-    @property
-    def max_entries(self) -> int:
-        return (len(self._mmap) if self._mmap is not None else 0) // self.entry_size
+        self.max_entries = size // self.entry_size
+        self._last = self.entry(self.entries - 1) if self.entries else None
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
@@ -99,6 +98,7 @@ class AbstractIndex:
         assert self._mmap is not None
         self._entry_format.pack_into(self._mmap, slot * self.entry_size, first, second)
         self.entries = slot + 1
+        self._last = self._parse(first, second)
 
     def floor_slot(self, key: int) -> int:
         """Slot of the largest entry with key <= `key`, or -1 when every entry is larger."""
@@ -130,9 +130,15 @@ class AbstractIndex:
         """Forget entries from slot `entries` on; the file keeps its size."""
         assert 0 <= entries <= self.entries, f"entries={entries} have={self.entries}"
         self.entries = entries
+        self._last = self.entry(entries - 1) if entries else None
 
     def reset(self) -> None:
         self.entries = 0
+        self._last = None
+
+    def last(self) -> tuple[int, int] | None:
+        """The last entry (cached: the append path asks for it on every index entry)."""
+        return self._last
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ the old segment finishes its read.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -38,10 +38,10 @@ from storage.log_segment import (
 from storage.log_segments import LogSegments
 from storage.records import (
     BatchHeader,
+    assign_offsets,
     read_header,
     validate_batch,
     with_log_append_time,
-    with_offsets,
 )
 from storage.retention import SegmentDeletionReason, SegmentInfo, deletable_segments
 
@@ -182,19 +182,20 @@ class Log:
         """Validate client batches, assign offsets from the LEO, stamp the epoch, append.
 
         Validation covers every batch before any byte is written, so a bad request leaves
-        the log unchanged. Only headers are rewritten; records are never decoded."""
+        the log unchanged. Only headers are rewritten; records are never decoded or copied
+        (except for LogAppendTime topics, whose batches get a new maxTimestamp and CRC)."""
         headers = self._validate(records, check_records=True)
-        assigned: list[tuple[bytes, BatchHeader]] = []
+        assigned: list[tuple[Sequence[bytes | memoryview], BatchHeader]] = []
         next_offset = self.log_end_offset
-        log_append_time_ms = -1
+        log_append_time = self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
         for position, header in headers:
-            batch = with_offsets(records[position : position + header.size_in_bytes], next_offset, leader_epoch)
-            if self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME:
-                batch = with_log_append_time(batch, now_ms)
-                log_append_time_ms = now_ms
-            assigned.append((batch, read_header(batch)))
+            if log_append_time:
+                batch = with_log_append_time(records[position : position + header.size_in_bytes], now_ms)
+                assigned.append(assign_offsets(batch, 0, read_header(batch), next_offset, leader_epoch))
+            else:
+                assigned.append(assign_offsets(records, position, header, next_offset, leader_epoch))
             next_offset += header.last_offset_delta + 1
-        return self._append(assigned, now_ms, log_append_time_ms, leader_epoch)
+        return self._append(assigned, now_ms, now_ms if log_append_time else -1, leader_epoch)
 
     def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
         """Append batches fetched from the leader unchanged (offsets and epochs kept)."""
@@ -207,7 +208,8 @@ class Log:
                     f"{self.name}; the follower must truncate before appending"
                 )
             previous = header.next_offset
-        batches = [(records[p : p + h.size_in_bytes], h) for p, h in headers]
+        view = memoryview(records)
+        batches = [((view[p : p + h.size_in_bytes],), h) for p, h in headers]
         return self._append(batches, now_ms, -1, None)
 
     def _validate(self, records: bytes, check_records: bool) -> list[tuple[int, BatchHeader]]:
@@ -226,25 +228,32 @@ class Log:
             raise InvalidRecordError(f"produce request for {self.name} holds no record batch")
         return headers
 
-    def _append(self, batches: list[tuple[bytes, BatchHeader]], now_ms: int, log_append_time_ms: int,
-                leader_epoch: int | None) -> LogAppendInfo:
+    def _append(self, batches: list[tuple[Sequence[bytes | memoryview], BatchHeader]], now_ms: int,
+                log_append_time_ms: int, leader_epoch: int | None) -> LogAppendInfo:
+        """Append validated batches in order, rolling first where a segment says so."""
         rolled: RollReason | None = None
         max_timestamp = -1
         records_count = 0
-        for batch, header in batches:
-            reason = self.segments.active_segment.should_roll(
-                len(batch), header, now_ms, self.config.segment_bytes, self.config.segment_ms
-            )
+        valid_bytes = 0
+        segment_bytes, segment_ms = self.config.segment_bytes, self.config.segment_ms
+        active = self.segments.active_segment
+        epoch_cache = self.leader_epoch_cache
+        for pieces, header in batches:
+            size = header.size_in_bytes
+            reason = active.should_roll(size, header, now_ms, segment_bytes, segment_ms)
             if reason is not None:
-                self.roll(now_ms, expected_next_offset=header.base_offset)
+                active = self.roll(now_ms, expected_next_offset=header.base_offset)
                 rolled = reason
-            self.segments.active_segment.append(batch, header)
+            active.append(pieces, header)
             epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
-            if epoch >= 0:
-                self.leader_epoch_cache.assign(epoch, header.base_offset)
+            latest = epoch_cache.latest_entry()
+            # assign() is a no-op unless the epoch is new (or moves back); skip the call then.
+            if epoch >= 0 and (latest is None or latest.epoch != epoch or latest.start_offset > header.base_offset):
+                epoch_cache.assign(epoch, header.base_offset)
             max_timestamp = max(max_timestamp, header.max_timestamp)
             records_count += header.records_count
-        if self.segments.active_segment.unflushed_messages >= self.config.flush_messages:
+            valid_bytes += size
+        if active.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms)
         return LogAppendInfo(
             first_offset=batches[0][1].base_offset,
@@ -252,7 +261,7 @@ class Log:
             max_timestamp=max_timestamp,
             log_append_time_ms=log_append_time_ms,
             records_count=records_count,
-            valid_bytes=sum(len(batch) for batch, _ in batches),
+            valid_bytes=valid_bytes,
             rolled=rolled,
         )
 

@@ -34,7 +34,8 @@ class OffsetIndex(AbstractIndex):
         return relative
 
     def last_offset(self) -> int:
-        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
+        last = self.last()
+        return last[0] if last is not None else self.base_offset
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry with offset <= target, else (baseOffset, 0)."""

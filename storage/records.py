@@ -1,7 +1,7 @@
 """Kafka RecordBatch v2 (magic 2): parse, validate, rewrite and build batches.
 
 This is the only module that knows the record format. The broker's hot path uses
-`read_header`, `validate_batch`, `with_offsets` and `with_log_append_time`, which never
+`read_header`, `validate_batch`, `assign_offsets` and `with_log_append_time`, which never
 decode records (DESIGN §2); clients, compaction and tools use `build_batch` and
 `decode_records`.
 
@@ -36,6 +36,7 @@ __all__ = [
     "Compression",
     "Record",
     "TimestampKind",
+    "assign_offsets",
     "build_batch",
     "build_batch_from_values",
     "decode_records",
@@ -46,7 +47,6 @@ __all__ = [
     "read_header",
     "validate_batch",
     "with_log_append_time",
-    "with_offsets",
 ]
 
 LOG_OVERHEAD = 12  # baseOffset i64 + batchLength i32: the bytes batchLength does not count
@@ -61,6 +61,7 @@ NO_PARTITION_LEADER_EPOCH = -1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 # The header splits at the CRC: the CRC covers attributes through the last record.
 _HEADER_HEAD = struct.Struct(">qiibI")
+_ASSIGNED_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _HEADER_TAIL = struct.Struct(">hiqqqhii")
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
@@ -245,13 +246,6 @@ def read_header(buffer: Any, position: int = 0) -> BatchHeader:
     fields = _HEADER.unpack_from(buffer, position)
     _check_length_and_magic(position, fields[1], fields[3])
     return _header_of(fields)
-
-
-def _check_head(buffer: Any, position: int) -> None:
-    """`read_header`'s checks without building a header (for `with_offsets`)."""
-    _check_available(buffer, position)
-    _, batch_length, _, magic, _ = _HEADER_HEAD.unpack_from(buffer, position)
-    _check_length_and_magic(position, batch_length, magic)
 
 
 def _check_available(buffer: Any, position: int) -> None:
@@ -602,17 +596,22 @@ def _decode_payload(data: bytes, header: BatchHeader) -> list[Record]:
 # Rewriting (the leader's append path)
 
 
-def with_offsets(batch: bytes, base_offset: int, partition_leader_epoch: int | None = None) -> bytes:
-    """Copy of the batch with baseOffset (and partitionLeaderEpoch) set; both are outside
-    the CRC, so it stays valid."""
-    _check_head(batch, 0)
+def assign_offsets(
+    records: bytes | memoryview, position: int, header: BatchHeader, base_offset: int, partition_leader_epoch: int
+) -> tuple[tuple[bytes, memoryview], BatchHeader]:
+    """The batch at `position` of `records` with baseOffset and partitionLeaderEpoch set, as two
+    pieces for one `os.pwritev` (the records are not copied), and the header that now describes
+    it. The leader's hot path: both fields lie outside the CRC, so nothing is recomputed."""
     assert 0 <= base_offset <= _INT64_MAX, f"base_offset={base_offset}"
-    epoch_piece = batch[_PARTITION_LEADER_EPOCH_POSITION : _PARTITION_LEADER_EPOCH_POSITION + 4]
-    if partition_leader_epoch is not None:
-        assert -1 <= partition_leader_epoch <= _INT32_MAX, f"epoch={partition_leader_epoch}"
-        epoch_piece = _INT32.pack(partition_leader_epoch)
-    with memoryview(batch) as view:
-        return b"".join((_INT64.pack(base_offset), view[8:12], epoch_piece, view[16:]))
+    assert -1 <= partition_leader_epoch <= _INT32_MAX, f"epoch={partition_leader_epoch}"
+    prefix = _ASSIGNED_PREFIX.pack(base_offset, header.batch_length, partition_leader_epoch)
+    rest = memoryview(records)[position + _ASSIGNED_PREFIX.size : position + header.size_in_bytes]
+    assigned = _header_of(
+        (base_offset, header.batch_length, partition_leader_epoch, header.magic, header.crc, header.attributes,
+         header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.producer_id,
+         header.producer_epoch, header.base_sequence, header.records_count)
+    )
+    return (prefix, rest), assigned
 
 
 def with_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:

@@ -27,7 +27,8 @@ class TimeIndex(AbstractIndex):
 
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry, or (-1, baseOffset) when empty."""
-        return self.entry(self.entries - 1) if self.entries else (NO_TIMESTAMP, self.base_offset)
+        last = self.last()
+        return last if last is not None else (NO_TIMESTAMP, self.base_offset)
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         slot = self.floor_slot(target_timestamp)

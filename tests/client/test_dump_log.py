@@ -550,7 +550,7 @@ def test_segment_written_by_log_segment_verifies_clean(tmp_path, capsys):
     for index in range(40):
         timestamp = T0 + (index * 37) % 101
         batch = build_batch([(b"k", b"v" * 40)] * 2, base_offset=offset, timestamps=[timestamp] * 2)
-        segment.append(batch, read_header(batch))
+        segment.append((batch,), read_header(batch))
         offset += 2
     segment.on_become_inactive()
     segment.close()
