@@ -46,7 +46,7 @@ import base64
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from controller.controller_api import (
     NO_VALUE,
@@ -91,12 +91,9 @@ from controller.metadata_records import (
     Topic,
     UnfenceBroker,
 )
-from controller.replica_assignment import UsableBroker, assign_replicas
+from controller.replica_assignment import RandomSource, UsableBroker, assign_replicas
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
-
-if TYPE_CHECKING:
-    import random
 
 ResponseT = TypeVar("ResponseT")
 
@@ -174,7 +171,7 @@ class QuorumController:
     def __init__(
         self,
         committed: ClusterMetadata,
-        rng: random.Random,
+        rng: RandomSource,
         now_ms: int,
         next_offset: int,
         config: ControllerConfig | None = None,

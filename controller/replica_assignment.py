@@ -21,10 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    import random
+
+class RandomSource(Protocol):
+    """The slice of `random.Random` the controller draws from. The owner passes a seeded generator;
+    controller/ never imports `random` (DESIGN §2: no hidden randomness in cores)."""
+
+    def randrange(self, stop: int) -> int: ...
+
+    def getrandbits(self, k: int) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +45,7 @@ def assign_replicas(
     brokers: Sequence[UsableBroker],
     partition_count: int,
     replication_factor: int,
-    rng: random.Random,
+    rng: RandomSource,
 ) -> list[tuple[int, ...]]:
     """Replica lists for partitions 0..partition_count-1; element 0 of each is the preferred leader.
 
@@ -62,7 +68,7 @@ def assign_replicas(
 
 
 def _assign_rack_unaware(
-    ordered: list[int], partition_count: int, replication_factor: int, rng: random.Random
+    ordered: list[int], partition_count: int, replication_factor: int, rng: RandomSource
 ) -> list[tuple[int, ...]]:
     count = len(ordered)
     start_index = rng.randrange(count)
@@ -83,7 +89,7 @@ def _assign_rack_aware(
     racks: Mapping[int, str | None],
     partition_count: int,
     replication_factor: int,
-    rng: random.Random,
+    rng: RandomSource,
 ) -> list[tuple[int, ...]]:
     count = len(ordered)
     rack_count = len(set(racks.values()))
