@@ -36,6 +36,13 @@ active (unfenced, not shutting down), with leader_epoch + 1. If no such replica 
   returns (unfences) it leads again. Unfencing a broker, a `tick`, and turning unclean election
   on all elect leaders for offline partitions where that became possible.
 
+Partial commits. Raft replicates one record per entry, so a new leader may hold, and commit, only
+a prefix of a result's records. Every prefix leaves valid metadata: ISR and leader changes precede
+the FenceBroker / BrokerRegistrationChange that needs them, UnfenceBroker precedes the elections it
+enables (and `tick` finishes them), and a broker whose request was cut short retries it. A topic
+creation cut short leaves the topic with fewer partitions than asked for; appending a result as
+one Raft batch (Kafka's atomic append) closes that gap, and the driver should do so.
+
 Validation follows Kafka's order and error codes; every error message names the values and the
 way out. A rejected request yields no records and leaves the state untouched.
 """
@@ -440,7 +447,10 @@ class QuorumController:
             raise _Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current = self._metadata.topic_configs(name)
         updated = _apply_config_ops(current, resource.configs)
-        _check_topic_configs(updated, len(self._metadata.partitions(topic_id)[0].replicas))
+        # A topic whose creation committed only in part (see the module docstring) may have no
+        # partition yet; then there is no replication factor to hold min.insync.replicas against.
+        factors = [len(state.replicas) for state in self._metadata.partitions(topic_id)]
+        _check_topic_configs(updated, min(factors, default=None))
         if validate_only:
             return
         for key in sorted(set(current) | set(updated)):
@@ -796,7 +806,7 @@ def _config_strings(configs: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _check_topic_configs(configs: Mapping[str, str], replication_factor: int) -> None:
+def _check_topic_configs(configs: Mapping[str, str], replication_factor: int | None) -> None:
     """Every key known and every value in range (`LogConfig.from_properties`), and
     min.insync.replicas <= replication factor. Kafka accepts the latter and then fails every
     acks=all produce with NOT_ENOUGH_REPLICAS; we refuse it up front, where the fix is obvious."""
@@ -804,7 +814,7 @@ def _check_topic_configs(configs: Mapping[str, str], replication_factor: int) ->
         config = LogConfig.from_properties(configs)
     except InvalidConfigError as error:
         raise _Rejected(ErrorCode.INVALID_CONFIG, str(error)) from None
-    if config.min_insync_replicas > replication_factor:
+    if replication_factor is not None and config.min_insync_replicas > replication_factor:
         raise _Rejected(
             ErrorCode.INVALID_CONFIG,
             f"{MIN_INSYNC_REPLICAS}={config.min_insync_replicas} exceeds the replication factor {replication_factor}; "

@@ -41,6 +41,7 @@ from controller.metadata_records import (
     RemoveTopic,
     Topic,
     UnfenceBroker,
+    encode_record,
 )
 from controller.quorum_controller import ControllerConfig, QuorumController
 from tests.controller.metadata_harness import Harness
@@ -431,6 +432,18 @@ def test_alter_configs_of_unknown_topic_broker_resource_and_repeated_key() -> No
     resource = AlterConfigsResource(ConfigResourceType.TOPIC, "t", ())
     response = harness.run(IncrementalAlterConfigsRequest((resource, resource)))
     assert [result.error_code for result in response.responses] == [ErrorCode.INVALID_REQUEST] * 2
+
+
+def test_alter_configs_of_a_topic_whose_partitions_never_committed() -> None:
+    """A creation cut short by a failover can leave a topic without partitions; altering its
+    configs must still work (there is no replication factor to check min.insync.replicas against)."""
+    harness = cluster(1)
+    offset = harness.committed.last_applied_offset + 1
+    harness.committed.apply(offset, 1, encode_record(Topic("t", "ECfE0cOGu8TNYT4w2PFq3w", {})))
+    harness.controller.reset_to(harness.committed, harness.now_ms, offset + 1)
+    result = alter_configs(harness, "t", AlterableConfig("min.insync.replicas", AlterConfigOp.SET, "3"))
+    assert result.error_code == ErrorCode.NONE
+    assert harness.committed.topic_configs("t") == {"min.insync.replicas": "3"}
 
 
 def test_alter_configs_validate_only_writes_nothing() -> None:
