@@ -106,11 +106,16 @@ class LogSegment:
         max timestamp so far, refined by the scanned tail. Raises CorruptIndexError or
         CorruptRecordError when the files disagree, which sends the segment to `recover`."""
         self.offset_index.sanity_check(max(self.size, 1))
-        _, position = self.offset_index.lookup(2**63 - 1)
+        position = self._indexed_position(2**63 - 1)
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = self.time_index.last_entry()
         for _, header in self.iter_headers(position):
             self._track(header)
         self.time_index.sanity_check(self.next_offset)
+        # The last time-index entry is the segment's largest timestamp (retention and lookups
+        # by time trust it): check it against its batch, as lookups check the entries they use.
+        last_time = self.time_index.last()
+        if last_time is not None and not self._time_entry_matches(*last_time):
+            raise CorruptIndexError(f"{self.time_index.path}: last entry {last_time} does not match its batch")
         self.bytes_since_last_index_entry = self.size - position
         first = next(self.iter_headers(0), None)
         self.rolling_based_timestamp = first[1].max_timestamp if first else None
