@@ -33,8 +33,8 @@ from controller.controller_api import (
     IncrementalAlterConfigsRequest,
 )
 from controller.error_codes import ErrorCode
-from controller.metadata import ClusterMetadata
-from controller.metadata_records import NO_LEADER
+from controller.metadata import ClusterMetadata, check_invariants
+from controller.metadata_records import NO_LEADER, encode_record
 from controller.quorum_controller import ControllerConfig
 from tests.controller.metadata_harness import Harness
 
@@ -214,6 +214,39 @@ class ControllerMachine(RuleBasedStateMachine):
         harness.controller.reset_to(harness.committed, harness.now_ms, next_offset)
         assert harness.controller.metadata == harness.committed
         assert harness.controller.next_offset == next_offset
+
+    @rule(data=st.data(), name=TOPIC_NAMES, advance_ms=st.integers(0, 2 * SESSION_MS))
+    def failover_after_a_partial_commit(self, data: st.DataObject, name: str, advance_ms: int) -> None:
+        """Raft commits one record per entry, so a deposed controller's batch may commit in part:
+        every prefix must be valid metadata, and the next controller's first tick must finish the
+        elections the lost suffix would have made."""
+        harness = self.harness
+        harness.now_ms += advance_ms
+        controller, now_ms = harness.controller, harness.now_ms
+        brokers = harness.committed.brokers()
+        kind = data.draw(st.sampled_from(["tick", "create", "shutdown", "reregister"]))
+        if kind == "create" or not brokers:
+            result = controller.create_topics(CreateTopicsRequest((CreatableTopic(name, 3, 2),)), now_ms)
+        elif kind == "tick":
+            result = controller.tick(now_ms)
+        else:
+            broker = data.draw(st.sampled_from(brokers))
+            if kind == "shutdown":
+                request = ControlledShutdownRequest(broker.broker_id, broker.broker_epoch, 0)
+                result = controller.controlled_shutdown(request, now_ms)
+            else:
+                request = BrokerRegistrationRequest(broker.broker_id, broker.incarnation_id, dict(broker.endpoints))
+                result = controller.register_broker(request, now_ms)
+        kept = data.draw(st.integers(0, len(result.records)))
+        for position, record in enumerate(result.records[:kept]):
+            harness.committed.apply(result.base_offset + position, 4, encode_record(record))
+            assert check_invariants(harness.committed) == []
+        assert harness.history.observe("follower", harness.committed) == []
+        next_offset = max(harness.committed.last_applied_offset + 1, result.base_offset + kept)
+        controller.reset_to(harness.committed, now_ms, next_offset)
+        for broker in harness.committed.brokers():
+            harness.broker_epochs[broker.broker_id] = broker.broker_epoch
+        harness.tick(0)
 
     # ---- invariants ----------------------------------------------------------------------------
 
