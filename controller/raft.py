@@ -307,8 +307,8 @@ class Raft:
         if self._leader is not None:
             deadlines.append(self._leader.quorum_deadline_ms())
             deadlines.extend(parked.expires_ms for parked in self._leader.parked.values())
-            deadlines.extend(sent + self._begin_epoch_interval_ms() for sent in
-                             self._leader.begin_epoch_sent_ms.values())
+            deadlines.extend(self._leader.begin_epoch_sent_ms.get(voter, self._now_ms) + self._begin_epoch_interval_ms()
+                             for voter in self._leader.voters_not_fetched())
         if self._applied_offset < self.log.high_watermark:
             deadlines.append(self._now_ms)
         return max(min(deadlines), self._now_ms)
@@ -380,8 +380,11 @@ class Raft:
         self._maybe_send_fetch()
 
     def _enter_follower(self, leader_id: int) -> None:
+        """Follow `leader_id`. Only the leader itself (a fetch answer, BeginQuorumEpoch) counts as
+        having heard from it: a follower that learned the leader from hearsay (a vote response, a
+        restart) must not refuse pre-votes on its behalf, or two voters that each heard of a dead
+        leader from the other would refuse each other for ever."""
         self.role = Role.FOLLOWER
-        self._leader_heard_ms = self._now_ms
         self._deadline_ms = self._now_ms + self.config.fetch_timeout_ms
         self._fetch_at_ms = self._now_ms
 
@@ -561,7 +564,9 @@ class Raft:
                 f"two leaders in epoch {self.epoch}: {self.node_id} and {request.leader_id}"
             )
             self._become_follower(request.epoch, request.leader_id)
+            self._leader_heard_ms = self._now_ms
         else:
+            self._leader_heard_ms = self._now_ms
             assert self.leader_id == request.leader_id, (
                 f"epoch {self.epoch} has leaders {self.leader_id} and {request.leader_id} (seen by {self.node_id})"
             )
@@ -753,6 +758,16 @@ class Raft:
         self._in_flight = None
         return True
 
+    def _answers_current_position(self, source_id: int, response: FetchResponse) -> bool:
+        """A late answer (to a request we gave up on) is as good as the awaited one if it is from our
+        leader in our epoch for exactly our current position: within one epoch the leader's answer
+        to a position never changes. This keeps followers going when round trips exceed the request
+        timeout."""
+        return (self.role is Role.FOLLOWER and source_id == self.leader_id and response.epoch == self.epoch
+                and response.error is RaftError.NONE and self._download is None
+                and response.fetch_offset == self.log.log_end_offset
+                and response.last_fetched_epoch == self.log.last_fetched_epoch())
+
     def _fetch_succeeded(self) -> None:
         self._leader_heard_ms = self._now_ms
         self._deadline_ms = self._now_ms + self.config.fetch_timeout_ms
@@ -771,7 +786,9 @@ class Raft:
 
     def _on_fetch_response(self, source_id: int, response: FetchResponse) -> None:
         if not self._awaited(source_id, response.correlation_id):
-            return
+            if not self._answers_current_position(source_id, response):
+                return
+            self._in_flight = None
         if response.error is not RaftError.NONE:
             self._on_fetch_error(source_id, response.epoch, response.leader_id)
             return

@@ -162,6 +162,13 @@ class RaftLog:
             assert snapshot is not None, f"offset {offset} is below log start {start} without a snapshot"
             return ValidatedPosition(FetchValidation.SNAPSHOT, snapshot)
         end = self.end_offset_for_epoch(epoch)
+        if snapshot is not None and end == snapshot and epoch < snapshot.epoch:
+            # The follower's last epoch is older than every epoch left in our log: where it stopped
+            # agreeing with us went into the snapshot. Its entries around the snapshot's end cannot
+            # be committed ones (those carry the snapshot's epoch or later), so it takes the snapshot.
+            # Answering the snapshot id as a diverging epoch (KRaft) would not move such a follower:
+            # it holds no entry of that epoch to truncate to.
+            return ValidatedPosition(FetchValidation.SNAPSHOT, snapshot)
         if end.epoch != epoch or offset > end.offset:
             return ValidatedPosition(FetchValidation.DIVERGING, end)
         return ValidatedPosition(FetchValidation.VALID)
@@ -200,6 +207,7 @@ class RaftLog:
         )
         if self.log.truncate_to(offset, now_ms):
             self.truncation_count += 1
+            self.log.delete_expired_files(now_ms)
         return self.log.log_end_offset
 
     def flush(self, now_ms: int) -> None:

@@ -1,0 +1,227 @@
+"""SafetyChecker: Raft's safety properties, checked after every simulation step (DESIGN §6.5).
+
+The checker watches each node's core, log and Ready from outside and keeps one canonical history:
+the committed entries in offset order, as the first node to apply each offset saw it. Checks:
+
+- Election safety: at most one node is ever leader of an epoch (over the whole run).
+- Epochs and votes are durable: a node's epoch never falls, across crashes too, and its vote in
+  an epoch never changes once cast (both are persisted before the messages that reveal them).
+- Log matching: every batch any node ever held is recorded under (base offset, epoch) with its CRC
+  and the epoch of the entry before it; two logs holding a batch at the same offset and epoch must
+  agree on both, so by induction they agree on the whole prefix.
+- Leader completeness: a node that becomes leader holds every entry committed so far (its entry at
+  the last committed offset has the canonical epoch, or its snapshot ends there).
+- State machine safety: every node applies a contiguous run of the canonical history (entries
+  equal in epoch, data and kind) from its latest snapshot on; a snapshot it restores ends at a
+  committed offset in the canonical epoch; with a digest-capable state machine, its state equals
+  the canonical state after every apply and restore; snapshots of one offset are byte-identical.
+- Commit index: within one incarnation a node's high watermark never falls; a restarted node starts
+  from its durable state, where the high watermark is its latest snapshot's end offset, which
+  must not exceed the high watermark it had before the crash.
+
+A violation raises `SafetyViolation` naming the property, the node and the values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from controller.raft import Raft
+from controller.raft_messages import CommittedEntry, Ready, Role, SnapshotCreated
+from storage.records import iter_headers
+from tests.sim.state_machines import EMPTY_DIGEST, StateMachineSpec, chain_digest
+
+
+class SafetyViolation(AssertionError):
+    """A Raft safety property failed; the message names it."""
+
+
+@dataclass(slots=True)
+class LogMirror:
+    """What the checker has read of one node's log: per batch base offset, (epoch, last offset)."""
+
+    start: int
+    end: int
+    truncation_count: int
+    last_epoch: int
+    batches: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+class SafetyChecker:
+    def __init__(self, spec: StateMachineSpec) -> None:
+        self.spec = spec
+        self.leaders: dict[int, int] = {}
+        self.epochs: dict[int, int] = {}
+        self.votes: dict[tuple[int, int], int] = {}
+        self.high_watermarks: dict[int, int] = {}
+        self.canonical: list[CommittedEntry] = []
+        self.digests: list[bytes] = [EMPTY_DIGEST]  # digests[end]: the state after entries below `end`
+        self.expected: dict[int, int] = {}
+        self.mirrors: dict[int, LogMirror] = {}
+        self.batches: dict[tuple[int, int], tuple[int, int]] = {}
+        self.snapshots: dict[int, bytes] = {}
+        self.checks = 0
+
+    def fail(self, prop: str, message: str) -> None:
+        raise SafetyViolation(f"{prop}: {message}")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def on_start(self, node_id: int, raft: Raft, restarted: bool) -> None:
+        """A node (re)started from its disk: check what it recovered, reset per-incarnation state."""
+        start = raft.log.log_start_offset
+        if restarted and raft.high_watermark > self.high_watermarks.get(node_id, 0):
+            self.fail("commit index", f"node {node_id} restarted with HW {raft.high_watermark} above its "
+                                      f"pre-crash HW {self.high_watermarks.get(node_id)}")
+        if start > len(self.canonical):
+            self.fail("durability", f"node {node_id} recovered a snapshot at {start} past the committed "
+                                    f"end {len(self.canonical)}")
+        self.high_watermarks[node_id] = raft.high_watermark
+        self.expected[node_id] = start
+        self.mirrors.pop(node_id, None)
+        self.after_step(node_id, raft)
+
+    # -- after every step ---------------------------------------------------------------------
+
+    def after_step(self, node_id: int, raft: Raft) -> None:
+        self.checks += 1
+        self._check_election_state(node_id, raft)
+        high_watermark = raft.high_watermark
+        if high_watermark < self.high_watermarks.get(node_id, 0):
+            self.fail("commit index", f"node {node_id} HW fell {self.high_watermarks[node_id]} -> {high_watermark}")
+        self.high_watermarks[node_id] = high_watermark
+        self._update_mirror(node_id, raft)
+        if raft.role is Role.LEADER and self.leaders.get(raft.epoch) is None:
+            self.leaders[raft.epoch] = node_id
+            self._check_leader_completeness(node_id, raft)
+        elif raft.role is Role.LEADER and self.leaders[raft.epoch] != node_id:
+            self.fail("election safety", f"epoch {raft.epoch} has leaders {self.leaders[raft.epoch]} and {node_id}")
+
+    def _check_election_state(self, node_id: int, raft: Raft) -> None:
+        epoch = raft.epoch
+        if epoch < self.epochs.get(node_id, 0):
+            self.fail("durable epoch", f"node {node_id} epoch fell {self.epochs[node_id]} -> {epoch}")
+        self.epochs[node_id] = epoch
+        voted = raft.voted_id
+        if voted is not None:
+            earlier = self.votes.setdefault((node_id, epoch), voted)
+            if earlier != voted:
+                self.fail("durable vote", f"node {node_id} voted {earlier} then {voted} in epoch {epoch}")
+
+    def _check_leader_completeness(self, node_id: int, raft: Raft) -> None:
+        committed_end = len(self.canonical)
+        if committed_end == 0:
+            return
+        last = self.canonical[committed_end - 1]
+        mirror = self.mirrors[node_id]
+        if raft.log.log_end_offset < committed_end:
+            self.fail("leader completeness", f"node {node_id} leads epoch {raft.epoch} with log end "
+                                             f"{raft.log.log_end_offset} < committed end {committed_end}")
+        if last.offset >= mirror.start:
+            held = mirror.batches.get(last.offset)
+            if held is None or held[0] != last.epoch:
+                self.fail("leader completeness", f"node {node_id} leads epoch {raft.epoch} holding {held} at "
+                                                 f"committed offset {last.offset} of epoch {last.epoch}")
+        else:
+            snapshot = raft.log.snapshots.latest_id()
+            if snapshot is None or snapshot.offset != committed_end or snapshot.epoch != last.epoch:
+                self.fail("leader completeness", f"node {node_id} leads epoch {raft.epoch} from snapshot "
+                                                 f"{snapshot}; committed end {committed_end} epoch {last.epoch}")
+
+    def _update_mirror(self, node_id: int, raft: Raft) -> None:
+        """Read the batches the node's log gained since the last step; record and compare them."""
+        log = raft.log
+        mirror = self.mirrors.get(node_id)
+        if mirror is None or mirror.truncation_count != log.truncation_count:
+            snapshot = log.snapshots.latest_id()
+            previous_epoch = snapshot.epoch if snapshot is not None and snapshot.offset == log.log_start_offset else -1
+            mirror = LogMirror(log.log_start_offset, log.log_start_offset, log.truncation_count, previous_epoch)
+            self.mirrors[node_id] = mirror
+        elif mirror.start != log.log_start_offset:
+            mirror.start = log.log_start_offset
+            mirror.batches = {base: batch for base, batch in mirror.batches.items() if base >= mirror.start}
+            if mirror.end < mirror.start:
+                # Appended, committed and snapshotted within one step: those entries are in the snapshot.
+                snapshot = log.snapshots.latest_id()
+                assert snapshot is not None and snapshot.offset == mirror.start, f"{snapshot} {mirror}"
+                mirror.end, mirror.last_epoch = mirror.start, snapshot.epoch
+        while mirror.end < log.log_end_offset:
+            data = log.log.read(mirror.end, 1 << 20).records
+            for _, header in iter_headers(data):
+                if header.base_offset < mirror.end:
+                    continue
+                if header.base_offset != mirror.end:
+                    self.fail("log contiguity", f"node {node_id} has a batch at {header.base_offset}, "
+                                                f"expected {mirror.end}")
+                epoch = header.partition_leader_epoch
+                key = (header.base_offset, epoch)
+                value = (header.crc, mirror.last_epoch)
+                known = self.batches.setdefault(key, value)
+                if known != value:
+                    self.fail("log matching", f"node {node_id} holds batch {key} with (crc, previous epoch) "
+                                              f"{value}, another log held {known}")
+                mirror.batches[header.base_offset] = (epoch, header.last_offset)
+                mirror.last_epoch = epoch
+                mirror.end = header.next_offset
+
+    # -- what the node applied ----------------------------------------------------------------
+
+    def on_ready(self, node_id: int, ready: Ready, follow_up: object, state_machine: object) -> None:
+        if ready.restore is not None:
+            self._check_restore(node_id, ready.restore.snapshot_id.offset, ready.restore.snapshot_id.epoch,
+                                ready.restore.data)
+        for entry in ready.committed:
+            self._check_committed(node_id, entry)
+        if (ready.restore is not None or ready.committed) and self.spec.digest is not None:
+            digest = self.spec.digest(state_machine)  # type: ignore[arg-type]
+            end = self.expected[node_id]
+            if digest != self.digests[end]:
+                self.fail("state machine safety", f"node {node_id} state after offset {end - 1} differs from "
+                                                  f"the canonical history's")
+        if isinstance(follow_up, SnapshotCreated):
+            self._check_snapshot_bytes(node_id, follow_up.snapshot_id.offset, follow_up.data)
+
+    def _check_restore(self, node_id: int, offset: int, epoch: int, data: bytes) -> None:
+        if offset > len(self.canonical):
+            self.fail("state machine safety", f"node {node_id} restores a snapshot at {offset} past the "
+                                              f"committed end {len(self.canonical)}")
+        if offset > 0 and self.canonical[offset - 1].epoch != epoch:
+            self.fail("state machine safety", f"node {node_id} restores snapshot ({offset}, {epoch}) but "
+                                              f"offset {offset - 1} was committed in epoch "
+                                              f"{self.canonical[offset - 1].epoch}")
+        self._check_snapshot_bytes(node_id, offset, data)
+        self.expected[node_id] = offset
+
+    def _check_snapshot_bytes(self, node_id: int, offset: int, data: bytes) -> None:
+        digest = hashlib.sha256(data).digest()
+        known = self.snapshots.setdefault(offset, digest)
+        if known != digest:
+            self.fail("state machine safety", f"node {node_id} snapshot at {offset} differs from another "
+                                              f"node's snapshot at the same offset")
+
+    def _check_committed(self, node_id: int, entry: CommittedEntry) -> None:
+        expected = self.expected[node_id]
+        if entry.offset != expected:
+            self.fail("state machine safety", f"node {node_id} applies offset {entry.offset}, expected {expected}")
+        if entry.offset < len(self.canonical):
+            canonical = self.canonical[entry.offset]
+            if canonical != entry:
+                self.fail("state machine safety", f"node {node_id} applies {entry} where {canonical} was committed")
+        elif entry.offset == len(self.canonical):
+            self.canonical.append(entry)
+            previous = self.digests[-1]
+            self.digests.append(previous if entry.control else chain_digest(previous, entry.offset, entry.data))
+        else:
+            self.fail("state machine safety", f"node {node_id} applies {entry.offset} past the committed end "
+                                              f"{len(self.canonical)} it could not have seen")
+        self.expected[node_id] = entry.offset + 1
+
+    def check_completion(self, node_id: int, offset: int, epoch: int, data: bytes) -> None:
+        """A proposal was acknowledged: its record must be the committed one at `offset`."""
+        if offset >= len(self.canonical):
+            self.fail("acknowledged write", f"node {node_id} acknowledged offset {offset} before it was applied")
+        committed = self.canonical[offset]
+        if committed.epoch != epoch or committed.data != data or committed.control:
+            self.fail("acknowledged write", f"node {node_id} acknowledged ({offset}, {epoch}, {data!r}) but "
+                                            f"{committed} is committed there")

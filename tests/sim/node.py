@@ -1,0 +1,104 @@
+"""SimNode: one simulated quorum member — its directory, disk model and current incarnation.
+
+An incarnation is what a process holds: a `Raft` core opened from the directory (the log through
+`LogLoader` recovery, the quorum-state file), a fresh state machine, and a `SimDriver`. A crash
+drops the incarnation and cuts the files (`SimDisk.crash`); a restart opens a new one from what
+is left. A pause keeps the incarnation but holds every event for the node until it resumes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.quorum_config import QuorumConfig
+from controller.quorum_state import QuorumStateStore
+from controller.raft import Raft, StateMachine
+from controller.raft_driver import RaftDriver
+from controller.raft_log import METADATA_LOG_DIR, RaftLog
+from controller.raft_messages import Event, Message, Ready
+from storage.config import LogConfig
+from tests.sim.disk import SimDisk
+from tests.sim.state_machines import StateMachineSpec
+
+ReadyObserver = Callable[[int, Ready, "Event | None", StateMachine], None]
+
+
+class SimDriver(RaftDriver):
+    """The shared `RaftDriver` with the simulator's effects: every flush is recorded on the disk
+    model, and every performed Ready is shown to the checker (and the trace)."""
+
+    def __init__(self, raft: Raft, store: QuorumStateStore, state_machine: StateMachine,
+                 send: Callable[[Message], None], disk: SimDisk, observe: ReadyObserver) -> None:
+        super().__init__(raft, store, state_machine, send)
+        self.disk = disk
+        self.observe = observe
+
+    def flush_log(self, now_ms: int) -> None:
+        super().flush_log(now_ms)
+        self.disk.record_flush()
+
+    def perform(self, ready: Ready, now_ms: int) -> Event | None:
+        follow_up = super().perform(ready, now_ms)
+        self.observe(self.raft.node_id, ready, follow_up, self.state_machine)
+        return follow_up
+
+
+class SimNode:
+    def __init__(self, node_id: int, root: Path, node_seed: int, quorum_config: QuorumConfig,
+                 log_config: LogConfig, spec: StateMachineSpec) -> None:
+        self.node_id = node_id
+        self.directory = root / f"node-{node_id}" / METADATA_LOG_DIR
+        self.directory.mkdir(parents=True)
+        self.node_seed = node_seed
+        self.quorum_config = quorum_config
+        self.log_config = log_config
+        self.spec = spec
+        self.disk = SimDisk(self.directory)
+        self.driver: SimDriver | None = None
+        self.incarnation = 0
+        self.paused_until_ms = -1
+        self.inbox: list[Event] = []
+        self.tick_generation = 0
+        self.scheduled_tick_ms = -1
+
+    @property
+    def up(self) -> bool:
+        return self.driver is not None
+
+    @property
+    def raft(self) -> Raft:
+        assert self.driver is not None, f"node {self.node_id} is down"
+        return self.driver.raft
+
+    def start(self, now_ms: int, send: Callable[[Message], None], observe: ReadyObserver) -> None:
+        """Open a new incarnation from the directory (recovery after a crash)."""
+        assert self.driver is None, f"node {self.node_id} is already up"
+        self.incarnation += 1
+        log = RaftLog.open(self.directory, now_ms, self.log_config, had_clean_shutdown=False)
+        store = QuorumStateStore(self.directory)
+        rng = random.Random(self.node_seed * 1_000 + self.incarnation)
+        raft = Raft(self.node_id, self.quorum_config, log, store.read(), rng, now_ms)
+        self.driver = SimDriver(raft, store, self.spec.factory(), send, self.disk, observe)
+        self.disk.record_flush()
+        self.paused_until_ms = -1
+        self.inbox.clear()
+        self.tick_generation += 1
+        self.scheduled_tick_ms = -1
+
+    def crash(self, rng: random.Random, tear_probability: float) -> list[str]:
+        """Kill the incarnation; cut the files to what a crash leaves. Returns the cuts."""
+        assert self.driver is not None, f"node {self.node_id} is already down"
+        cuts = self.disk.crash(self.driver.raft.log, rng, tear_probability)
+        self.driver = None
+        self.inbox.clear()
+        self.paused_until_ms = -1
+        self.tick_generation += 1
+        self.scheduled_tick_ms = -1
+        return cuts
+
+    def close(self) -> None:
+        if self.driver is not None:
+            self.driver.raft.log.close()
+            self.driver = None

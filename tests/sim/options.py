@@ -1,0 +1,99 @@
+"""SimOptions: everything a simulation run varies, drawn from one seed (TigerBeetle's VOPR).
+
+`SimOptions.from_seed(seed)` draws, from `random.Random(seed)` and in a fixed order: the cluster
+(3 or 5 voters, maybe an observer), the quorum's timeouts and bounds, the storage sizes, the
+network (delay, long delays, drops, duplicates), the fault rates (partitions, crashes, pauses,
+torn writes), the workload (proposal rate) and each node's rng seed. Printed first by the
+runner; `key=value` pairs so that a run's line can be read back.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """One run's parameters. Times in simulated ms, probabilities per event or per chaos tick."""
+
+    seed: int
+    voters: int
+    observers: int
+    election_timeout_ms: int
+    fetch_timeout_ms: int
+    election_backoff_max_ms: int
+    request_timeout_ms: int
+    retry_backoff_ms: int
+    fetch_max_wait_ms: int
+    fetch_bytes_max: int
+    snapshot_interval_records: int
+    segment_bytes: int
+    delay_min_ms: int
+    delay_max_ms: int
+    long_delay_probability: float
+    long_delay_max_ms: int
+    drop_probability: float
+    duplicate_probability: float
+    chaos_interval_ms: int
+    partition_probability: float
+    partition_heal_probability: float
+    crash_probability: float
+    restart_probability: float
+    pause_probability: float
+    pause_max_ms: int
+    tear_probability: float
+    proposal_interval_max_ms: int
+    safety_duration_ms: int
+    node_seeds: tuple[int, ...]
+
+    @classmethod
+    def from_seed(cls, seed: int) -> SimOptions:
+        return cls.draw(seed, random.Random(seed))
+
+    @classmethod
+    def draw(cls, seed: int, rng: random.Random) -> SimOptions:
+        """Draw the options from `rng` (the run's one generator, seeded with `seed`)."""
+        voters = rng.choice((3, 3, 5))
+        observers = 1 if rng.random() < 0.3 else 0
+        election_timeout_ms = rng.choice((50, 100, 150))
+        fetch_timeout_ms = election_timeout_ms * rng.choice((3, 4, 6)) // 2
+        calm = rng.random() < 0.15  # some runs have no faults at all: the happy path must work too
+        return cls(
+            seed=seed,
+            voters=voters,
+            observers=observers,
+            election_timeout_ms=election_timeout_ms,
+            fetch_timeout_ms=fetch_timeout_ms,
+            election_backoff_max_ms=rng.choice((0, election_timeout_ms // 2, election_timeout_ms)),
+            request_timeout_ms=rng.choice((election_timeout_ms // 2, election_timeout_ms, fetch_timeout_ms)),
+            retry_backoff_ms=rng.choice((1, 5, 20)),
+            fetch_max_wait_ms=rng.choice((0, 10, fetch_timeout_ms // 4)),
+            fetch_bytes_max=rng.choice((100, 300, 4096, 1 << 20)),
+            snapshot_interval_records=rng.choice((3, 10, 40, 200)),
+            segment_bytes=rng.choice((400, 1024, 16384)),
+            delay_min_ms=1,
+            # Round trips stay below the request timeout and well below the election timeout, as on
+            # any network a quorum can work on; long delays (below) break that on purpose.
+            delay_max_ms=rng.choice((2, 5, max(2, election_timeout_ms // 10), election_timeout_ms // 5)),
+            long_delay_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
+            long_delay_max_ms=rng.choice((2, 5, 10)) * election_timeout_ms,
+            drop_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05, 0.2)),
+            duplicate_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.1)),
+            chaos_interval_ms=election_timeout_ms // 2,
+            partition_probability=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
+            partition_heal_probability=rng.choice((0.05, 0.2, 0.5)),
+            crash_probability=0.0 if calm else rng.choice((0.0, 0.02, 0.05, 0.15)),
+            restart_probability=rng.choice((0.1, 0.3, 0.8)),
+            pause_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
+            pause_max_ms=rng.choice((2, 5, 20)) * election_timeout_ms,
+            tear_probability=rng.choice((0.0, 0.5, 1.0)),
+            proposal_interval_max_ms=rng.choice((2, 10, 40)),
+            safety_duration_ms=rng.choice((1000, 2000, 4000)),
+            node_seeds=tuple(rng.getrandbits(63) for _ in range(voters + observers)),
+        )
+
+    def describe(self) -> str:
+        fields = asdict(self)
+        fields.pop("node_seeds")
+        return " ".join(f"{key}={value}" for key, value in fields.items())

@@ -1,0 +1,85 @@
+"""State machines the simulator can run, behind one plug (`StateMachineSpec`).
+
+The Raft-level checks need only the committed entries; a spec adds a state machine to apply them
+to, a payload generator for the workload, and optionally a cheap digest that the checker compares
+against the digest of the canonical history at the same offset (after every apply and restore).
+
+`HASH_LIST` is the default: an append-only list of payloads with a running SHA-256 over
+(offset, payload). The metadata engineer can pass another spec (ClusterMetadata with a workload of
+metadata records) to `Simulation`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from controller.raft import StateMachine
+
+EMPTY_DIGEST = b"\x00" * 32
+
+
+def chain_digest(digest: bytes, offset: int, data: bytes) -> bytes:
+    """The running digest after applying `data` at `offset` (shared with the checker)."""
+    return hashlib.sha256(digest + offset.to_bytes(8, "big") + data).digest()
+
+
+class HashListStateMachine:
+    """Applied payloads in order and their running digest. Snapshot format: count (i32), digest
+    (32 bytes), then each payload as length (i32) + bytes. The last applied offset is not in it (the
+    snapshot's offset says it), so every node's snapshot at one offset is the same bytes."""
+
+    def __init__(self) -> None:
+        self.last_applied_offset = -1
+        self.payloads: list[bytes] = []
+        self.digest = EMPTY_DIGEST
+
+    def apply(self, offset: int, epoch: int, data: bytes) -> None:
+        assert offset > self.last_applied_offset, f"apply {offset} after {self.last_applied_offset}"
+        self.payloads.append(data)
+        self.digest = chain_digest(self.digest, offset, data)
+        self.last_applied_offset = offset
+
+    def snapshot(self) -> bytes:
+        head = struct.pack(">i", len(self.payloads)) + self.digest
+        return head + b"".join(struct.pack(">i", len(payload)) + payload for payload in self.payloads)
+
+    def restore(self, offset: int, data: bytes) -> None:
+        (count,) = struct.unpack_from(">i", data, 0)
+        position = 4
+        digest = data[position : position + 32]
+        position += 32
+        payloads = []
+        for _ in range(count):
+            (length,) = struct.unpack_from(">i", data, position)
+            payloads.append(data[position + 4 : position + 4 + length])
+            position += 4 + length
+        assert position == len(data), f"snapshot has {len(data) - position} trailing bytes"
+        self.payloads, self.digest, self.last_applied_offset = payloads, digest, offset
+
+
+def hash_list_payload(rng: random.Random, sequence: int) -> bytes:
+    """Small opaque payloads: unique (the sequence number) with a random tail of 0-40 bytes."""
+    return b"p%d:" % sequence + rng.randbytes(rng.randint(0, 40))
+
+
+@dataclass(frozen=True, slots=True)
+class StateMachineSpec:
+    """What a simulation applies: a factory, the workload's payloads, and an optional digest of a
+    state machine that must equal `chain_digest` over the canonical history (None: not checked)."""
+
+    name: str
+    factory: Callable[[], StateMachine]
+    payload: Callable[[random.Random, int], bytes]
+    digest: Callable[[StateMachine], bytes] | None
+
+
+def _hash_list_digest(state_machine: StateMachine) -> bytes:
+    assert isinstance(state_machine, HashListStateMachine), type(state_machine)
+    return state_machine.digest
+
+
+HASH_LIST = StateMachineSpec("hash-list", HashListStateMachine, hash_list_payload, _hash_list_digest)
