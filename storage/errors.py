@@ -28,9 +28,9 @@ class InvalidRecordError(StorageError):
 
 
 class RecordTooLargeError(StorageError):
-    """A batch is larger than `max.message.bytes` (or than a segment can hold)."""
+    """A batch is larger than `max.message.bytes` or a segment (Kafka code 10, MESSAGE_TOO_LARGE)."""
 
-    error_name = "RECORD_TOO_LARGE"
+    error_name = "MESSAGE_TOO_LARGE"
 
 
 class UnsupportedCompressionTypeError(StorageError):

@@ -88,7 +88,7 @@ BAD_BATCHES: list[tuple[str, Callable[[], bytes], type[StorageError], str]] = [
     ("count too high", count_too_high, InvalidRecordError, "INVALID_RECORD"),
     ("count too low", count_too_low, InvalidRecordError, "INVALID_RECORD"),
     ("last offset delta", last_offset_delta_wrong, InvalidRecordError, "INVALID_RECORD"),
-    ("max.message.bytes", over_max_message_bytes, RecordTooLargeError, "RECORD_TOO_LARGE"),
+    ("max.message.bytes", over_max_message_bytes, RecordTooLargeError, "MESSAGE_TOO_LARGE"),
     ("empty", lambda: b"", InvalidRecordError, "INVALID_RECORD"),
 ]
 IDS = [name for name, *_ in BAD_BATCHES]
@@ -146,7 +146,7 @@ def test_batch_larger_than_segment_bytes_is_record_too_large(make_log: OpenLog) 
     before = snapshot(log)
     with pytest.raises(RecordTooLargeError) as raised:
         log.append_as_leader(batch, 0, NOW_MS)
-    assert raised.value.error_name == "RECORD_TOO_LARGE"
+    assert raised.value.error_name == "MESSAGE_TOO_LARGE"
     assert snapshot(log) == before
 
 
