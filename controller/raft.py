@@ -763,10 +763,15 @@ class Raft:
         leader in our epoch for exactly our current position: within one epoch the leader's answer
         to a position never changes. This keeps followers going when round trips exceed the request
         timeout."""
-        return (self.role is Role.FOLLOWER and source_id == self.leader_id and response.epoch == self.epoch
-                and response.error is RaftError.NONE and self._download is None
-                and response.fetch_offset == self.log.log_end_offset
-                and response.last_fetched_epoch == self.log.last_fetched_epoch())
+        current = (self.role is Role.FOLLOWER and source_id == self.leader_id and response.epoch == self.epoch
+                   and response.error is RaftError.NONE and self._download is None
+                   and response.fetch_offset == self.log.log_end_offset
+                   and response.last_fetched_epoch == self.log.last_fetched_epoch())
+        # Only an answer that moves us counts: otherwise duplicated empty answers would each start
+        # another fetch, and the number of fetches in flight would grow without bound.
+        moves = (bool(response.records) or response.diverging_epoch is not None or response.snapshot_id is not None
+                 or min(response.high_watermark, self.log.log_end_offset) > self.log.high_watermark)
+        return current and moves
 
     def _fetch_succeeded(self) -> None:
         self._leader_heard_ms = self._now_ms
@@ -809,13 +814,19 @@ class Raft:
             self.log.append_as_follower(response.records, self._now_ms)
             self._out.must_sync = True
         if response.diverging_epoch is None and response.snapshot_id is None:
-            self._follow_high_watermark(response.high_watermark)
+            moved = self._follow_high_watermark(response.high_watermark)
+            if not response.records and not moved and self.config.fetch_max_wait_ms == 0:
+                # Nothing new and the leader does not park fetches: pause rather than spin.
+                self._fetch_at_ms = self._now_ms + self.config.retry_backoff_ms
         self._maybe_send_fetch()
 
-    def _follow_high_watermark(self, leader_high_watermark: int) -> None:
+    def _follow_high_watermark(self, leader_high_watermark: int) -> bool:
+        """Take the leader's HW, bounded by our log end; True if ours moved."""
         target = min(leader_high_watermark, self.log.log_end_offset)
-        if target > self.log.high_watermark:
-            self.log.log.maybe_increment_high_watermark(target)
+        if target <= self.log.high_watermark:
+            return False
+        self.log.log.maybe_increment_high_watermark(target)
+        return True
 
     def _on_fetch_snapshot_response(self, source_id: int, response: FetchSnapshotResponse) -> None:
         if not self._awaited(source_id, response.correlation_id):

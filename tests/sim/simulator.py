@@ -137,6 +137,7 @@ class Simulation:
         self.next_proposal_id = 1
         self.payload_sequence = 0
         self.leader_hint: int | None = None
+        self.client_backoff_until_ms = 0
         self.liveness_started_ms: int | None = None
         self.liveness_deadline_ms = 0
         self.stage = 0
@@ -317,7 +318,8 @@ class Simulation:
     def _propose_workload(self) -> None:
         if self.liveness_started_ms is not None:
             return
-        if len(self.proposals) < OUTSTANDING_MAX:
+        # Like a real client, stop producing while no leader is known and the last try failed.
+        if len(self.proposals) < OUTSTANDING_MAX and self.now_ms >= self.client_backoff_until_ms:
             self._new_proposal(liveness=False)
         self._schedule(self.now_ms + self.rng.randint(1, self.options.proposal_interval_max_ms), Kind.PROPOSE, None)
 
@@ -351,10 +353,14 @@ class Simulation:
             self.proposals.pop(completion.proposal_id, None)
             return
         self.leader_hint = completion.leader_id
+        backoff_ms = self.options.retry_backoff_ms
+        if completion.leader_id is None or completion.leader_id == node_id:
+            backoff_ms = self.options.election_timeout_ms
+            self.client_backoff_until_ms = self.now_ms + backoff_ms
         proposal = self.proposals.pop(completion.proposal_id, None)
         if proposal is not None:
             proposal.attempts += 1
-            self._schedule(self.now_ms + self.options.retry_backoff_ms, Kind.RETRY, proposal)
+            self._schedule(self.now_ms + backoff_ms, Kind.RETRY, proposal)
 
     def _client_timeout(self, proposal_id: int) -> None:
         proposal = self.proposals.pop(proposal_id, None)
