@@ -1,0 +1,483 @@
+"""Raft core, driven by hand: synchronous `handle(event, now_ms)` calls, no event loop, no network.
+
+Each test states its goal; the method is always the same: build nodes over real `RaftLog`s in a temp
+dir, hand them events (ticks at chosen times, messages copied from one node's Ready into another's
+`handle`), and assert on the Ready and the node's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from controller.quorum_config import QuorumConfig, VoterEndpoint
+from controller.quorum_state import ElectionState, QuorumStateStore
+from controller.raft import Raft
+from controller.raft_driver import RaftDriver
+from controller.raft_log import RaftLog, metadata_log_config
+from controller.raft_messages import (
+    BeginQuorumEpoch,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    Message,
+    MessageBody,
+    OffsetAndEpoch,
+    Propose,
+    RaftError,
+    Ready,
+    Role,
+    SnapshotCreated,
+    Tick,
+    VoteRequest,
+    VoteResponse,
+)
+
+ELECTION_TIMEOUT_MS = 100
+FETCH_TIMEOUT_MS = 200
+
+
+class LowestRandom:
+    """A RandomSource that always draws the lowest value: election timeouts are exactly the
+    configured ones, so a test knows when a node stands."""
+
+    def randint(self, a: int, b: int) -> int:
+        return a
+
+    def getrandbits(self, k: int) -> int:
+        return 1_000
+
+
+def quorum_config(voters: Iterable[int] = (1, 2, 3), **overrides: int) -> QuorumConfig:
+    settings: dict[str, int] = {
+        "election_timeout_ms": ELECTION_TIMEOUT_MS,
+        "fetch_timeout_ms": FETCH_TIMEOUT_MS,
+        "election_backoff_max_ms": 50,
+        "request_timeout_ms": 50,
+        "retry_backoff_ms": 10,
+        "fetch_max_wait_ms": 0,
+        "snapshot_interval_records": 1_000,
+    }
+    settings.update(overrides)
+    endpoints = {voter: VoterEndpoint(voter, "localhost", 9090 + voter) for voter in voters}
+    return QuorumConfig(voters=endpoints, **settings)  # type: ignore[arg-type]
+
+
+class Cluster:
+    """Nodes over real logs; messages wait in `outbox` until a test delivers them."""
+
+    def __init__(self, root: Path, voters: Iterable[int] = (1, 2, 3), observers: Iterable[int] = (),
+                 **overrides: int) -> None:
+        self.root = root
+        self.config = quorum_config(voters, **overrides)
+        self.now_ms = 0
+        self.outbox: list[Message] = []
+        self.nodes = {node_id: self.open(node_id) for node_id in [*voters, *observers]}
+
+    def open(self, node_id: int, state: ElectionState | None = None) -> Raft:
+        log = RaftLog.open(self.root / f"node-{node_id}", self.now_ms, metadata_log_config(segment_bytes=4096))
+        return Raft(node_id, self.config, log, state or ElectionState(0), LowestRandom(), self.now_ms)
+
+    def handle(self, node_id: int, event: object) -> Ready:
+        ready = self.nodes[node_id].handle(event, self.now_ms)  # type: ignore[arg-type]
+        self.outbox.extend(ready.messages)
+        return ready
+
+    def tick(self, node_id: int, now_ms: int | None = None) -> Ready:
+        if now_ms is not None:
+            self.now_ms = now_ms
+        return self.handle(node_id, Tick())
+
+    def take(self, kind: type, source: int | None = None, destination: int | None = None) -> list[Message]:
+        """Remove and return the waiting messages of one kind (and route)."""
+        taken = [message for message in self.outbox if isinstance(message.body, kind)
+                 and source in (None, message.source_id) and destination in (None, message.destination_id)]
+        self.outbox = [message for message in self.outbox if message not in taken]
+        return taken
+
+    def deliver_all(self, rounds: int = 50, drop: Callable[[Message], bool] = lambda message: False) -> None:
+        """Deliver until nothing is waiting (each round delivers what was waiting at its start)."""
+        for _ in range(rounds):
+            if not self.outbox:
+                return
+            waiting, self.outbox = self.outbox, []
+            for message in waiting:
+                if not drop(message) and message.destination_id in self.nodes:
+                    self.handle(message.destination_id, message)
+        raise AssertionError(f"still {len(self.outbox)} messages after {rounds} rounds")
+
+    def deliver_round(self, drop: Callable[[Message], bool] = lambda message: False) -> list[Ready]:
+        """Deliver what is waiting now (answers wait for the next round); return the Readys."""
+        waiting, self.outbox = self.outbox, []
+        return [self.handle(message.destination_id, message) for message in waiting
+                if not drop(message) and message.destination_id in self.nodes]
+
+    def run(self, duration_ms: int, step_ms: int = 5, drop: Callable[[Message], bool] = lambda message: False,
+            nodes: Iterable[int] | None = None) -> list[Ready]:
+        """Let time pass: every `step_ms` tick the nodes, then deliver until quiet. Returns the Readys."""
+        readys: list[Ready] = []
+        for _ in range(duration_ms // step_ms):
+            self.now_ms += step_ms
+            for node_id in nodes if nodes is not None else self.nodes:
+                readys.append(self.tick(node_id))
+            for _ in range(50):
+                if not self.outbox:
+                    break
+                readys.extend(self.deliver_round(drop))
+        return readys
+
+    def elect(self, node_id: int, drop: Callable[[Message], bool] = lambda message: False) -> None:
+        """Let `node_id` time out first and win; everyone else learns of it."""
+        self.now_ms += ELECTION_TIMEOUT_MS + FETCH_TIMEOUT_MS
+        self.tick(node_id)
+        self.deliver_all(drop=drop)
+        assert self.nodes[node_id].role is Role.LEADER, self.nodes[node_id].role
+
+
+def only(messages: list[Message]) -> MessageBody:
+    assert len(messages) == 1, messages
+    return messages[0].body
+
+
+def test_three_voters_elect_a_leader_with_pre_vote_then_vote(tmp_path: Path) -> None:
+    """Goal: the KIP-996 sequence. Method: node 1 times out, gets pre-votes, bumps the epoch, wins."""
+    cluster = Cluster(tmp_path)
+    cluster.now_ms = ELECTION_TIMEOUT_MS
+    ready = cluster.tick(1)
+    assert cluster.nodes[1].role is Role.PROSPECTIVE
+    assert ready.hard_state is None, "a pre-vote changes nothing durable"
+    pre_votes = cluster.take(VoteRequest)
+    assert [m.destination_id for m in pre_votes] == [2, 3]
+    assert all(m.body.pre_vote and m.body.epoch == 0 for m in pre_votes)  # type: ignore[union-attr]
+    answer = cluster.handle(2, pre_votes[0])
+    assert answer.hard_state is None, "granting a pre-vote persists nothing"
+    assert cluster.nodes[2].epoch == 0
+    ready = cluster.handle(1, cluster.take(VoteResponse, source=2)[0])
+    assert cluster.nodes[1].role is Role.CANDIDATE
+    assert ready.hard_state == ElectionState(1, voted_id=1, leader_id=None)
+    votes = cluster.take(VoteRequest)
+    assert all(not m.body.pre_vote and m.body.epoch == 1 for m in votes)  # type: ignore[union-attr]
+    answer = cluster.handle(3, next(m for m in votes if m.destination_id == 3))
+    ready = cluster.handle(1, cluster_message(3, 1, answer))
+    assert cluster.nodes[1].role is Role.LEADER
+    assert ready.must_sync, "the LeaderChange record is flushed before anything depends on it"
+    assert {m.destination_id for m in ready.messages if isinstance(m.body, BeginQuorumEpoch)} == {2, 3}
+    assert cluster.nodes[1].log.log_end_offset == 1
+
+
+def cluster_message(source: int, destination: int, ready: Ready) -> Message:
+    """The one message `ready` sends from `source` to `destination`."""
+    found = [m for m in ready.messages if m.source_id == source and m.destination_id == destination]
+    assert len(found) == 1, ready.messages
+    return found[0]
+
+
+def test_leader_replicates_and_commits_a_proposal(tmp_path: Path) -> None:
+    """Goal: a proposal completes once a majority fetched it. Method: elect, propose, deliver fetches."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    ready = cluster.handle(1, Propose(7, b"create topic"))
+    assert ready.must_sync
+    assert ready.completions == ()
+    completions = [completion for ready in cluster.run(50) for completion in ready.completions]
+    assert [(c.proposal_id, c.error, c.offset) for c in completions] == [(7, RaftError.NONE, 1)]
+    for node in cluster.nodes.values():
+        assert node.high_watermark == 2
+        assert node.applied_offset == 2
+
+
+def test_pre_vote_refused_while_the_leader_is_heard(tmp_path: Path) -> None:
+    """Goal: a node that was cut off cannot disrupt a working quorum when it returns (KIP-996).
+    Method: node 3 misses everything, times out again and again as prospective, then reaches node 2,
+    which heard from leader 1 recently: refused, epoch unchanged everywhere, and node 3 follows 1."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    cluster.now_ms += 1
+    cluster.tick(2)
+    cluster.deliver_all(drop=lambda message: 3 in (message.source_id, message.destination_id))
+    epoch = cluster.nodes[1].epoch
+    for _ in range(5):
+        cluster.now_ms += 2 * FETCH_TIMEOUT_MS
+        cluster.tick(3)
+        assert cluster.nodes[3].role is Role.PROSPECTIVE
+        assert cluster.nodes[3].epoch == epoch, "an isolated node never raises its epoch"
+        cluster.take(VoteRequest)
+    # Node 2 heard from leader 1 within the fetch timeout.
+    cluster.now_ms += 1
+    cluster.tick(2)
+    cluster.deliver_all(drop=lambda message: 3 in (message.source_id, message.destination_id))
+    cluster.now_ms += ELECTION_TIMEOUT_MS
+    cluster.tick(3)
+    request = cluster.take(VoteRequest, destination=2)[0]
+    answer = cluster.handle(2, request)
+    response = cluster_message(2, 3, answer).body
+    assert isinstance(response, VoteResponse)
+    assert not response.vote_granted
+    assert response.leader_id == 1
+    assert answer.hard_state is None
+    cluster.handle(3, cluster_message(2, 3, answer))
+    assert cluster.nodes[3].role is Role.FOLLOWER
+    assert cluster.nodes[3].leader_id == 1
+    assert cluster.nodes[1].role is Role.LEADER
+    assert {node.epoch for node in cluster.nodes.values()} == {epoch}
+
+
+def test_vote_is_persisted_before_the_reply_and_never_given_twice(tmp_path: Path) -> None:
+    """Goal: the hard state comes first in the Ready and the driver writes it before sending.
+    Method: a VoteRequest through a RaftDriver whose store and transport record the order."""
+    cluster = Cluster(tmp_path)
+    order: list[str] = []
+
+    class RecordingStore(QuorumStateStore):
+        def write(self, state: ElectionState, voters: Iterable[int]) -> None:
+            order.append(f"persist {state}")
+            super().write(state, voters)
+
+    store = RecordingStore(tmp_path / "node-2")
+    driver = RaftDriver(cluster.nodes[2], store, NullStateMachine(), lambda message: order.append(f"send {message}"))
+    driver.step(Message(1, 2, VoteRequest(5, 1, 0, 0, pre_vote=False)), 0)
+    assert order[0] == f"persist {ElectionState(5, voted_id=1, leader_id=None)}"
+    assert order[1].startswith("send") and "vote_granted=True" in order[1]
+    assert store.read() == ElectionState(5, voted_id=1)
+    order.clear()
+    driver.step(Message(3, 2, VoteRequest(5, 3, 9, 100, pre_vote=False)), 1)
+    assert len(order) == 1 and "vote_granted=False" in order[0], "one vote per epoch, even for a longer log"
+    restarted = cluster.open(2, store.read())
+    ready = restarted.handle(Message(3, 2, VoteRequest(5, 3, 9, 100, pre_vote=False)), 2)
+    response = only(list(ready.messages))
+    assert isinstance(response, VoteResponse)
+    assert not response.vote_granted, "the vote survives a restart"
+
+
+class NullStateMachine:
+    last_applied_offset = -1
+
+    def apply(self, offset: int, epoch: int, data: bytes) -> None:
+        self.last_applied_offset = offset
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    def restore(self, offset: int, data: bytes) -> None:
+        self.last_applied_offset = offset
+
+
+def write_entries(log: RaftLog, epochs: list[int]) -> None:
+    for index, epoch in enumerate(epochs):
+        log.append_as_leader(b"entry %d" % index, epoch, 0)
+    log.flush(0)
+
+
+def test_follower_truncates_to_the_diverging_epoch(tmp_path: Path) -> None:
+    """Goal: log repair by leader epoch (KIP-595). Method: leader 1 has epochs [1,1,1,3,3], follower 2
+    has [1,1,1,2,2,2] from a leader of epoch 2 that never committed; after election, 2's fetch is
+    answered with the end of epoch 1 (offset 3), it truncates there and then takes epoch 3's entries."""
+    cluster = Cluster(tmp_path)
+    write_entries(cluster.nodes[1].log, [1, 1, 1, 3, 3])
+    write_entries(cluster.nodes[2].log, [1, 1, 1, 2, 2, 2])
+    cluster.nodes[1] = cluster.open(1, ElectionState(3))
+    cluster.nodes[2] = cluster.open(2, ElectionState(3))
+    cluster.nodes[3] = cluster.open(3, ElectionState(3))
+    cluster.elect(1, drop=lambda message: isinstance(message.body, FetchRequest))
+    follower = cluster.nodes[2]
+    cluster.now_ms += cluster.config.request_timeout_ms
+    cluster.tick(2)
+    fetch = cluster.take(FetchRequest, source=2)[0]
+    assert (fetch.body.fetch_offset, fetch.body.last_fetched_epoch) == (6, 2)  # type: ignore[union-attr]
+    answer = cluster.handle(1, fetch)
+    response = cluster_message(1, 2, answer).body
+    assert isinstance(response, FetchResponse)
+    assert response.diverging_epoch == OffsetAndEpoch(epoch=1, offset=3)
+    cluster.handle(2, cluster_message(1, 2, answer))
+    assert follower.log.log_end_offset == 3
+    cluster.run(100)
+    assert follower.log.log_end_offset == cluster.nodes[1].log.log_end_offset
+    assert follower.log.end_offset_and_epoch() == cluster.nodes[1].log.end_offset_and_epoch()
+
+
+def test_leader_commits_old_epoch_entries_only_with_one_of_its_own(tmp_path: Path) -> None:
+    """Goal: Raft §5.4.2. Method: leader 1 of epoch 3 holds uncommitted epoch-2 entries 0..2 and its
+    LeaderChange at 3; a follower holding 0..2 (fetch offset 3) is a majority for them, yet the HW stays;
+    once the follower holds the LeaderChange (fetch offset 4) everything commits."""
+    cluster = Cluster(tmp_path)
+    write_entries(cluster.nodes[1].log, [2, 2, 2])
+    write_entries(cluster.nodes[2].log, [2, 2, 2])
+    for node_id in (1, 2, 3):
+        cluster.nodes[node_id] = cluster.open(node_id, ElectionState(2))
+    cluster.now_ms += ELECTION_TIMEOUT_MS
+    cluster.tick(1)
+    cluster.deliver_all(drop=lambda message: isinstance(message.body, FetchRequest | BeginQuorumEpoch))
+    leader = cluster.nodes[1]
+    assert leader.role is Role.LEADER
+    assert leader.log.log_end_offset == 4
+    ready = cluster.handle(1, Message(2, 1, FetchRequest(leader.epoch, 2, 3, 2, 1 << 20, 1)))
+    assert leader.high_watermark == 0, "a majority holds 0..2, but they are of an older epoch"
+    assert ready.committed == ()
+    ready = cluster.handle(1, Message(2, 1, FetchRequest(leader.epoch, 2, 4, leader.epoch, 1 << 20, 2)))
+    assert leader.high_watermark == 4
+    assert [entry.offset for entry in ready.committed] == [0, 1, 2, 3]
+    assert ready.committed[-1].control
+
+
+def test_leader_resigns_without_fetches_from_a_majority(tmp_path: Path) -> None:
+    """Goal: check-quorum. Method: elect 1, then only time passes: after 1.5 x the fetch timeout the
+    leader resigns, keeps its epoch and fails its pending proposal with NOT_LEADER_OR_FOLLOWER."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    epoch = leader.epoch
+    cluster.handle(1, Propose(1, b"x"))
+    cluster.outbox.clear()
+    ready = cluster.tick(1, cluster.now_ms + FETCH_TIMEOUT_MS)
+    assert leader.role is Role.LEADER, "one fetch timeout is not yet enough (KRaft waits 1.5x)"
+    ready = cluster.tick(1, cluster.now_ms + FETCH_TIMEOUT_MS)
+    assert leader.role is Role.UNATTACHED
+    assert leader.epoch == epoch
+    assert [(c.proposal_id, c.error) for c in ready.completions] == [(1, RaftError.NOT_LEADER_OR_FOLLOWER)]
+
+
+def test_observer_neither_votes_nor_counts_towards_commit(tmp_path: Path) -> None:
+    """Goal: observers follow the log but have no say. Method: observer 4 refuses a vote; the leader's
+    HW does not move on the observer's fetch alone; the observer never stands and ends up following."""
+    cluster = Cluster(tmp_path, observers=(4,))
+    ready = cluster.handle(4, Message(1, 4, VoteRequest(1, 1, 0, 0, pre_vote=False)))
+    response = only(list(ready.messages))
+    assert isinstance(response, VoteResponse)
+    assert not response.vote_granted
+    assert response.error is RaftError.INCONSISTENT_VOTER_SET
+    cluster.outbox.clear()
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    cluster.handle(1, Propose(1, b"y"))
+    cluster.outbox.clear()
+    high_watermark = leader.high_watermark
+    cluster.handle(1, Message(4, 1, FetchRequest(leader.epoch, 4, leader.log.log_end_offset, leader.epoch, 1 << 20, 9)))
+    assert leader.high_watermark == high_watermark, "an observer's copy does not commit anything"
+    for _ in range(5):
+        cluster.now_ms += 10
+        for node_id in (2, 3, 4):
+            cluster.tick(node_id)
+        cluster.deliver_all()
+    observer = cluster.nodes[4]
+    assert observer.role is Role.FOLLOWER
+    assert observer.leader_id == 1
+    assert observer.log.log_end_offset == leader.log.log_end_offset
+    assert observer.applied_offset == leader.high_watermark
+
+
+def test_far_behind_follower_installs_the_leaders_snapshot(tmp_path: Path) -> None:
+    """Goal: a follower below the leader's log start catches up by snapshot (KIP-630). Method: the
+    leader commits entries with node 2 only and snapshots; node 3 then fetches from offset 0, is told the
+    snapshot id, downloads it in small chunks, installs it and gets a restore in its Ready."""
+    cluster = Cluster(tmp_path, snapshot_interval_records=3, fetch_bytes_max=40)
+    cluster.elect(1, drop=lambda message: 3 in (message.source_id, message.destination_id))
+    leader = cluster.nodes[1]
+    for index in range(6):
+        cluster.handle(1, Propose(index, b"record %d" % index))
+        for ready in cluster.run(20, drop=lambda message: 3 in (message.source_id, message.destination_id),
+                                 nodes=(1, 2)):
+            if ready.snapshot_request is not None:
+                assert ready.snapshot_request.offset <= leader.high_watermark
+        for node_id in (1, 2):
+            request = cluster.nodes[node_id]._snapshot_pending
+            if request is not None:
+                cluster.handle(node_id, SnapshotCreated(request, b"state up to %d" % request.offset))
+        cluster.outbox.clear()
+    assert leader.log.log_start_offset > 0, leader.log.log
+    follower = cluster.nodes[3]
+    cluster.handle(3, Message(1, 3, BeginQuorumEpoch(leader.epoch, 1)))
+    restores = [ready.restore for ready in cluster.run(100) if ready.restore is not None]
+    assert len(restores) == 1
+    snapshot_id = leader.log.snapshots.latest_id()
+    assert restores[0].snapshot_id == snapshot_id
+    assert restores[0].data == b"state up to %d" % snapshot_id.offset  # type: ignore[union-attr]
+    assert follower.log.log_start_offset == snapshot_id.offset  # type: ignore[union-attr]
+    assert follower.log.log_end_offset == leader.log.log_end_offset
+    assert follower.high_watermark == leader.high_watermark
+
+
+def test_snapshot_download_uses_fetch_snapshot_chunks(tmp_path: Path) -> None:
+    """Goal: FetchSnapshot answers are bounded by fetch_bytes_max. Method: ask the leader directly."""
+    cluster = Cluster(tmp_path, snapshot_interval_records=1, fetch_bytes_max=50)
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    snapshot_id = OffsetAndEpoch(leader.epoch, 1)
+    cluster.handle(1, SnapshotCreated(snapshot_id, b"s" * 500))
+    assert leader.log.snapshots.latest_id() == snapshot_id
+    ready = cluster.handle(1, Message(2, 1, FetchSnapshotRequest(leader.epoch, 2, snapshot_id, 0, 1 << 20, 5)))
+    chunk = only(list(ready.messages))
+    assert len(chunk.data) == 50  # type: ignore[union-attr]
+    assert chunk.size == leader.log.snapshots.size(snapshot_id)  # type: ignore[union-attr]
+    ready = cluster.handle(1, Message(2, 1, FetchSnapshotRequest(leader.epoch, 2, OffsetAndEpoch(9, 9), 0, 10, 6)))
+    assert only(list(ready.messages)).error is RaftError.SNAPSHOT_NOT_FOUND  # type: ignore[union-attr]
+
+
+def test_proposal_to_a_non_leader_is_an_error_value(tmp_path: Path) -> None:
+    """Goal: Propose never raises on a non-leader. Method: propose to a follower and to an unattached node."""
+    cluster = Cluster(tmp_path)
+    ready = cluster.handle(2, Propose(1, b"z"))
+    assert [(c.error, c.leader_id) for c in ready.completions] == [(RaftError.NOT_LEADER_OR_FOLLOWER, None)]
+    cluster.elect(1)
+    ready = cluster.handle(2, Propose(2, b"z"))
+    completion = ready.completions[0]
+    assert completion.error is RaftError.NOT_LEADER_OR_FOLLOWER
+    assert (completion.leader_id, completion.leader_epoch) == (1, cluster.nodes[1].epoch)
+
+
+def test_leader_parks_a_caught_up_fetch_until_there_is_news(tmp_path: Path) -> None:
+    """Goal: long polling is bounded. Method: a caught-up fetch gets no answer until a proposal, and an
+    idle one is answered at fetch_max_wait_ms."""
+    cluster = Cluster(tmp_path, fetch_max_wait_ms=30)
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    end, hw = leader.log.log_end_offset, leader.high_watermark
+    ready = cluster.handle(1, Message(2, 1, FetchRequest(leader.epoch, 2, end, leader.epoch, 1 << 20, 1, hw)))
+    assert ready.messages == ()
+    assert ready.next_tick_ms <= cluster.now_ms + 30
+    ready = cluster.handle(1, Propose(1, b"news"))
+    assert 2 in [m.destination_id for m in ready.messages if isinstance(m.body, FetchResponse)]
+    end = leader.log.log_end_offset
+    ready = cluster.handle(1, Message(3, 1, FetchRequest(leader.epoch, 3, end, leader.epoch, 1 << 20, 2, end)))
+    assert leader.high_watermark == end, "node 3's fetch made the new record committed"
+    assert 3 not in [m.destination_id for m in ready.messages], "node 3 knows that HW already: parked"
+    ready = cluster.tick(1, cluster.now_ms + 29)
+    assert 3 not in [m.destination_id for m in ready.messages]
+    ready = cluster.tick(1, cluster.now_ms + 1)
+    assert [m.destination_id for m in ready.messages if isinstance(m.body, FetchResponse)] == [3]
+
+
+def test_stale_and_duplicate_fetch_answers_are_ignored(tmp_path: Path) -> None:
+    """Goal: the network may duplicate and reorder. Method: deliver one fetch answer twice; the second
+    changes nothing and sends no new fetch."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    cluster.handle(1, Propose(1, b"once"))
+    cluster.outbox.clear()
+    cluster.now_ms += cluster.config.request_timeout_ms
+    cluster.tick(2)
+    fetch = cluster.take(FetchRequest, source=2)[0]
+    answer = cluster_message(1, 2, cluster.handle(1, fetch))
+    cluster.outbox.clear()
+    cluster.handle(2, answer)
+    end = cluster.nodes[2].log.log_end_offset
+    cluster.outbox.clear()
+    ready = cluster.handle(2, answer)
+    assert cluster.nodes[2].log.log_end_offset == end
+    assert ready.messages == ()
+
+
+@pytest.mark.parametrize("voters", [(1,), (1, 2, 3, 4, 5)])
+def test_any_quorum_size_elects_and_commits(tmp_path: Path, voters: tuple[int, ...]) -> None:
+    """Goal: one voter commits alone; five need three. Method: elect, propose, let followers fetch."""
+    cluster = Cluster(tmp_path, voters=voters)
+    cluster.elect(voters[0])
+    leader = cluster.nodes[voters[0]]
+    ready = cluster.handle(voters[0], Propose(1, b"v"))
+    if len(voters) == 1:
+        assert [c.error for c in ready.completions] == [RaftError.NONE]
+        return
+    cluster.run(50, nodes=voters[:3], drop=lambda message: message.destination_id in voters[3:]
+                or message.source_id in voters[3:])
+    assert leader.high_watermark == leader.log.log_end_offset
