@@ -9,8 +9,11 @@ the committed entries in offset order, as the first node to apply each offset sa
 - Log matching: every batch any node ever held is recorded under (base offset, epoch) with its CRC
   and the epoch of the entry before it; two logs holding a batch at the same offset and epoch must
   agree on both, so by induction they agree on the whole prefix.
-- Leader completeness: a node that becomes leader holds every entry committed so far (its entry at
-  the last committed offset has the canonical epoch, or its snapshot ends there).
+- Leader completeness: a node that becomes leader of epoch E holds every entry committed in an epoch
+  before E (its entry at the last such offset has the canonical epoch, or its snapshot ends past it).
+  An entry is committed in the epoch of the leader whose high watermark first passed it. Entries
+  committed in E or later need not be there: a candidate of an old epoch that collected its votes
+  long ago (it was paused) may still win that old epoch, and it cannot commit anything.
 - State machine safety: every node applies a contiguous run of the canonical history (entries
   equal in epoch, data and kind) from its latest snapshot on; a snapshot it restores ends at a
   committed offset in the canonical epoch; with a digest-capable state machine, its state equals
@@ -61,6 +64,7 @@ class SafetyChecker:
         self.mirrors: dict[int, LogMirror] = {}
         self.batches: dict[tuple[int, int], tuple[int, int]] = {}
         self.snapshots: dict[int, bytes] = {}
+        self.commit_epochs: list[int] = []  # commit_epochs[offset]: epoch of the leader that committed it
         self.checks = 0
 
     def fail(self, prop: str, message: str) -> None:
@@ -92,6 +96,8 @@ class SafetyChecker:
             self.fail("commit index", f"node {node_id} HW fell {self.high_watermarks[node_id]} -> {high_watermark}")
         self.high_watermarks[node_id] = high_watermark
         self._update_mirror(node_id, raft)
+        if raft.role is Role.LEADER and high_watermark > len(self.commit_epochs):
+            self.commit_epochs.extend([raft.epoch] * (high_watermark - len(self.commit_epochs)))
         if raft.role is Role.LEADER and self.leaders.get(raft.epoch) is None:
             self.leaders[raft.epoch] = node_id
             self._check_leader_completeness(node_id, raft)
@@ -110,7 +116,9 @@ class SafetyChecker:
                 self.fail("durable vote", f"node {node_id} voted {earlier} then {voted} in epoch {epoch}")
 
     def _check_leader_completeness(self, node_id: int, raft: Raft) -> None:
-        committed_end = len(self.canonical)
+        committed_end = min(len(self.canonical), len(self.commit_epochs))
+        while committed_end > 0 and self.commit_epochs[committed_end - 1] >= raft.epoch:
+            committed_end -= 1
         if committed_end == 0:
             return
         last = self.canonical[committed_end - 1]
@@ -125,7 +133,7 @@ class SafetyChecker:
                                                  f"committed offset {last.offset} of epoch {last.epoch}")
         else:
             snapshot = raft.log.snapshots.latest_id()
-            if snapshot is None or snapshot.offset != committed_end or snapshot.epoch != last.epoch:
+            if snapshot is None or snapshot.offset < committed_end:
                 self.fail("leader completeness", f"node {node_id} leads epoch {raft.epoch} from snapshot "
                                                  f"{snapshot}; committed end {committed_end} epoch {last.epoch}")
 
