@@ -40,12 +40,13 @@ LEADER_CHANGE_KEY = b"\x00\x00\x00\x02"
 
 
 def metadata_log_config(segment_bytes: int = 1024 * 1024 * 1024, segment_index_bytes: int = 10 * 1024 * 1024,
-                        max_message_bytes: int = 8 * 1024 * 1024) -> LogConfig:
+                        max_message_bytes: int = 8 * 1024 * 1024, index_interval_bytes: int = 4096) -> LogConfig:
     """The metadata log's storage settings: time and size retention off (snapshots bound it),
     and deleted segments removed at once — the Raft core is the log's only reader, so no read
     can still hold a deleted segment (Kafka keeps `file.delete.delay.ms` for concurrent fetches)."""
     return LogConfig(segment_bytes=segment_bytes, segment_index_bytes=segment_index_bytes, retention_ms=-1,
-                     retention_bytes=-1, file_delete_delay_ms=0, max_message_bytes=max_message_bytes)
+                     retention_bytes=-1, file_delete_delay_ms=0, max_message_bytes=max_message_bytes,
+                     index_interval_bytes=index_interval_bytes)
 
 
 class FetchValidation(Enum):

@@ -29,6 +29,7 @@ class SimOptions:
     fetch_bytes_max: int
     snapshot_interval_records: int
     segment_bytes: int
+    index_interval_bytes: int
     delay_min_ms: int
     delay_max_ms: int
     long_delay_probability: float
@@ -91,6 +92,8 @@ class SimOptions:
             proposal_interval_max_ms=rng.choice((2, 10, 40)),
             safety_duration_ms=rng.choice((1000, 2000, 4000)),
             node_seeds=tuple(rng.getrandbits(63) for _ in range(voters + observers)),
+            # Draws added later come last, so that older seeds keep their earlier options.
+            index_interval_bytes=rng.choice((128, 512)),
         )
 
     def describe(self) -> str:

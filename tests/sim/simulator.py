@@ -164,7 +164,8 @@ class Simulation:
             fetch_bytes_max=options.fetch_bytes_max,
             snapshot_interval_records=options.snapshot_interval_records,
         )
-        log_config = metadata_log_config(segment_bytes=options.segment_bytes, segment_index_bytes=1024)
+        log_config = metadata_log_config(segment_bytes=options.segment_bytes, segment_index_bytes=1024,
+                                         index_interval_bytes=options.index_interval_bytes)
         node_ids = range(1, options.voters + options.observers + 1)
         return {node_id: SimNode(node_id, self.root, options.node_seeds[node_id - 1], config, log_config, self.spec)
                 for node_id in node_ids}
