@@ -152,7 +152,8 @@ class SafetyChecker:
             if mirror.end < mirror.start:
                 # Appended, committed and snapshotted within one step: those entries are in the snapshot.
                 snapshot = log.snapshots.latest_id()
-                assert snapshot is not None and snapshot.offset == mirror.start, f"{snapshot} {mirror}"
+                assert snapshot is not None, f"node {node_id}: log start {mirror.start} without a snapshot"
+                assert snapshot.offset == mirror.start, f"node {node_id}: snapshot {snapshot}, start {mirror.start}"
                 mirror.end, mirror.last_epoch = mirror.start, snapshot.epoch
         while mirror.end < log.log_end_offset:
             data = log.log.read(mirror.end, 1 << 20).records

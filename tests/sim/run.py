@@ -3,6 +3,7 @@
     .venv/bin/python -m tests.sim.run --seed 12345 [--trace]      # replay one seed
     .venv/bin/python -m tests.sim.run --seeds 100000 --jobs 2     # seeds 0..99999
     .venv/bin/python -m tests.sim.run --regressions               # every seed that ever failed
+    .venv/bin/python -m tests.sim.run --seeds 1000 --spec my.module:SPEC  # another state machine
 
 A run prints `seed=` and its options first; a failure prints the property, the message and the
 one-line command that replays it, and (many seeds) is appended to tests/sim/regressions.txt. The
@@ -12,6 +13,8 @@ summary gives seeds/s and the distribution of election time after a leader crash
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import multiprocessing
 import sys
 import time
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from tests.sim.options import SimOptions
 from tests.sim.simulator import Simulation
+from tests.sim.state_machines import HASH_LIST, StateMachineSpec
 
 REGRESSIONS = Path(__file__).with_name("regressions.txt")
 
@@ -41,9 +45,19 @@ def replay_command(seed: int) -> str:
     return f".venv/bin/python -m tests.sim.run --seed {seed}"
 
 
-def run_seed(seed: int) -> SeedOutcome:
+def load_spec(path: str) -> StateMachineSpec:
+    """`module:attribute` naming a StateMachineSpec (default: the hash-list state machine)."""
+    if not path:
+        return HASH_LIST
+    module_name, _, attribute = path.partition(":")
+    spec = getattr(importlib.import_module(module_name), attribute)
+    assert isinstance(spec, StateMachineSpec), f"{path} is a {type(spec).__name__}, not a StateMachineSpec"
+    return spec
+
+
+def run_seed(seed: int, spec_path: str = "") -> SeedOutcome:
     """One seed, in this process; failures come back as text (a worker must not die)."""
-    simulation = Simulation(seed)
+    simulation = Simulation(seed, spec=load_spec(spec_path))
     try:
         result = simulation.run()
     except Exception:  # every failure of a seed is reported, none hidden
@@ -53,13 +67,14 @@ def run_seed(seed: int) -> SeedOutcome:
                        result.simulated_ms, result.committed)
 
 
-def run_seeds(seeds: Iterable[int], jobs: int) -> Iterator[SeedOutcome]:
+def run_seeds(seeds: Iterable[int], jobs: int, spec_path: str = "") -> Iterator[SeedOutcome]:
     seed_list = list(seeds)
+    run = functools.partial(run_seed, spec_path=spec_path)
     if jobs <= 1:
-        yield from map(run_seed, seed_list)
+        yield from map(run, seed_list)
         return
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        yield from pool.imap_unordered(run_seed, seed_list, chunksize=4)
+        yield from pool.imap_unordered(run, seed_list, chunksize=4)
 
 
 def regression_seeds() -> list[int]:
@@ -120,10 +135,10 @@ class Summary:
         )
 
 
-def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int) -> Summary:
+def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int, spec_path: str = "") -> Summary:
     summary = Summary()
     started = time.monotonic()
-    for outcome in run_seeds(seeds, jobs):
+    for outcome in run_seeds(seeds, jobs, spec_path):
         summary.add(outcome)
         if outcome.failure is not None:
             print(f"FAIL seed={outcome.seed}\n{outcome.failure}\nreplay: {replay_command(outcome.seed)}", flush=True)
@@ -135,9 +150,9 @@ def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int) -> 
     return summary
 
 
-def run_one(seed: int, trace: bool) -> int:
+def run_one(seed: int, trace: bool, spec_path: str = "") -> int:
     print(SimOptions.from_seed(seed).describe(), flush=True)
-    simulation = Simulation(seed, trace=print if trace else None)
+    simulation = Simulation(seed, spec=load_spec(spec_path), trace=print if trace else None)
     try:
         result = simulation.run()
     except AssertionError:
@@ -162,11 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--no-record", action="store_true", help="do not append failing seeds to regressions.txt")
     parser.add_argument("--progress", type=int, default=1000, help="print progress every N seeds (0: never)")
+    parser.add_argument("--spec", default="", help="module:attribute of a StateMachineSpec (default: hash list)")
     args = parser.parse_args(argv)
     if args.seed is not None:
-        return run_one(args.seed, args.trace)
+        return run_one(args.seed, args.trace, args.spec)
     seeds = regression_seeds() if args.regressions else list(range(args.start, args.start + (args.seeds or 1000)))
-    summary = run_many(seeds, args.jobs, record=not args.no_record, progress_every=args.progress)
+    summary = run_many(seeds, args.jobs, record=not args.no_record, progress_every=args.progress,
+                       spec_path=args.spec)
     return 1 if summary.failures else 0
 
 
