@@ -19,15 +19,17 @@ import multiprocessing
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from tests.sim.options import SimOptions
 from tests.sim.simulator import Simulation
 from tests.sim.state_machines import HASH_LIST, StateMachineSpec
 
 REGRESSIONS = Path(__file__).with_name("regressions.txt")
+Number = TypeVar("Number", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class SeedOutcome:
     steps: int
     simulated_ms: int
     committed: int
+    fetch_timeout_ms: int = 0
 
 
 def replay_command(seed: int) -> str:
@@ -64,7 +67,7 @@ def run_seed(seed: int, spec_path: str = "") -> SeedOutcome:
         return SeedOutcome(seed, traceback.format_exc(limit=-6), None, None, simulation.result.steps,
                            simulation.now_ms, len(simulation.checker.canonical))
     return SeedOutcome(seed, None, result.election_after_crash_ms, result.liveness_ms, result.steps,
-                       result.simulated_ms, result.committed)
+                       result.simulated_ms, result.committed, simulation.options.fetch_timeout_ms)
 
 
 def run_seeds(seeds: Iterable[int], jobs: int, spec_path: str = "") -> Iterator[SeedOutcome]:
@@ -96,7 +99,11 @@ def record_regression(seed: int, failure: str) -> None:
         file.write(f"{seed}  # {reason}\n")
 
 
-def percentile(values: list[int], fraction: float) -> int | None:
+def _fixed(value: float | None) -> str:
+    return "None" if value is None else f"{value:.2f}"
+
+
+def percentile(values: Sequence[Number], fraction: float) -> Number | None:
     if not values:
         return None
     ordered = sorted(values)
@@ -108,6 +115,7 @@ class Summary:
     seeds: int = 0
     failures: list[SeedOutcome] | None = None
     elections: list[int] | None = None
+    election_ratios: list[float] | None = None
     liveness: list[int] | None = None
     steps: int = 0
 
@@ -118,6 +126,8 @@ class Summary:
             self.failures = [*(self.failures or []), outcome]
         if outcome.election_after_crash_ms is not None:
             self.elections = [*(self.elections or []), outcome.election_after_crash_ms]
+            ratio = outcome.election_after_crash_ms / max(outcome.fetch_timeout_ms, 1)
+            self.election_ratios = [*(self.election_ratios or []), ratio]
         if outcome.liveness_ms is not None:
             self.liveness = [*(self.liveness or []), outcome.liveness_ms]
 
@@ -129,7 +139,9 @@ class Summary:
             f"seeds={self.seeds} failures={len(failures)} elapsed={elapsed_s:.1f}s "
             f"seeds/s={self.seeds / max(elapsed_s, 1e-9):.1f} steps/seed={self.steps // max(self.seeds, 1)}\n"
             f"election after leader crash (simulated ms): n={len(elections)} p50={percentile(elections, 0.5)} "
-            f"p99={percentile(elections, 0.99)} max={max(elections, default=None)}\n"
+            f"p99={percentile(elections, 0.99)} max={max(elections, default=None)}; in fetch timeouts: "
+            f"p50={_fixed(percentile(self.election_ratios or [], 0.5))} "
+            f"p99={_fixed(percentile(self.election_ratios or [], 0.99))}\n"
             f"heal to converged (simulated ms): p50={percentile(liveness, 0.5)} p99={percentile(liveness, 0.99)} "
             f"max={max(liveness, default=None)}"
         )
