@@ -304,8 +304,8 @@ class LogSegment:
         entry_offset, position = self.offset_index.lookup(offset)
         if position == 0:
             return 0
-        if position + BATCH_HEADER_SIZE > self.size:
-            raise CorruptIndexError(f"{self.offset_index.path}: position {position} is past the log end {self.size}")
+        if position < 0 or position + BATCH_HEADER_SIZE > self.size:
+            raise CorruptIndexError(f"{self.offset_index.path}: position {position} outside the log [0, {self.size})")
         header = read_header(self.read_bytes(position, BATCH_HEADER_SIZE))
         if header.last_offset != entry_offset:
             raise CorruptIndexError(
