@@ -71,8 +71,8 @@ class SimOptions:
             retry_backoff_ms=rng.choice((1, 5, 20)),
             fetch_max_wait_ms=rng.choice((0, 10, fetch_timeout_ms // 4)),
             fetch_bytes_max=rng.choice((100, 300, 4096, 1 << 20)),
-            snapshot_interval_records=rng.choice((3, 10, 40, 200)),
-            segment_bytes=rng.choice((400, 1024, 16384)),
+            snapshot_interval_records=rng.choice((4, 16, 64, 256)),
+            segment_bytes=rng.choice((512, 2048, 16384)),
             delay_min_ms=1,
             # Round trips stay below the request timeout and well below the election timeout, as on
             # any network a quorum can work on; long delays (below) break that on purpose.
