@@ -1,0 +1,47 @@
+"""Outbox: the outputs of one `Partition.handle` call, collected as it runs, frozen into a `Ready`."""
+
+from __future__ import annotations
+
+from replication.errors import ReplicationError
+from replication.events import NO_EPOCH
+from replication.ready import (
+    AlterPartitionProposal,
+    Completion,
+    FollowerFetchPosition,
+    HighWatermarkChange,
+    LogChange,
+    Ready,
+    Role,
+)
+
+
+class Outbox:
+    """Mutable and short-lived: one per `handle` call, owned by the core."""
+
+    def __init__(self) -> None:
+        self.log_changes: list[LogChange] = []
+        self.messages: list[AlterPartitionProposal] = []
+        self.completions: list[Completion] = []
+
+    def ready(self, role: Role, leader_epoch: int, high_watermark: HighWatermarkChange | None,
+              fetch: FollowerFetchPosition | None, next_tick_ms: int | None) -> Ready:
+        return Ready(
+            role=role,
+            leader_epoch=leader_epoch,
+            log_changes=tuple(self.log_changes),
+            high_watermark=high_watermark,
+            messages=tuple(self.messages),
+            completions=tuple(self.completions),
+            fetch=fetch,
+            next_tick_ms=next_tick_ms,
+        )
+
+
+def epoch_error(requested_epoch: int, current_epoch: int) -> ReplicationError:
+    """Kafka's checkCurrentLeaderEpoch: an older epoch is fenced (the client's metadata is stale),
+    a newer one unknown (this replica's metadata is stale); NO_EPOCH skips the check."""
+    if requested_epoch in (NO_EPOCH, current_epoch):
+        return ReplicationError.NONE
+    if requested_epoch < current_epoch:
+        return ReplicationError.FENCED_LEADER_EPOCH
+    return ReplicationError.UNKNOWN_LEADER_EPOCH
