@@ -76,6 +76,13 @@ class QuorumConfig:
         for name in ("election_backoff_max_ms", "retry_backoff_ms", "fetch_max_wait_ms"):
             if getattr(self, name) < 0:
                 raise QuorumConfigError(f"{name}={getattr(self, name)} must be >= 0")
+        if self.fetch_max_wait_ms >= self.request_timeout_ms:
+            # Kafka's rule for replica.fetch.wait.max.ms and replica.socket.timeout.ms: a parked fetch
+            # must be answered before the follower gives up on it, or no fetch ever completes.
+            raise QuorumConfigError(
+                f"fetch_max_wait_ms={self.fetch_max_wait_ms} must be below request_timeout_ms="
+                f"{self.request_timeout_ms}; lower controller.quorum.fetch.max.wait.ms"
+            )
 
     @property
     def voter_ids(self) -> frozenset[int]:

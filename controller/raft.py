@@ -763,15 +763,17 @@ class Raft:
         leader in our epoch for exactly our current position: within one epoch the leader's answer
         to a position never changes. This keeps followers going when round trips exceed the request
         timeout."""
-        current = (self.role is Role.FOLLOWER and source_id == self.leader_id and response.epoch == self.epoch
-                   and response.error is RaftError.NONE and self._download is None
-                   and response.fetch_offset == self.log.log_end_offset
-                   and response.last_fetched_epoch == self.log.last_fetched_epoch())
-        # Only an answer that moves us counts: otherwise duplicated empty answers would each start
-        # another fetch, and the number of fetches in flight would grow without bound.
-        moves = (bool(response.records) or response.diverging_epoch is not None or response.snapshot_id is not None
-                 or min(response.high_watermark, self.log.log_end_offset) > self.log.high_watermark)
-        return current and moves
+        return (self.role is Role.FOLLOWER and source_id == self.leader_id and response.epoch == self.epoch
+                and response.error is RaftError.NONE and self._download is None
+                and response.fetch_offset == self.log.log_end_offset
+                and response.last_fetched_epoch == self.log.last_fetched_epoch())
+
+    def _moves(self, response: FetchResponse) -> bool:
+        """Does acting on this answer change anything? A late answer is acted on only then: otherwise
+        duplicated empty answers would each start another fetch, and the number of fetches in flight
+        would grow without bound."""
+        return (bool(response.records) or response.diverging_epoch is not None or response.snapshot_id is not None
+                or min(response.high_watermark, self.log.log_end_offset) > self.log.high_watermark)
 
     def _fetch_succeeded(self) -> None:
         self._leader_heard_ms = self._now_ms
@@ -792,6 +794,9 @@ class Raft:
     def _on_fetch_response(self, source_id: int, response: FetchResponse) -> None:
         if not self._awaited(source_id, response.correlation_id):
             if not self._answers_current_position(source_id, response):
+                return
+            self._fetch_succeeded()  # a late answer still proves that our leader is there
+            if not self._moves(response):
                 return
             self._in_flight = None
         if response.error is not RaftError.NONE:

@@ -481,3 +481,25 @@ def test_any_quorum_size_elects_and_commits(tmp_path: Path, voters: tuple[int, .
     cluster.run(50, nodes=voters[:3], drop=lambda message: message.destination_id in voters[3:]
                 or message.source_id in voters[3:])
     assert leader.high_watermark == leader.log.log_end_offset
+
+
+def test_late_answers_keep_a_caught_up_follower_attached(tmp_path: Path) -> None:
+    """Goal: a follower whose fetches are answered after its request timeout (a parked fetch, a slow
+    link) still counts its leader as alive. Method: every answer to node 2 arrives one request timeout
+    late; over several fetch timeouts node 2 stays a follower and sends one fetch at a time."""
+    cluster = Cluster(tmp_path, fetch_max_wait_ms=0)
+    cluster.elect(1)
+    cluster.outbox.clear()
+    late: list[Message] = []
+    for _ in range(4 * FETCH_TIMEOUT_MS // cluster.config.request_timeout_ms):
+        cluster.now_ms += cluster.config.request_timeout_ms
+        cluster.tick(2)  # gives up on the fetch in flight and sends another
+        cluster.tick(3)
+        for message in late:
+            cluster.handle(2, message)
+        late = []
+        for message in cluster.take(FetchRequest, source=2):
+            late.extend(m for m in cluster.handle(1, message).messages if m.destination_id == 2)
+        cluster.deliver_all(drop=lambda message: 2 in (message.source_id, message.destination_id))
+        assert cluster.nodes[2].role is Role.FOLLOWER
+    assert cluster.nodes[1].role is Role.LEADER

@@ -146,3 +146,9 @@ def test_reopen_after_an_unfinished_snapshot_install_starts_at_the_snapshot(tmp_
     reopened = RaftLog.open(tmp_path, 0, metadata_log_config(segment_bytes=1024))
     assert (reopened.log_start_offset, reopened.log_end_offset, reopened.high_watermark) == (6, 6, 6)
     assert reopened.last_fetched_epoch() == 2
+
+
+def test_a_parked_fetch_must_be_answered_before_the_request_times_out() -> None:
+    with pytest.raises(QuorumConfigError, match="fetch_max_wait_ms=500 must be below request_timeout_ms=500"):
+        QuorumConfig.from_properties({"controller.quorum.voters": "1@a:1", "controller.quorum.fetch.max.wait.ms": "500",
+                                      "controller.quorum.request.timeout.ms": "500"})

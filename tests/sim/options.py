@@ -60,16 +60,18 @@ class SimOptions:
         election_timeout_ms = rng.choice((50, 100, 150))
         fetch_timeout_ms = election_timeout_ms * rng.choice((3, 4, 6)) // 2
         calm = rng.random() < 0.15  # some runs have no faults at all: the happy path must work too
+        election_backoff_max_ms = rng.choice((0, election_timeout_ms // 2, election_timeout_ms))
+        request_timeout_ms = rng.choice((election_timeout_ms // 2, election_timeout_ms, fetch_timeout_ms))
         return cls(
             seed=seed,
             voters=voters,
             observers=observers,
             election_timeout_ms=election_timeout_ms,
             fetch_timeout_ms=fetch_timeout_ms,
-            election_backoff_max_ms=rng.choice((0, election_timeout_ms // 2, election_timeout_ms)),
-            request_timeout_ms=rng.choice((election_timeout_ms // 2, election_timeout_ms, fetch_timeout_ms)),
+            election_backoff_max_ms=election_backoff_max_ms,
+            request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=rng.choice((1, 5, 20)),
-            fetch_max_wait_ms=rng.choice((0, 10, fetch_timeout_ms // 4)),
+            fetch_max_wait_ms=rng.choice((0, request_timeout_ms // 4, request_timeout_ms // 2)),
             fetch_bytes_max=rng.choice((100, 300, 4096, 1 << 20)),
             snapshot_interval_records=rng.choice((4, 16, 64, 256)),
             segment_bytes=rng.choice((512, 2048, 16384)),

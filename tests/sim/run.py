@@ -16,6 +16,7 @@ import argparse
 import functools
 import importlib
 import multiprocessing
+import re
 import sys
 import time
 import traceback
@@ -94,7 +95,8 @@ def regression_seeds() -> list[int]:
 def record_regression(seed: int, failure: str) -> None:
     if seed in regression_seeds():
         return
-    reason = failure.strip().splitlines()[-1][:100] if failure.strip() else "failure"
+    exceptions = [line for line in failure.splitlines() if re.match(r"^[\w.]+(Error|Violation|Failure): ", line)]
+    reason = exceptions[-1][:110] if exceptions else "failure"
     with open(REGRESSIONS, "a", encoding="utf-8") as file:
         file.write(f"{seed}  # {reason}\n")
 
