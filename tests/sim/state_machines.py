@@ -68,13 +68,16 @@ def hash_list_payload(rng: random.Random, sequence: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class StateMachineSpec:
-    """What a simulation applies: a factory, the workload's payloads, and an optional digest of a
-    state machine that must equal `chain_digest` over the canonical history (None: not checked)."""
+    """What a simulation applies: a factory, the workload's payloads, an optional digest of a state
+    machine that must equal `chain_digest` over the canonical history (None: not checked), and whether
+    two nodes' snapshots at one offset must be the same bytes (False if a snapshot records, say, the
+    offset of the last record applied, which a restored node knows only as the snapshot's end)."""
 
     name: str
     factory: Callable[[], StateMachine]
     payload: Callable[[random.Random, int], bytes]
     digest: Callable[[StateMachine], bytes] | None
+    identical_snapshots: bool = True
 
 
 def _hash_list_digest(state_machine: StateMachine) -> bytes:
