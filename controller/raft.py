@@ -560,9 +560,8 @@ class Raft:
         if source_id != request.leader_id or request.epoch < self.epoch:
             return
         if request.epoch > self.epoch or self.role is not Role.FOLLOWER:
-            assert not (request.epoch == self.epoch and self.role is Role.LEADER), (
-                f"two leaders in epoch {self.epoch}: {self.node_id} and {request.leader_id}"
-            )
+            if request.epoch == self.epoch:
+                assert self.role is not Role.LEADER, f"two leaders in epoch {self.epoch}: {self.node_id}, {source_id}"
             self._become_follower(request.epoch, request.leader_id)
             self._leader_heard_ms = self._now_ms
         else:
