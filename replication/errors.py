@@ -68,6 +68,7 @@ _RETRIABLE = frozenset(
         ReplicationError.FENCED_LEADER_EPOCH,
         ReplicationError.UNKNOWN_LEADER_EPOCH,
         ReplicationError.OFFSET_NOT_AVAILABLE,
+        ReplicationError.UNKNOWN_TOPIC_ID,
     }
 )
 

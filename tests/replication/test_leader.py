@@ -1,0 +1,359 @@
+"""The leader half of the partition core: appends, acks, HW, ISR changes, fencing.
+
+Method: three brokers' cores on temp dirs, driven by hand-built events and `now_ms`; followers
+fetch through `harness.fetch_round`. Every test states the Kafka rule it checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from replication.errors import ReplicationError
+from replication.events import (
+    AlterPartitionResponse,
+    ConsumerFetch,
+    FollowerFetch,
+    MakeLeader,
+    ProduceRequest,
+    Tick,
+)
+from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
+from replication.ready import AlterPartitionProposal, FetchResult, ProduceResult, Role
+from tests.replication.harness import (
+    LAG_MS,
+    REPLICAS,
+    Broker,
+    batch,
+    catch_up,
+    fetch_round,
+    make_follower,
+    make_leader,
+    only,
+    produce_results,
+)
+
+Brokers = Callable[..., list[Broker]]
+
+
+def setup(brokers: Brokers, epoch: int = 1, isr: tuple[int, ...] = REPLICAS, **properties: str) -> list[Broker]:
+    cluster = brokers(**properties)
+    make_leader(cluster[0], epoch, isr)
+    for follower in cluster[1:]:
+        make_follower(follower, 1, epoch, isr)
+    return cluster
+
+
+def produce(broker: Broker, records: bytes, acks: int, now_ms: int = 0, timeout_ms: int = 1_000,
+            epoch: int = -1) -> tuple[int, list[ProduceResult]]:
+    request_id = broker.request_id()
+    ready = broker.handle(ProduceRequest(request_id, records, acks, timeout_ms, epoch), now_ms)
+    return request_id, produce_results(ready)
+
+
+def test_acks_1_is_answered_after_the_local_append(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers)
+    request_id, results = produce(leader, batch(b"a", b"b"), acks=1)
+    assert results == [ProduceResult(request_id, ReplicationError.NONE, 0, -1, 0)]
+    assert leader.log.log_end_offset == 2
+    assert leader.log.high_watermark == 0, "followers have not fetched: the HW stays"
+
+
+def test_acks_0_is_answered_at_once_too(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers)
+    _, results = produce(leader, batch(b"a"), acks=0)
+    assert [r.error for r in results] == [ReplicationError.NONE]
+
+
+def test_invalid_acks_are_refused_before_append(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers)
+    _, results = produce(leader, batch(b"a"), acks=2)
+    assert results[0].error == ReplicationError.INVALID_REQUIRED_ACKS
+    assert leader.log.log_end_offset == 0
+
+
+def test_corrupt_batch_is_refused_and_log_unchanged(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers)
+    records = bytearray(batch(b"a"))
+    records[-1] ^= 0xFF
+    _, results = produce(leader, bytes(records), acks=1)
+    assert results[0].error == ReplicationError.CORRUPT_MESSAGE
+    assert "CRC" in results[0].error_message or "crc" in results[0].error_message.lower()
+    assert leader.log.log_end_offset == 0
+
+
+def test_acks_all_completes_when_the_high_watermark_passes_the_last_offset(brokers: Brokers) -> None:
+    leader, one, two = setup(brokers)
+    request_id, results = produce(leader, batch(b"a", b"b", b"c"), acks=-1)
+    assert results == [], "acks=all waits for the ISR"
+    fetch_round(leader, one, now_ms=1)  # fetches [0, 3)
+    leader_ready, _ = fetch_round(leader, one, now_ms=2)  # reports LEO 3; two has not fetched
+    assert produce_results(leader_ready) == []
+    fetch_round(leader, two, now_ms=3)
+    leader_ready, _ = fetch_round(leader, two, now_ms=4)
+    assert produce_results(leader_ready) == [ProduceResult(request_id, ReplicationError.NONE, 0, -1, 0)]
+    assert leader_ready.high_watermark is not None and leader_ready.high_watermark.new == 3
+
+
+def test_high_watermark_is_min_leo_over_isr_and_never_falls(brokers: Brokers) -> None:
+    leader, one, two = setup(brokers)
+    produce(leader, batch(b"a", b"b"), acks=1)
+    catch_up(leader, [one, two], now_ms=1)
+    assert leader.log.high_watermark == 2
+    # A follower that lost its tail (say, a restart) reports a lower LEO: the HW stays.
+    request = FollowerFetch(99, 2, fetch_offset=1, last_fetched_epoch=1, log_start_offset=0, current_leader_epoch=1,
+                            max_bytes=1 << 20)
+    ready = leader.handle(request, now_ms=2)
+    assert ready.high_watermark is None
+    assert leader.log.high_watermark == 2
+    produce(leader, batch(b"c"), acks=1, now_ms=3)
+    fetch_round(leader, two, now_ms=4)
+    assert leader.log.high_watermark == 2, "follower 2 is at 1 < 3: the HW waits"
+
+
+def test_not_enough_replicas_is_refused_before_append(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers, isr=(1,), **{"min.insync.replicas": "2"})
+    _, results = produce(leader, batch(b"a"), acks=-1)
+    assert results[0].error == ReplicationError.NOT_ENOUGH_REPLICAS
+    assert "min.insync.replicas=2" in results[0].error_message
+    assert leader.log.log_end_offset == 0, "nothing appended"
+    _, results = produce(leader, batch(b"a"), acks=1)
+    assert results[0].error == ReplicationError.NONE, "acks=1 does not need the ISR"
+
+
+def test_not_enough_replicas_after_append_when_isr_shrinks_before_completion(brokers: Brokers) -> None:
+    leader, one, two = setup(brokers, **{"min.insync.replicas": "2"})
+    catch_up(leader, [one, two], now_ms=0)
+    request_id, _ = produce(leader, batch(b"a"), acks=-1, now_ms=10, timeout_ms=10 * LAG_MS)
+    fetch_round(leader, one, now_ms=20)  # one has the record; two never fetches again
+    # Much later both followers lag (one fetched nothing since): the leader proposes ISR {1}.
+    ready = leader.handle(Tick(), now_ms=LAG_MS + 100)
+    proposal = only(ready.messages, AlterPartitionProposal)
+    assert proposal.new_isr == (1,)
+    assert produce_results(ready) == [], "the maximal ISR (pending shrink) still counts 2 and 3"
+    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.NONE, 1, 1, 1, (1,)), LAG_MS + 101)
+    assert produce_results(ready) == [
+        ProduceResult(request_id, ReplicationError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0,
+                      error_message=produce_results(ready)[0].error_message)
+    ]
+    assert leader.log.high_watermark == 1, "HW over the ISR {1} passes the record"
+
+
+def test_acks_all_times_out_on_tick(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers)
+    request_id, _ = produce(leader, batch(b"a"), acks=-1, now_ms=0, timeout_ms=300)
+    assert leader.readies[-1].next_tick_ms == 300
+    assert produce_results(leader.handle(Tick(), now_ms=299)) == []
+    (result,) = produce_results(leader.handle(Tick(), now_ms=300))
+    assert (result.request_id, result.error, result.base_offset) == (request_id, ReplicationError.REQUEST_TIMED_OUT, 0)
+
+
+def test_produce_with_stale_or_future_epoch_is_fenced(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers, epoch=5)
+    _, results = produce(leader, batch(b"a"), acks=1, epoch=4)
+    assert results[0].error == ReplicationError.FENCED_LEADER_EPOCH
+    _, results = produce(leader, batch(b"a"), acks=1, epoch=6)
+    assert results[0].error == ReplicationError.UNKNOWN_LEADER_EPOCH
+    _, results = produce(leader, batch(b"a"), acks=1, epoch=5)
+    assert results[0].error == ReplicationError.NONE
+    assert leader.log.log_end_offset == 1
+
+
+def test_produce_to_a_follower_is_not_leader_or_follower(brokers: Brokers) -> None:
+    _, follower, _ = setup(brokers)
+    _, results = produce(follower, batch(b"a"), acks=1)
+    assert results[0].error == ReplicationError.NOT_LEADER_OR_FOLLOWER
+
+
+def test_follower_fetch_with_stale_or_future_epoch_is_fenced(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers, epoch=3)
+    for epoch, error in ((2, ReplicationError.FENCED_LEADER_EPOCH), (4, ReplicationError.UNKNOWN_LEADER_EPOCH)):
+        request = FollowerFetch(7, 2, 0, -1, 0, current_leader_epoch=epoch, max_bytes=100)
+        result = only(leader.handle(request, now_ms=0).completions, FetchResult)
+        assert result.error == error
+
+
+def test_isr_shrinks_after_lag_and_the_answer_commits_it(brokers: Brokers) -> None:
+    leader, one, two = setup(brokers)
+    catch_up(leader, [one, two], now_ms=0)
+    produce(leader, batch(b"a"), acks=1, now_ms=10)
+    assert leader.readies[-1].next_tick_ms == LAG_MS + 1, "the ISR check needs no polling"
+    fetch_round(leader, one, now_ms=500)
+    fetch_round(leader, one, now_ms=600)
+    assert leader.handle(Tick(), now_ms=LAG_MS).messages == ()
+    ready = leader.handle(Tick(), now_ms=LAG_MS + 1)
+    proposal = only(ready.messages, AlterPartitionProposal)
+    assert proposal == AlterPartitionProposal(1, 0, (1, 2), (-1, -1))
+    state = leader.partition.state.isr_state
+    assert isinstance(state, PendingShrinkIsr) and state.maximal_isr == REPLICAS
+    assert leader.log.high_watermark == 0, "HW uses the maximal ISR while the shrink is in flight"
+    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.NONE, 1, 1, 1, (1, 2)), LAG_MS + 2)
+    assert leader.partition.isr == (1, 2)
+    assert leader.partition.partition_epoch == 1
+    assert ready.high_watermark is not None and ready.high_watermark.new == 1
+
+
+def test_only_one_isr_change_is_in_flight(brokers: Brokers) -> None:
+    leader, one, two = setup(brokers, isr=(1,))
+    ready, _ = fetch_round(leader, one, now_ms=0)
+    first = only(ready.messages, AlterPartitionProposal)
+    assert first.new_isr == (1, 2)
+    ready, _ = fetch_round(leader, two, now_ms=1)
+    assert ready.messages == (), "an expansion of 2 is in flight"
+    ready = leader.handle(AlterPartitionResponse(first, ReplicationError.NONE, 1, 1, 1, (1, 2)), now_ms=2)
+    ready, _ = fetch_round(leader, two, now_ms=3)
+    assert only(ready.messages, AlterPartitionProposal) == AlterPartitionProposal(1, 1, REPLICAS, (-1, -1, -1))
+
+
+def test_isr_expands_when_follower_reaches_hw_and_epoch_start(brokers: Brokers) -> None:
+    leader, one, two = setup(brokers, isr=(1, 2))
+    produce(leader, batch(b"a", b"b"), acks=1)
+    catch_up(leader, [one], now_ms=1)
+    assert leader.log.high_watermark == 2
+    ready, _ = fetch_round(leader, two, now_ms=2)  # fetch offset 0 < HW 2: not yet
+    assert ready.messages == ()
+    ready, _ = fetch_round(leader, two, now_ms=3, broker_epoch=42)  # fetch offset 2 = HW
+    proposal = only(ready.messages, AlterPartitionProposal)
+    assert proposal.new_isr == REPLICAS
+    assert proposal.new_isr_broker_epochs == (-1, -1, 42)
+    state = leader.partition.state.isr_state
+    assert isinstance(state, PendingExpandIsr) and state.maximal_isr == REPLICAS and state.isr == (1, 2)
+
+
+def test_follower_below_leader_epoch_start_does_not_join(brokers: Brokers) -> None:
+    """Kafka's isFollowerInSync: a follower must hold this leader's first records, not just the HW."""
+    leader, _one, two = brokers()
+    make_leader(leader, 1, isr=(1,))
+    produce(leader, batch(b"a"), acks=1)
+    make_leader(leader, 2, isr=(1,), partition_epoch=1)  # epoch 2 starts at offset 1; HW is 1 already
+    assert leader.log.high_watermark == 1
+    make_follower(two, 1, 2, isr=(1,), partition_epoch=1)
+    request = FollowerFetch(5, 3, fetch_offset=1, last_fetched_epoch=1, log_start_offset=0, current_leader_epoch=2,
+                            max_bytes=100)
+    ready = leader.handle(request, now_ms=1)
+    assert only(ready.messages, AlterPartitionProposal).new_isr == (1, 3), "offset 1 = epoch start: joins"
+    make_leader(leader, 3, isr=(1,), partition_epoch=2, now_ms=2)
+    produce(leader, batch(b"b"), acks=1, now_ms=3)
+    make_leader(leader, 4, isr=(1,), partition_epoch=3, now_ms=4)  # epoch 4 starts at 2; HW 2
+    request = FollowerFetch(6, 3, fetch_offset=1, last_fetched_epoch=1, log_start_offset=0, current_leader_epoch=4,
+                            max_bytes=100)
+    ready = leader.handle(request, now_ms=5)
+    assert ready.messages == ()
+
+
+def test_ineligible_replica_reverts_and_backs_off(brokers: Brokers) -> None:
+    leader, one, _ = setup(brokers, isr=(1,))
+    ready, _ = fetch_round(leader, one, now_ms=0)
+    proposal = only(ready.messages, AlterPartitionProposal)
+    leader.handle(AlterPartitionResponse(proposal, ReplicationError.INELIGIBLE_REPLICA), now_ms=1)
+    assert leader.partition.state.isr_state == CommittedIsr((1,))
+    ready, _ = fetch_round(leader, one, now_ms=100)
+    assert ready.messages == (), "backing off"
+    ready, _ = fetch_round(leader, one, now_ms=202)
+    assert only(ready.messages, AlterPartitionProposal) == proposal
+
+
+def test_stale_partition_epoch_answer_keeps_change_pending_until_metadata(brokers: Brokers) -> None:
+    leader, one, _ = setup(brokers, isr=(1,))
+    ready, _ = fetch_round(leader, one, now_ms=0)
+    proposal = only(ready.messages, AlterPartitionProposal)
+    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.INVALID_UPDATE_VERSION), now_ms=1)
+    assert isinstance(leader.partition.state.isr_state, PendingExpandIsr)
+    assert ready.next_tick_ms is None, "given up: no resend"
+    leader.handle(MakeLeader(1, 3, (1, 2), REPLICAS), now_ms=2)
+    assert leader.partition.state.isr_state == CommittedIsr((1, 2))
+    assert leader.partition.partition_epoch == 3
+
+
+def test_unanswered_proposal_is_resent_and_late_duplicate_answers_are_ignored(brokers: Brokers) -> None:
+    leader, one, _ = setup(brokers, isr=(1,))
+    ready, _ = fetch_round(leader, one, now_ms=0)
+    proposal = only(ready.messages, AlterPartitionProposal)
+    assert ready.next_tick_ms == 500
+    assert only(leader.handle(Tick(), now_ms=500).messages, AlterPartitionProposal) == proposal
+    answer = AlterPartitionResponse(proposal, ReplicationError.NONE, 1, 1, 1, (1, 2))
+    leader.handle(answer, now_ms=501)
+    assert leader.partition.isr == (1, 2)
+    leader.handle(AlterPartitionResponse(proposal, ReplicationError.INVALID_UPDATE_VERSION), now_ms=502)
+    assert leader.partition.state.isr_state == CommittedIsr((1, 2))
+
+
+def test_retriable_alter_partition_error_is_resent_at_once(brokers: Brokers) -> None:
+    leader, one, _ = setup(brokers, isr=(1,))
+    ready, _ = fetch_round(leader, one, now_ms=0)
+    proposal = only(ready.messages, AlterPartitionProposal)
+    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.NOT_CONTROLLER), now_ms=10)
+    assert ready.messages == (proposal,)
+
+
+def test_leader_answers_diverging_epoch_for_a_follower_ahead_in_an_old_epoch(brokers: Brokers) -> None:
+    leader, *_ = brokers()
+    make_leader(leader, 1, isr=(1,))
+    produce(leader, batch(b"a", b"b"), acks=1)  # epoch 1: [0, 2)
+    make_leader(leader, 3, isr=(1,), partition_epoch=1)
+    produce(leader, batch(b"c"), acks=1)  # epoch 3: [2, 3)
+    request = FollowerFetch(8, 2, fetch_offset=5, last_fetched_epoch=2, log_start_offset=0, current_leader_epoch=3,
+                            max_bytes=100)
+    result = only(leader.handle(request, now_ms=1).completions, FetchResult)
+    assert result.error == ReplicationError.NONE
+    assert (result.diverging_epoch.epoch, result.diverging_epoch.end_offset) == (1, 2)
+    assert result.records == b""
+    assert leader.partition.state.remote[2].log_end_offset == -1, "a diverging follower's offsets mean nothing"
+
+
+def test_fetch_beyond_the_leader_log_end_is_out_of_range(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers)
+    request = FollowerFetch(8, 2, fetch_offset=3, last_fetched_epoch=-1, log_start_offset=0, current_leader_epoch=1,
+                            max_bytes=100)
+    result = only(leader.handle(request, now_ms=1).completions, FetchResult)
+    assert result.error == ReplicationError.OFFSET_OUT_OF_RANGE
+    assert (result.log_start_offset, result.log_end_offset) == (0, 0)
+
+
+def test_parked_follower_fetch_completes_when_leo_moves(brokers: Brokers) -> None:
+    leader, one, _ = setup(brokers)
+    position = one.partition.fetch_position()
+    request = FollowerFetch.from_position(position, 77, min_bytes=1, max_wait_ms=500)
+    ready = leader.handle(request, now_ms=0)
+    assert ready.completions == ()
+    assert ready.next_tick_ms == 500
+    _, _results = produce(leader, batch(b"a"), acks=1, now_ms=5)
+    ready = leader.readies[-1]
+    result = only(ready.completions, FetchResult)
+    assert result.request_id == 77 and result.records
+
+
+def test_parked_fetch_answers_empty_at_deadline(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers)
+    ready = leader.handle(ConsumerFetch(5, 0, 100, min_bytes=1, max_wait_ms=50), now_ms=0)
+    assert ready.completions == ()
+    ready = leader.handle(Tick(), now_ms=50)
+    result = only(ready.completions, FetchResult)
+    assert (result.request_id, result.error, result.records) == (5, ReplicationError.NONE, b"")
+
+
+def test_becoming_follower_fails_delayed_produce_and_parked_follower_fetches(brokers: Brokers) -> None:
+    leader, _one, _ = setup(brokers)
+    request_id, _ = produce(leader, batch(b"a"), acks=-1)
+    leader.handle(FollowerFetch(9, 2, 1, 1, 0, 1, 100, min_bytes=1, max_wait_ms=1_000), now_ms=1)
+    ready = make_follower(leader, 2, 2, now_ms=2)
+    assert ready.role == Role.FOLLOWER
+    results = {c.request_id: c.error for c in ready.completions}
+    assert results == {request_id: ReplicationError.NOT_LEADER_OR_FOLLOWER, 9: ReplicationError.FENCED_LEADER_EPOCH}
+
+
+def test_re_elected_leader_keeps_delayed_produce_and_completes_it(brokers: Brokers) -> None:
+    leader, one, two = setup(brokers)
+    request_id, _ = produce(leader, batch(b"a"), acks=-1, timeout_ms=10_000)
+    make_leader(leader, 2, partition_epoch=1, now_ms=1)
+    for follower in (one, two):
+        make_follower(follower, 1, 2, partition_epoch=1, now_ms=1)
+    catch_up(leader, [one, two], now_ms=2)
+    completed = [r for ready in leader.readies for r in produce_results(ready) if r.request_id == request_id]
+    assert [r.error for r in completed] == [ReplicationError.NONE]
+
+
+def test_stale_metadata_is_ignored(brokers: Brokers) -> None:
+    leader, *_ = setup(brokers, epoch=3)
+    make_follower(leader, 2, 2, partition_epoch=5)
+    make_leader(leader, 3, partition_epoch=0)
+    assert leader.partition.role == Role.LEADER
+    assert leader.partition.leader_epoch == 3
