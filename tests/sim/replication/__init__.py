@@ -1,0 +1,1 @@
+"""Deterministic simulation of partition replication: brokers, a controller, clients, faults."""

@@ -1,0 +1,83 @@
+"""SimController: the real `QuorumController` without a Raft quorum under it.
+
+Every record it produces is committed at once (its speculative metadata is the committed state),
+which is what a healthy quorum looks like to brokers; the quorum itself is simulated elsewhere
+(tests/sim). Leader election (first live ISR member in replica order, leader epoch + 1), fencing
+after `broker.session.timeout.ms`, ISR removal of re-registering brokers and AlterPartition with
+partition epochs are all the controller's own code.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from controller.controller_api import (
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreatableTopic,
+    CreateTopicsRequest,
+)
+from controller.error_codes import ErrorCode
+from controller.metadata import ClusterMetadata, PartitionRegistration
+from controller.quorum_controller import ControllerConfig, QuorumController
+from storage.checkpoint import TopicPartition
+
+TOPIC = "orders"
+
+
+def endpoints(broker_id: int) -> dict[str, str]:
+    return {"PLAINTEXT": f"broker-{broker_id}:9092"}
+
+
+def incarnation_id(broker_id: int, incarnation: int) -> str:
+    return f"broker-{broker_id}-incarnation-{incarnation}"
+
+
+class SimController:
+    def __init__(self, seed: int, session_timeout_ms: int, now_ms: int) -> None:
+        self.controller = QuorumController(ClusterMetadata(), random.Random(seed), now_ms, 0,
+                                           ControllerConfig(broker_session_timeout_ms=session_timeout_ms))
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        return self.controller.metadata
+
+    def handle(self, request: Any, now_ms: int) -> Any:
+        return self.controller.handle(request, now_ms).response
+
+    def bootstrap(self, broker_ids: list[int], assignments: dict[int, tuple[int, ...]], configs: dict[str, str],
+                  now_ms: int) -> dict[int, int]:
+        """Register and unfence the brokers, create the topic; return each broker's epoch."""
+        epochs = {}
+        for broker_id in broker_ids:
+            response = self.handle(BrokerRegistrationRequest(broker_id, incarnation_id(broker_id, 1),
+                                                             endpoints(broker_id)), now_ms)
+            assert response.error_code == ErrorCode.NONE, response
+            epochs[broker_id] = response.broker_epoch
+        for broker_id in broker_ids:
+            response = self.handle(BrokerHeartbeatRequest(broker_id, epochs[broker_id], 1 << 40), now_ms)
+            assert response.error_code == ErrorCode.NONE and not response.is_fenced, response
+        topic = CreatableTopic(TOPIC, assignments=assignments, configs=configs)
+        response = self.handle(CreateTopicsRequest((topic,)), now_ms)
+        assert response.topics[0].error_code == ErrorCode.NONE, response
+        return epochs
+
+    @property
+    def topic_id(self) -> str:
+        topic_id = self.metadata.topic_id(TOPIC)
+        assert topic_id is not None
+        return topic_id
+
+    def partition(self, topic_partition: TopicPartition) -> PartitionRegistration:
+        state = self.metadata.partition(self.topic_id, topic_partition.partition)
+        assert state is not None, topic_partition
+        return state
+
+    def partitions(self) -> dict[TopicPartition, PartitionRegistration]:
+        return {TopicPartition(TOPIC, index): state
+                for index, state in enumerate(self.metadata.partitions(self.topic_id))}
+
+    def is_active(self, broker_id: int) -> bool:
+        broker = self.metadata.broker(broker_id)
+        return broker is not None and broker.active

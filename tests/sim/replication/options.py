@@ -1,0 +1,114 @@
+"""ReplicationSimOptions: everything a replication simulation run varies, drawn from one seed.
+
+`ReplicationSimOptions.from_seed(seed)` draws, from `random.Random(seed)` and in a fixed order: the
+topic (partitions, min.insync.replicas, segment and index sizes, retention, fsync policy), the
+replication and controller timings, the network (delays, long delays, drops, duplicates), the fault
+rates (partitions, crashes, restarts, pauses, torn writes) and the workload. Printed first by the
+runner as `key=value` pairs. Draws added later go last, so that older seeds keep their options.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+from storage.config import LONG_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSimOptions:
+    """One run's parameters. Times in simulated ms; probabilities per event or per chaos tick.
+
+    `flush_messages`: 1 fsyncs every append (a crash loses nothing acknowledged); LONG_MAX is
+    Kafka's default (rely on replication: a crash loses the unflushed tail, and the checker
+    excuses a record only once every ISR member has lost it, DESIGN §6.1)."""
+
+    seed: int
+    partitions: int
+    min_insync_replicas: int
+    flush_messages: int
+    segment_bytes: int
+    index_interval_bytes: int
+    retention_ms: int
+    retention_interval_ms: int
+    replica_lag_time_max_ms: int
+    heartbeat_interval_ms: int
+    session_timeout_ms: int
+    metadata_interval_ms: int
+    fetch_max_wait_ms: int
+    fetch_backoff_ms: int
+    request_timeout_ms: int
+    checkpoint_interval_ms: int
+    delay_min_ms: int
+    delay_max_ms: int
+    long_delay_probability: float
+    long_delay_max_ms: int
+    drop_probability: float
+    duplicate_probability: float
+    chaos_interval_ms: int
+    partition_probability: float
+    partition_heal_probability: float
+    crash_probability: float
+    restart_probability: float
+    pause_probability: float
+    pause_max_ms: int
+    tear_probability: float
+    produce_interval_max_ms: int
+    acks_all_fraction: float
+    produce_timeout_ms: int
+    consume_interval_max_ms: int
+    delete_records_probability: float
+    safety_duration_ms: int
+
+    @classmethod
+    def from_seed(cls, seed: int) -> ReplicationSimOptions:
+        return cls.draw(seed, random.Random(seed))
+
+    @classmethod
+    def draw(cls, seed: int, rng: random.Random) -> ReplicationSimOptions:
+        """Draw the options from `rng`, the run's one generator (seeded with `seed`)."""
+        heartbeat_interval_ms = rng.choice((20, 40))
+        replica_lag_time_max_ms = rng.choice((100, 200, 400))
+        delay_max_ms = rng.choice((2, 5, 10))
+        calm = rng.random() < 0.1  # the happy path must work too
+        return cls(
+            seed=seed,
+            partitions=rng.choice((1, 1, 2)),
+            min_insync_replicas=rng.choice((1, 2, 2)),
+            flush_messages=rng.choice((1, LONG_MAX)),
+            segment_bytes=rng.choice((400, 1000, 4000)),
+            index_interval_bytes=rng.choice((64, 256)),
+            retention_ms=rng.choice((-1, 300, 1000)),
+            retention_interval_ms=rng.choice((50, 200)),
+            replica_lag_time_max_ms=replica_lag_time_max_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            session_timeout_ms=heartbeat_interval_ms * rng.choice((4, 8)),
+            metadata_interval_ms=rng.choice((5, 20)),
+            fetch_max_wait_ms=rng.choice((0, 10, replica_lag_time_max_ms // 4)),
+            fetch_backoff_ms=rng.choice((5, 20)),
+            request_timeout_ms=rng.choice((40, 100)),
+            checkpoint_interval_ms=rng.choice((20, 100)),
+            delay_min_ms=1,
+            delay_max_ms=delay_max_ms,
+            long_delay_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
+            long_delay_max_ms=rng.choice((50, 200)),
+            drop_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
+            duplicate_probability=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
+            chaos_interval_ms=rng.choice((50, 100)),
+            partition_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.15)),
+            partition_heal_probability=rng.choice((0.1, 0.3, 0.6)),
+            crash_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.15)),
+            restart_probability=rng.choice((0.2, 0.5, 0.9)),
+            pause_probability=0.0 if calm else rng.choice((0.0, 0.03, 0.1)),
+            pause_max_ms=rng.choice((100, 400, 1000)),
+            tear_probability=rng.choice((0.0, 0.5, 1.0)),
+            produce_interval_max_ms=rng.choice((3, 10, 30)),
+            acks_all_fraction=rng.choice((0.5, 0.8, 1.0)),
+            produce_timeout_ms=rng.choice((50, 200, 1000)),
+            consume_interval_max_ms=rng.choice((5, 20)),
+            delete_records_probability=rng.choice((0.0, 0.0, 0.002)),
+            safety_duration_ms=rng.choice((1000, 2000)),
+        )
+
+    def describe(self) -> str:
+        return " ".join(f"{key}={value}" for key, value in asdict(self).items())

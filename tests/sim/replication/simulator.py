@@ -1,0 +1,560 @@
+"""Simulation: partitions replicated over three brokers in one process, on simulated time, one seed.
+
+Goal: find a schedule of messages, faults and requests under which replication breaks DESIGN §6
+(invariants 1-4 and 6), and show that a healed cluster converges. Method (TigerBeetle's VOPR,
+FoundationDB's simulation): one `random.Random(seed)` draws the options and then every choice of the
+run — delays, drops, duplicates, partitions, crashes, restarts, pauses, torn writes, the workload —
+in the order events happen, so a seed replays exactly.
+
+Cast: three `SimBroker`s (real `storage` on a temp dir, /dev/shm when present; a `Partition` core
+per hosted partition), a `SimController` (the real `QuorumController`, committing at once), a
+producer (acks=1 and acks=all, to the leader it believes in) and a consumer (reads from any replica,
+KIP-392). Messages go through `tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions
+over the brokers and the controller). Time is an integer of simulated ms in one event heap.
+
+Phases:
+1. Safety (`safety_duration_ms`): faults at the drawn rates. After every step `ReplicationChecker`
+   checks the replica that moved; crashes feed its excuse for lost unflushed data.
+2. Liveness: every fault healed (down brokers restart, paused ones resume, links reconnect, no more
+   drops). Within LIVENESS_BOUND_MS every partition must have a leader, a full ISR, one acks=all
+   record acknowledged, and every replica at the same LEO with HW = LEO. Then the final checks:
+   every acks=all success still in the leader's log (unless below its logStartOffset, or excused).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, is_dataclass
+from enum import Enum, IntEnum
+from pathlib import Path
+from typing import Any
+
+from controller.metadata_records import NO_LEADER
+from replication.config import ReplicationConfig
+from replication.errors import ReplicationError
+from replication.events import ConsumerFetch, Event, ProduceRequest
+from replication.ready import FetchResult, ProduceResult, Ready, Role
+from storage.checkpoint import TopicPartition
+from storage.config import LogConfig
+from storage.records import build_batch_from_values, iter_headers
+from tests.sim.network import SimNetwork
+from tests.sim.replication.broker import Pending, SimBroker
+from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
+from tests.sim.replication.controller import TOPIC, SimController
+from tests.sim.replication.messages import (
+    CONSUMER_ID,
+    CONTROLLER_ID,
+    PRODUCER_ID,
+    ClientDeleteRecords,
+    ClientFetch,
+    ClientFetchAnswer,
+    ClientProduce,
+    ClientProduceAnswer,
+    ControllerAnswer,
+    ControllerRequest,
+    Message,
+    MetadataAnswer,
+    MetadataFetch,
+    ReplicaFetchAnswer,
+    ReplicaFetchRequest,
+)
+from tests.sim.replication.options import ReplicationSimOptions
+
+BROKER_IDS = (1, 2, 3)
+DUTY_INTERVAL_MS = 5
+CONTROLLER_TICK_MS = 10
+LIVENESS_BOUND_MS = 20_000
+PROBE_INTERVAL_MS = 20
+STEPS_MAX = 2_000_000
+PRODUCES_IN_FLIGHT_MAX = 8
+
+
+class Kind(IntEnum):
+    DELIVER = 0
+    DUTY = 1
+    PARTITION_TICK = 2
+    CONTROLLER_TICK = 3
+    PRODUCE = 4
+    CONSUME = 5
+    CHAOS = 6
+    RESUME = 7
+    HEAL = 8
+    PROBE = 9
+
+
+class LivenessFailure(AssertionError):
+    """The healed cluster did not converge within the bound."""
+
+
+@dataclass(slots=True)
+class SimResult:
+    seed: int
+    steps: int = 0
+    simulated_ms: int = 0
+    produced: int = 0
+    acked_all: int = 0
+    consumed_batches: int = 0
+    crashes: int = 0
+    leader_changes: int = 0
+    truncations: int = 0
+    excused: int = 0
+    liveness_ms: int | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def describe(item: object) -> str:
+    """A stable one-line form of an event, message body or Ready: bytes show as <N bytes>."""
+    if not is_dataclass(item):
+        return repr(item)
+    parts = []
+    for item_field in fields(item):
+        value = getattr(item, item_field.name)
+        if value in ((), None, b"") and item_field.name not in ("error",):
+            continue
+        if isinstance(value, bytes):
+            parts.append(f"{item_field.name}=<{len(value)} bytes>")
+        elif isinstance(value, Enum):
+            parts.append(f"{item_field.name}={value.name}")
+        elif isinstance(value, tuple) and value and is_dataclass(value[0]):
+            parts.append(f"{item_field.name}=[{', '.join(describe(v) for v in value)}]")
+        elif is_dataclass(value):
+            parts.append(f"{item_field.name}={describe(value)}")
+        else:
+            parts.append(f"{item_field.name}={value!r}")
+    return f"{type(item).__name__}({', '.join(parts)})"
+
+
+def default_root() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
+class Simulation:
+    def __init__(self, seed: int, trace: Callable[[str], None] | None = None,
+                 options: ReplicationSimOptions | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        drawn = ReplicationSimOptions.draw(seed, self.rng)
+        self.options = options or drawn
+        self.trace_sink = trace
+        self.now_ms = 0
+        self.heap: list[tuple[int, int, Kind, Any]] = []
+        self.sequence = 0
+        self.result = SimResult(seed)
+        self.network = SimNetwork(self.rng, self.options)  # type: ignore[arg-type]  # same option names
+        self.root = Path(tempfile.mkdtemp(prefix=f"tributary-replication-sim-{seed}-", dir=default_root()))
+        self.replication_config = ReplicationConfig(
+            replica_lag_time_max_ms=self.options.replica_lag_time_max_ms,
+            alter_partition_timeout_ms=self.options.request_timeout_ms,
+            ineligible_replica_backoff_ms=self.options.heartbeat_interval_ms,
+            replica_fetch_max_bytes=self.rng.choice((300, 2000, 1 << 20)),
+        )
+        self.topic_configs = {
+            "min.insync.replicas": str(self.options.min_insync_replicas),
+            "flush.messages": str(self.options.flush_messages),
+            "segment.bytes": str(self.options.segment_bytes),
+            "index.interval.bytes": str(self.options.index_interval_bytes),
+            "retention.ms": str(self.options.retention_ms),
+            "segment.index.bytes": "4096",
+            "file.delete.delay.ms": "100",
+        }
+        self.log_config = LogConfig.from_properties(self.topic_configs)
+        self.topic_partitions = [TopicPartition(TOPIC, index) for index in range(self.options.partitions)]
+        self.controller = SimController(self.rng.getrandbits(63), self.options.session_timeout_ms, self.now_ms)
+        self.checker = ReplicationChecker(self.topic_partitions, self._isr_of, self._max_epoch_of)
+        self.brokers = {broker_id: SimBroker(broker_id, self.root, self) for broker_id in BROKER_IDS}
+        self.faulty = True
+        self.client_ids = 0
+        self.produces_in_flight: dict[int, float] = {}
+        self.client_view: dict[TopicPartition, tuple[int, int]] = {}
+        self.consumer_positions = dict.fromkeys(self.topic_partitions, 0)
+        self.liveness_started_ms: int | None = None
+        self.probes_acked: set[TopicPartition] = set()
+        self.produced_tails: dict[int, tuple[TopicPartition, bytes]] = {}
+        self.last_leader: dict[TopicPartition, int] = {}
+
+    # -- services for brokers ------------------------------------------------------------------------
+
+    @property
+    def topic_id(self) -> str:
+        return self.controller.topic_id
+
+    def trace(self, line: str) -> None:
+        if self.trace_sink is not None:
+            self.trace_sink(f"{self.now_ms:>7} {line}")
+
+    def schedule(self, at_ms: int, kind: Kind, payload: Any = None) -> None:
+        self.sequence += 1
+        heapq.heappush(self.heap, (max(at_ms, self.now_ms), self.sequence, kind, payload))
+
+    def send(self, message: Message) -> None:
+        for at_ms in self.network.delivery_times(message.source, message.destination, self.now_ms):
+            self.schedule(at_ms, Kind.DELIVER, message)
+
+    def schedule_partition_tick(self, broker: SimBroker, topic_partition: TopicPartition, at_ms: int) -> None:
+        self.schedule(at_ms, Kind.PARTITION_TICK, (broker.broker_id, broker.incarnation, topic_partition, at_ms))
+
+    def observe(self, broker: SimBroker, topic_partition: TopicPartition, event: Event, ready: Ready,
+                requests: dict[int, Pending]) -> None:
+        """Every Ready of every core: trace it, then check the replica that moved."""
+        if self.trace_sink is not None:
+            self.trace(f"b{broker.broker_id}.{broker.incarnation} {topic_partition} {describe(event)} -> "
+                       f"{describe(ready)}")
+        consumer_requests = set()
+        acked = []
+        for completion in ready.completions:
+            pending = requests.get(completion.request_id)
+            if pending is None:
+                continue
+            if pending.kind == "consume":
+                consumer_requests.add(completion.request_id)
+            elif (pending.kind == "produce" and pending.acks == -1 and isinstance(completion, ProduceResult)
+                  and completion.error == ReplicationError.NONE):
+                acked.append((completion.base_offset, pending.records[TAIL:]))
+        partition = broker.partitions[topic_partition]
+        key = (broker.broker_id, broker.incarnation, topic_partition)
+        self.checker.observe(key, partition.log, ready, consumer_requests, acked)
+        self.result.acked_all += len(acked)
+        self.result.truncations += sum(1 for change in ready.log_changes if type(change).__name__ == "Truncated")
+        if ready.role == Role.LEADER and self.last_leader.get(topic_partition) != broker.broker_id:
+            self.last_leader[topic_partition] = broker.broker_id
+            self.result.leader_changes += 1
+
+    def _isr_of(self, topic_partition: TopicPartition) -> tuple[int, ...]:
+        return self.controller.partition(topic_partition).isr
+
+    def _max_epoch_of(self, topic_partition: TopicPartition) -> int:
+        return self.controller.partition(topic_partition).leader_epoch
+
+    def _log_end_offset_of(self, broker_id: int, topic_partition: TopicPartition) -> int | None:
+        broker = self.brokers[broker_id]
+        if not broker.up or broker.manager is None:
+            return None
+        log = broker.manager.get_log(topic_partition)
+        return None if log is None else log.log_end_offset
+
+    # -- the run -------------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        try:
+            self._setup()
+            self._loop()
+            self._final_checks()
+        finally:
+            self.close()
+        self.result.simulated_ms = self.now_ms
+        self.result.consumed_batches = self.checker.consumed_batches
+        self.result.excused = sum(history.excused_count for history in self.checker.histories.values())
+        return self.result
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            broker.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _setup(self) -> None:
+        assignments = {index: tuple(BROKER_IDS[(index + k) % 3] for k in range(3))
+                       for index in range(self.options.partitions)}
+        epochs = self.controller.bootstrap(list(BROKER_IDS), assignments, self.topic_configs, self.now_ms)
+        for broker_id, broker in self.brokers.items():
+            broker.start(self.now_ms, broker_epoch=epochs[broker_id])
+            self.schedule(self.rng.randint(0, DUTY_INTERVAL_MS), Kind.DUTY, (broker_id, broker.incarnation))
+        self.schedule(0, Kind.CONTROLLER_TICK)
+        self.schedule(1, Kind.PRODUCE)
+        self.schedule(1, Kind.CONSUME)
+        self.schedule(self.options.chaos_interval_ms, Kind.CHAOS)
+        self.schedule(self.options.safety_duration_ms, Kind.HEAL)
+
+    def _loop(self) -> None:
+        for _ in range(STEPS_MAX):
+            if not self.heap:
+                raise AssertionError("the event heap ran dry")
+            at_ms, _, kind, payload = heapq.heappop(self.heap)
+            self.now_ms = at_ms
+            self.result.steps += 1
+            if kind == Kind.PROBE and self._probe():
+                return
+            self._dispatch(kind, payload)
+            self.checker.update_excuses(self._log_end_offset_of)
+        raise AssertionError(f"more than {STEPS_MAX} steps")
+
+    def _dispatch(self, kind: Kind, payload: Any) -> None:
+        if kind == Kind.DELIVER:
+            self._deliver(payload)
+        elif kind == Kind.DUTY:
+            self._duty(*payload)
+        elif kind == Kind.PARTITION_TICK:
+            broker_id, incarnation, topic_partition, at_ms = payload
+            broker = self.brokers[broker_id]
+            if broker.up and broker.incarnation == incarnation and not self._paused(broker):
+                broker.partition_tick(topic_partition, at_ms)
+        elif kind == Kind.CONTROLLER_TICK:
+            self.controller.controller.tick(self.now_ms)
+            self.schedule(self.now_ms + CONTROLLER_TICK_MS, Kind.CONTROLLER_TICK)
+        elif kind == Kind.PRODUCE:
+            self._produce()
+        elif kind == Kind.CONSUME:
+            self._consume()
+        elif kind == Kind.CHAOS:
+            self._chaos()
+        elif kind == Kind.RESUME:
+            self._resume(*payload)
+        elif kind == Kind.HEAL:
+            self._heal()
+
+    def _paused(self, broker: SimBroker) -> bool:
+        return broker.paused_until_ms > self.now_ms
+
+    def _duty(self, broker_id: int, incarnation: int) -> None:
+        broker = self.brokers[broker_id]
+        if not broker.up or broker.incarnation != incarnation or self._paused(broker):
+            return
+        broker.duty()
+        self.schedule(self.now_ms + DUTY_INTERVAL_MS, Kind.DUTY, (broker_id, incarnation))
+
+    # -- messages ------------------------------------------------------------------------------------
+
+    def _deliver(self, message: Message) -> None:
+        destination = message.destination
+        body = message.body
+        if destination == CONTROLLER_ID:
+            self._to_controller(message)
+            return
+        if destination in (PRODUCER_ID, CONSUMER_ID):
+            self._to_client(body)
+            return
+        broker = self.brokers[destination]
+        if not broker.up:
+            return
+        if self._paused(broker):
+            broker.held.append(message)
+            return
+        if isinstance(body, ControllerAnswer):
+            broker.on_controller_answer(body)
+        elif isinstance(body, MetadataAnswer):
+            broker.on_metadata(body)
+        elif isinstance(body, ReplicaFetchRequest):
+            broker.on_replica_fetch(message.source, body)
+        elif isinstance(body, ReplicaFetchAnswer):
+            broker.on_replica_fetch_answer(body)
+        else:
+            broker.on_client(message.source, body)
+
+    def _to_controller(self, message: Message) -> None:
+        body = message.body
+        if isinstance(body, MetadataFetch):
+            answer: Any = MetadataAnswer(self.controller.metadata.last_applied_offset, self.controller.partitions())
+        else:
+            assert isinstance(body, ControllerRequest), body
+            answer = ControllerAnswer(body.correlation_id, self.controller.handle(body.request, self.now_ms))
+        self.send(Message(CONTROLLER_ID, message.source, answer))
+
+    # -- clients -------------------------------------------------------------------------------------
+
+    def _view(self, topic_partition: TopicPartition, refresh: bool = False) -> tuple[int, int]:
+        """The clients' (leader, leader epoch) for a partition: cached, refreshed on errors."""
+        if refresh or topic_partition not in self.client_view:
+            state = self.controller.partition(topic_partition)
+            self.client_view[topic_partition] = (state.leader, state.leader_epoch)
+        return self.client_view[topic_partition]
+
+    def _produce(self) -> None:
+        if self.faulty:
+            self.schedule(self.now_ms + self.rng.randint(1, self.options.produce_interval_max_ms), Kind.PRODUCE)
+        if len(self.produces_in_flight) >= PRODUCES_IN_FLIGHT_MAX:
+            return
+        topic_partition = self.rng.choice(self.topic_partitions)
+        acks = -1 if not self.faulty or self.rng.random() < self.options.acks_all_fraction else 1
+        self._send_produce(topic_partition, acks)
+        if self.faulty and self.rng.random() < self.options.delete_records_probability:
+            leader, _ = self._view(topic_partition)
+            if leader != NO_LEADER:
+                self.send(Message(PRODUCER_ID, leader, ClientDeleteRecords(topic_partition, -1)))
+
+    def _send_produce(self, topic_partition: TopicPartition, acks: int) -> None:
+        leader, epoch = self._view(topic_partition)
+        if leader == NO_LEADER:
+            self._view(topic_partition, refresh=True)
+            return
+        self.client_ids += 1
+        count = self.rng.randint(1, 3)
+        values = [b"%d:%d:%d" % (topic_partition.partition, self.client_ids, index) for index in range(count)]
+        records = build_batch_from_values(values, timestamp_ms=self.now_ms)
+        self.result.produced += 1
+        self.produces_in_flight[self.client_ids] = self.now_ms + self.options.produce_timeout_ms
+        request = ProduceRequest(self.client_ids, records, acks, self.options.produce_timeout_ms,
+                                 epoch if self.rng.random() < 0.5 else -1)
+        self.send(Message(PRODUCER_ID, leader, ClientProduce(topic_partition, request)))
+
+    def _consume(self) -> None:
+        self.schedule(self.now_ms + self.rng.randint(1, self.options.consume_interval_max_ms), Kind.CONSUME)
+        topic_partition = self.rng.choice(self.topic_partitions)
+        state = self.controller.partition(topic_partition)
+        replica = self.rng.choice(state.replicas)
+        self.client_ids += 1
+        request = ConsumerFetch(self.client_ids, self.consumer_positions[topic_partition], self.rng.choice((200, 4000)),
+                                current_leader_epoch=state.leader_epoch if self.rng.random() < 0.3 else -1,
+                                min_bytes=self.rng.choice((0, 1)), max_wait_ms=self.rng.choice((0, 20)))
+        self.send(Message(CONSUMER_ID, replica, ClientFetch(topic_partition, request)))
+
+    def _to_client(self, body: Any) -> None:
+        now_ms = self.now_ms
+        for request_id, deadline in list(self.produces_in_flight.items()):
+            if deadline + 2 * self.options.request_timeout_ms < now_ms:
+                del self.produces_in_flight[request_id]
+        if isinstance(body, ClientProduceAnswer):
+            self.produces_in_flight.pop(body.result.request_id, None)
+            if body.result.error != ReplicationError.NONE:
+                self._view(body.topic_partition, refresh=True)
+            elif self.liveness_started_ms is not None:
+                self.probes_acked.add(body.topic_partition)
+        elif isinstance(body, ClientFetchAnswer):
+            self._on_fetch_answer(body.topic_partition, body.result)
+
+    def _on_fetch_answer(self, topic_partition: TopicPartition, result: FetchResult) -> None:
+        if result.error == ReplicationError.OFFSET_OUT_OF_RANGE:
+            if 0 <= self.consumer_positions[topic_partition] < result.log_start_offset:
+                self.consumer_positions[topic_partition] = result.log_start_offset
+            return
+        if result.error != ReplicationError.NONE or not result.records:
+            return
+        next_offset = self.consumer_positions[topic_partition]
+        for _, header in iter_headers(result.records):
+            next_offset = max(next_offset, header.next_offset)
+        self.consumer_positions[topic_partition] = next_offset
+
+    # -- faults --------------------------------------------------------------------------------------
+
+    def _chaos(self) -> None:
+        if not self.faulty:
+            return
+        self.schedule(self.now_ms + self.options.chaos_interval_ms, Kind.CHAOS)
+        options = self.options
+        rng = self.rng
+        node_ids = [CONTROLLER_ID, *BROKER_IDS]
+        if rng.random() < options.partition_probability:
+            self.trace(f"chaos: partition {self.network.partition(node_ids)}")
+        if self.network.blocked and rng.random() < options.partition_heal_probability:
+            self.network.heal()
+            self.trace("chaos: heal links")
+        for broker in self.brokers.values():
+            if broker.up and rng.random() < options.crash_probability:
+                self._crash(broker)
+            elif not broker.up and rng.random() < options.restart_probability:
+                self._restart(broker)
+            elif broker.up and not self._paused(broker) and rng.random() < options.pause_probability:
+                broker.paused_until_ms = self.now_ms + rng.randint(1, options.pause_max_ms)
+                self.trace(f"chaos: pause broker {broker.broker_id} until {broker.paused_until_ms}")
+                self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
+
+    def _crash(self, broker: SimBroker) -> None:
+        self.checker.forget_incarnation(broker.broker_id, broker.incarnation)
+        lost, cuts = broker.crash(self.rng, self.options.tear_probability)
+        self.checker.crashed(broker.broker_id, lost)
+        self.result.crashes += 1
+        self.trace(f"chaos: crash broker {broker.broker_id} lost={lost} cuts={cuts}")
+
+    def _restart(self, broker: SimBroker) -> None:
+        broker.start(self.now_ms)
+        self.trace(f"chaos: restart broker {broker.broker_id} as incarnation {broker.incarnation}")
+        self.schedule(self.now_ms, Kind.DUTY, (broker.broker_id, broker.incarnation))
+
+    def _resume(self, broker_id: int, incarnation: int) -> None:
+        broker = self.brokers[broker_id]
+        if not broker.up or broker.incarnation != incarnation or self._paused(broker):
+            return
+        broker.paused_until_ms = -1
+        held, broker.held = broker.held, []
+        self.trace(f"resume broker {broker_id} with {len(held)} held messages")
+        for message in held:
+            self._deliver(message)
+        for topic_partition in sorted(broker.partitions):
+            broker.tick_at.pop(topic_partition, None)
+            if broker.up and topic_partition in broker.partitions:
+                broker.partition_tick(topic_partition, -1)
+        self.schedule(self.now_ms, Kind.DUTY, (broker_id, incarnation))
+
+    def _heal(self) -> None:
+        """End of the safety phase: no more faults; restart, resume, reconnect everything."""
+        self.faulty = False
+        self.network.faulty = False
+        self.network.heal()
+        self.liveness_started_ms = self.now_ms
+        self.trace("heal: liveness phase")
+        for broker in self.brokers.values():
+            if not broker.up:
+                self._restart(broker)
+            elif self._paused(broker):
+                broker.paused_until_ms = self.now_ms
+                self._resume(broker.broker_id, broker.incarnation)
+        self.schedule(self.now_ms + PROBE_INTERVAL_MS, Kind.PROBE)
+
+    # -- liveness and the end ------------------------------------------------------------------------
+
+    def _probe(self) -> bool:
+        """True once converged; else send what is missing and probe again (or fail past the bound)."""
+        assert self.liveness_started_ms is not None
+        elapsed = self.now_ms - self.liveness_started_ms
+        missing = self._not_converged()
+        if missing is None:
+            self.result.liveness_ms = elapsed
+            return True
+        if elapsed > LIVENESS_BOUND_MS:
+            raise LivenessFailure(f"not converged {elapsed} ms after healing: {missing}")
+        for topic_partition in self.topic_partitions:
+            if topic_partition not in self.probes_acked and not self.produces_in_flight:
+                self._send_produce(topic_partition, acks=-1)
+        self.schedule(self.now_ms + PROBE_INTERVAL_MS, Kind.PROBE)
+        return False
+
+    def _not_converged(self) -> str | None:
+        for broker_id in BROKER_IDS:
+            broker = self.brokers[broker_id]
+            if not broker.up or not self.controller.is_active(broker_id):
+                return f"broker {broker_id} is not up and active"
+        for topic_partition in self.topic_partitions:
+            state = self.controller.partition(topic_partition)
+            if state.leader == NO_LEADER or state.isr != state.replicas:
+                return f"{topic_partition}: leader {state.leader}, ISR {state.isr}"
+            if topic_partition not in self.probes_acked:
+                return f"{topic_partition}: no acks=all record acknowledged since healing"
+            ends = set()
+            for broker_id in state.replicas:
+                partition = self.brokers[broker_id].partitions.get(topic_partition)
+                if partition is None or partition.leader_epoch != state.leader_epoch:
+                    return f"{topic_partition}: broker {broker_id} is not at epoch {state.leader_epoch}"
+                log = partition.log
+                if log.high_watermark != log.log_end_offset:
+                    return f"{topic_partition}: broker {broker_id} HW {log.high_watermark} < LEO {log.log_end_offset}"
+                ends.add(log.log_end_offset)
+            if len(ends) != 1:
+                return f"{topic_partition}: replicas end at {sorted(ends)}"
+        return None
+
+    def _final_checks(self) -> None:
+        """Invariant 1 at the end: every acks=all success is in the leader's log, unless below its
+        logStartOffset (retention, DeleteRecords) or excused (every ISR member lost it)."""
+        for topic_partition in self.topic_partitions:
+            state = self.controller.partition(topic_partition)
+            log = self.brokers[state.leader].partitions[topic_partition].log
+            history = self.checker.histories[topic_partition]
+            for base_offset, tail in sorted(history.acked.items()):
+                if base_offset < log.log_start_offset:
+                    continue
+                data = log.read(base_offset, 1 << 20, max_offset=log.high_watermark).records
+                headers = list(iter_headers(data))
+                if not headers or headers[0][1].base_offset != base_offset or bytes(
+                    data[headers[0][0] + TAIL : headers[0][0] + headers[0][1].size_in_bytes]
+                ) != tail:
+                    raise InvariantViolation(f"{topic_partition}: acks=all record at {base_offset} was lost")
+
+
+def run_with(seed: int, trace: Callable[[str], None] | None = None) -> SimResult:
+    return Simulation(seed, trace=trace).run()
+
+
+__all__ = ["InvariantViolation", "LivenessFailure", "SimResult", "Simulation", "describe", "run_with"]
