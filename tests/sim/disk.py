@@ -6,7 +6,8 @@ length of every segment `.log` file: that much is durable. A crash then cuts eac
 to its durable length — keeping, with `tear_probability`, a random part of the unflushed tail
 (the page cache wrote some of it back), maybe with a damaged byte in it — before `LogLoader`
 recovers. A file created since the last flush has nothing durable. Truncations, renames and
-deletions are taken as durable at once; files written with `write_atomically` (quorum-state, the
+deletions are taken as durable at once (a truncation also lowers the durable length, see
+`record_truncation`); files written with `write_atomically` (quorum-state, the
 leader-epoch checkpoint, snapshots) are fsynced by their writers and survive whole.
 
 Flushes the driver did not ask for (a roll fsyncs the old segment) are not recorded, so the model
@@ -35,6 +36,16 @@ class SimDisk:
                 stat = entry.stat()
                 durable[entry.name] = (stat.st_dev, stat.st_ino, stat.st_size)
         self.durable = durable
+
+    def record_truncation(self) -> None:
+        """The log was truncated: a file cut below its durable length is durable only up to the cut,
+        or bytes appended later (and never flushed) would survive a crash."""
+        for entry in os.scandir(self.directory):
+            known = self.durable.get(entry.name)
+            if known is not None:
+                stat = entry.stat()
+                if (stat.st_dev, stat.st_ino) == known[:2] and stat.st_size < known[2]:
+                    self.durable[entry.name] = (known[0], known[1], stat.st_size)
 
     def crash(self, log: RaftLog, rng: random.Random, tear_probability: float) -> list[str]:
         """Drop the open files unflushed and cut every segment to what a crash would leave;

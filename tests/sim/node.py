@@ -17,7 +17,7 @@ from controller.quorum_state import QuorumStateStore
 from controller.raft import Raft, StateMachine
 from controller.raft_driver import RaftDriver
 from controller.raft_log import METADATA_LOG_DIR, RaftLog
-from controller.raft_messages import Event, Message, Ready
+from controller.raft_messages import Event, Message, ProposalCompletion, Ready
 from storage.config import LogConfig
 from tests.sim.disk import SimDisk
 from tests.sim.state_machines import StateMachineSpec
@@ -34,6 +34,15 @@ class SimDriver(RaftDriver):
         super().__init__(raft, store, state_machine, send)
         self.disk = disk
         self.observe = observe
+        self.truncation_count = raft.log.truncation_count
+
+    def step(self, event: Event, now_ms: int) -> list[ProposalCompletion]:
+        completions = super().step(event, now_ms)
+        truncation_count = self.raft.log.truncation_count
+        if truncation_count != self.truncation_count:
+            self.truncation_count = truncation_count
+            self.disk.record_truncation()
+        return completions
 
     def flush_log(self, now_ms: int) -> None:
         super().flush_log(now_ms)
