@@ -503,3 +503,48 @@ def test_late_answers_keep_a_caught_up_follower_attached(tmp_path: Path) -> None
         cluster.deliver_all(drop=lambda message: 2 in (message.source_id, message.destination_id))
         assert cluster.nodes[2].role is Role.FOLLOWER
     assert cluster.nodes[1].role is Role.LEADER
+
+
+def test_driver_performs_each_ready_in_its_documented_order(tmp_path: Path) -> None:
+    """Goal: persist, flush, send, restore, apply, snapshot, complete — in that order. Method: a
+    one-voter node behind a RaftDriver whose effects append to one list; it elects itself, commits two
+    proposals, snapshots, and then restarts from that snapshot."""
+    order: list[str] = []
+
+    class RecordingStateMachine(NullStateMachine):
+        def apply(self, offset: int, epoch: int, data: bytes) -> None:
+            order.append(f"apply {offset}")
+            super().apply(offset, epoch, data)
+
+        def snapshot(self) -> bytes:
+            order.append("snapshot")
+            return b"two records"
+
+        def restore(self, offset: int, data: bytes) -> None:
+            order.append(f"restore {offset} {data!r}")
+            super().restore(offset, data)
+
+    class RecordingDriver(RaftDriver):
+        def persist_hard_state(self, state: ElectionState) -> None:
+            order.append("persist")
+            super().persist_hard_state(state)
+
+        def flush_log(self, now_ms: int) -> None:
+            order.append("flush")
+            super().flush_log(now_ms)
+
+    cluster = Cluster(tmp_path, voters=(1,), snapshot_interval_records=3)
+    store = QuorumStateStore(tmp_path / "node-1")
+    driver = RecordingDriver(cluster.nodes[1], store, RecordingStateMachine(), lambda message: order.append("send"))
+    driver.step(Tick(), ELECTION_TIMEOUT_MS)
+    assert order == ["persist", "flush"], "one write for candidate and leader; the LeaderChange is not applied"
+    order.clear()
+    completions = driver.step(Propose(1, b"a"), ELECTION_TIMEOUT_MS + 1)
+    completions += driver.step(Propose(2, b"b"), ELECTION_TIMEOUT_MS + 2)
+    assert order == ["flush", "apply 1", "flush", "apply 2", "snapshot"]
+    assert [(c.proposal_id, c.offset) for c in completions] == [(1, 1), (2, 2)]
+    assert driver.raft.log.log_start_offset == 3
+    restarted = RaftDriver(cluster.open(1, store.read()), store, RecordingStateMachine(), lambda message: None)
+    order.clear()
+    restarted.step(Tick(), ELECTION_TIMEOUT_MS + 3)
+    assert order == ["restore 2 b'two records'"]
