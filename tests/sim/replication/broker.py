@@ -157,7 +157,8 @@ class SimBroker:
         self.broker_epoch = broker_epoch
         self.metadata_offset = -1
         self.next_heartbeat_ms = now_ms
-        self.next_metadata_ms = now_ms
+        self.metadata_correlation_id = -1
+        self.metadata_sent_ms = -1
         self.next_checkpoint_ms = now_ms
         self.next_retention_ms = now_ms
         self.tick_at: dict[TopicPartition, int] = {}
@@ -241,9 +242,10 @@ class SimBroker:
             else:
                 request = BrokerHeartbeatRequest(self.broker_id, self.broker_epoch, self.metadata_offset)
             self._send_controller(request, None)
-        if now_ms >= self.next_metadata_ms:
-            self.next_metadata_ms = now_ms + options.metadata_interval_ms
-            self.services.send(Message(self.broker_id, CONTROLLER_ID, MetadataFetch(self.broker_id)))
+        if self.metadata_sent_ms < 0 or now_ms - self.metadata_sent_ms > (
+            options.metadata_max_wait_ms + options.request_timeout_ms
+        ):
+            self._fetch_metadata()
         if now_ms >= self.next_checkpoint_ms and self.manager is not None:
             self.next_checkpoint_ms = now_ms + options.checkpoint_interval_ms
             self.manager.checkpoint()
@@ -259,6 +261,12 @@ class SimBroker:
                 fetcher.correlation_id = -1
             if topic_partition in self.partitions:
                 self.maybe_fetch(topic_partition, self.partitions[topic_partition].fetch_position())
+
+    def _fetch_metadata(self) -> None:
+        self.metadata_correlation_id = self._id()
+        self.metadata_sent_ms = self.services.now_ms
+        body = MetadataFetch(self.broker_id, self.metadata_correlation_id, self.metadata_offset)
+        self.services.send(Message(self.broker_id, CONTROLLER_ID, body))
 
     def _send_controller(self, request: Any, context: Any) -> None:
         correlation_id = self._id()
@@ -303,7 +311,10 @@ class SimBroker:
 
     def on_metadata(self, answer: MetadataAnswer) -> None:
         """Apply partition states newer than what this incarnation has, once it has seen its own
-        registration."""
+        registration; then fetch again (one long poll at a time)."""
+        if answer.correlation_id != self.metadata_correlation_id:
+            return  # late or duplicated
+        self._fetch_metadata()
         if self.broker_epoch < 0 or answer.offset < self.broker_epoch or answer.offset <= self.metadata_offset:
             return
         self.metadata_offset = answer.offset

@@ -59,13 +59,20 @@ class BrokerDisk:
     def stepped(self, log: Log, truncated: bool) -> None:
         """After a step of the log's core: truncations shrink, flushes (the recovery point) grow
         the durable lengths."""
+        recovery_point = log.recovery_point
         for segment in log.segments:
             path = segment.log_path
+            size = segment.size
             durable = self.durable.get(path, 0)
             if truncated:
-                durable = min(durable, segment.size)
-            durable = max(durable, position_of(segment, log.recovery_point))
-            self.durable[path] = min(durable, segment.size)
+                durable = min(durable, size)
+            elif durable == size:
+                continue
+            if segment.next_offset <= recovery_point:
+                durable = size
+            elif segment.base_offset < recovery_point:
+                durable = max(durable, position_of(segment, recovery_point))
+            self.durable[path] = min(durable, size)
 
     def crash(self, manager: LogManager, rng: random.Random, tear_probability: float
               ) -> tuple[dict[TopicPartition, tuple[int, int]], list[str]]:

@@ -44,13 +44,17 @@ class ControllerAnswer:
 
 @dataclass(frozen=True, slots=True)
 class MetadataFetch:
-    """A broker asks for the partition states (KRaft brokers follow the metadata log)."""
+    """A broker asks for the partition states newer than `offset` (KRaft brokers long-poll the
+    metadata log: the controller answers when it has something newer, or after the max wait)."""
 
     broker_id: int
+    correlation_id: int
+    offset: int
 
 
 @dataclass(frozen=True, slots=True)
 class MetadataAnswer:
+    correlation_id: int
     offset: int
     partitions: dict[TopicPartition, PartitionRegistration]
 

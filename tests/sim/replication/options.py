@@ -34,7 +34,7 @@ class ReplicationSimOptions:
     replica_lag_time_max_ms: int
     heartbeat_interval_ms: int
     session_timeout_ms: int
-    metadata_interval_ms: int
+    metadata_max_wait_ms: int
     fetch_max_wait_ms: int
     fetch_backoff_ms: int
     request_timeout_ms: int
@@ -83,11 +83,11 @@ class ReplicationSimOptions:
             replica_lag_time_max_ms=replica_lag_time_max_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
             session_timeout_ms=heartbeat_interval_ms * rng.choice((4, 8)),
-            metadata_interval_ms=rng.choice((5, 20)),
-            fetch_max_wait_ms=rng.choice((0, 10, replica_lag_time_max_ms // 4)),
+            metadata_max_wait_ms=rng.choice((50, 200)),
+            fetch_max_wait_ms=rng.choice((10, 25, replica_lag_time_max_ms // 4)),
             fetch_backoff_ms=rng.choice((5, 20)),
             request_timeout_ms=rng.choice((40, 100)),
-            checkpoint_interval_ms=rng.choice((20, 100)),
+            checkpoint_interval_ms=rng.choice((50, 200)),
             delay_min_ms=1,
             delay_max_ms=delay_max_ms,
             long_delay_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
@@ -102,12 +102,12 @@ class ReplicationSimOptions:
             pause_probability=0.0 if calm else rng.choice((0.0, 0.03, 0.1)),
             pause_max_ms=rng.choice((100, 400, 1000)),
             tear_probability=rng.choice((0.0, 0.5, 1.0)),
-            produce_interval_max_ms=rng.choice((3, 10, 30)),
+            produce_interval_max_ms=rng.choice((5, 15, 40)),
             acks_all_fraction=rng.choice((0.5, 0.8, 1.0)),
             produce_timeout_ms=rng.choice((50, 200, 1000)),
-            consume_interval_max_ms=rng.choice((5, 20)),
+            consume_interval_max_ms=rng.choice((10, 40)),
             delete_records_probability=rng.choice((0.0, 0.0, 0.002)),
-            safety_duration_ms=rng.choice((1000, 2000)),
+            safety_duration_ms=rng.choice((600, 1200)),
         )
 
     def describe(self) -> str:

@@ -65,7 +65,7 @@ from tests.sim.replication.messages import (
 from tests.sim.replication.options import ReplicationSimOptions
 
 BROKER_IDS = (1, 2, 3)
-DUTY_INTERVAL_MS = 5
+DUTY_INTERVAL_MS = 20
 CONTROLLER_TICK_MS = 10
 LIVENESS_BOUND_MS = 20_000
 PROBE_INTERVAL_MS = 20
@@ -176,6 +176,7 @@ class Simulation:
         self.probes_acked: set[TopicPartition] = set()
         self.produced_tails: dict[int, tuple[TopicPartition, bytes]] = {}
         self.last_leader: dict[TopicPartition, int] = {}
+        self.parked_metadata: list[tuple[MetadataFetch, int]] = []
 
     # -- services for brokers ------------------------------------------------------------------------
 
@@ -294,6 +295,7 @@ class Simulation:
                 broker.partition_tick(topic_partition, at_ms)
         elif kind == Kind.CONTROLLER_TICK:
             self.controller.controller.tick(self.now_ms)
+            self._answer_parked_metadata()
             self.schedule(self.now_ms + CONTROLLER_TICK_MS, Kind.CONTROLLER_TICK)
         elif kind == Kind.PRODUCE:
             self._produce()
@@ -347,11 +349,31 @@ class Simulation:
     def _to_controller(self, message: Message) -> None:
         body = message.body
         if isinstance(body, MetadataFetch):
-            answer: Any = MetadataAnswer(self.controller.metadata.last_applied_offset, self.controller.partitions())
-        else:
-            assert isinstance(body, ControllerRequest), body
-            answer = ControllerAnswer(body.correlation_id, self.controller.handle(body.request, self.now_ms))
+            if body.offset >= self.controller.metadata.last_applied_offset:
+                self.parked_metadata.append((body, self.now_ms + self.options.metadata_max_wait_ms))
+            else:
+                self._answer_metadata(body)
+            return
+        assert isinstance(body, ControllerRequest), body
+        answer = ControllerAnswer(body.correlation_id, self.controller.handle(body.request, self.now_ms))
         self.send(Message(CONTROLLER_ID, message.source, answer))
+        self._answer_parked_metadata()
+
+    def _answer_metadata(self, fetch: MetadataFetch) -> None:
+        answer = MetadataAnswer(fetch.correlation_id, self.controller.metadata.last_applied_offset,
+                                self.controller.partitions())
+        self.send(Message(CONTROLLER_ID, fetch.broker_id, answer))
+
+    def _answer_parked_metadata(self) -> None:
+        """Answer the long polls that have something newer, or whose wait is over."""
+        offset = self.controller.metadata.last_applied_offset
+        waiting = []
+        for fetch, deadline_ms in self.parked_metadata:
+            if fetch.offset < offset or deadline_ms <= self.now_ms:
+                self._answer_metadata(fetch)
+            else:
+                waiting.append((fetch, deadline_ms))
+        self.parked_metadata = waiting
 
     # -- clients -------------------------------------------------------------------------------------
 
