@@ -177,6 +177,8 @@ class Simulation:
         self.produced_tails: dict[int, tuple[TopicPartition, bytes]] = {}
         self.last_leader: dict[TopicPartition, int] = {}
         self.parked_metadata: list[tuple[MetadataFetch, int]] = []
+        self.produce_results: dict[int, ProduceResult] = {}
+        self.batch_records_max = 3
 
     # -- services for brokers ------------------------------------------------------------------------
 
@@ -257,7 +259,9 @@ class Simulation:
             broker.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _setup(self) -> None:
+    def _setup(self, scripted: bool = False) -> None:
+        """Bootstrap the controller and the brokers; without `scripted`, schedule the workload, the
+        chaos and the heal (a scripted scenario acts itself)."""
         assignments = {index: tuple(BROKER_IDS[(index + k) % 3] for k in range(3))
                        for index in range(self.options.partitions)}
         epochs = self.controller.bootstrap(list(BROKER_IDS), assignments, self.topic_configs, self.now_ms)
@@ -265,6 +269,8 @@ class Simulation:
             broker.start(self.now_ms, broker_epoch=epochs[broker_id])
             self.schedule(self.rng.randint(0, DUTY_INTERVAL_MS), Kind.DUTY, (broker_id, broker.incarnation))
         self.schedule(0, Kind.CONTROLLER_TICK)
+        if scripted:
+            return
         self.schedule(1, Kind.PRODUCE)
         self.schedule(1, Kind.CONSUME)
         self.schedule(self.options.chaos_interval_ms, Kind.CHAOS)
@@ -272,16 +278,22 @@ class Simulation:
 
     def _loop(self) -> None:
         for _ in range(STEPS_MAX):
-            if not self.heap:
-                raise AssertionError("the event heap ran dry")
-            at_ms, _, kind, payload = heapq.heappop(self.heap)
-            self.now_ms = at_ms
-            self.result.steps += 1
-            if kind == Kind.PROBE and self._probe():
+            if self._step():
                 return
-            self._dispatch(kind, payload)
-            self.checker.update_excuses(self._log_end_offset_of)
         raise AssertionError(f"more than {STEPS_MAX} steps")
+
+    def _step(self) -> bool:
+        """Handle the next event; True once the liveness probe finds the cluster converged."""
+        if not self.heap:
+            raise AssertionError("the event heap ran dry")
+        at_ms, _, kind, payload = heapq.heappop(self.heap)
+        self.now_ms = at_ms
+        self.result.steps += 1
+        if kind == Kind.PROBE and self._probe():
+            return True
+        self._dispatch(kind, payload)
+        self.checker.update_excuses(self._log_end_offset_of)
+        return False
 
     def _dispatch(self, kind: Kind, payload: Any) -> None:
         if kind == Kind.DELIVER:
@@ -397,13 +409,17 @@ class Simulation:
             if leader != NO_LEADER:
                 self.send(Message(PRODUCER_ID, leader, ClientDeleteRecords(topic_partition, -1)))
 
-    def _send_produce(self, topic_partition: TopicPartition, acks: int) -> None:
+    def _send_produce(self, topic_partition: TopicPartition, acks: int, leader_id: int | None = None) -> int:
+        """Send one batch to the partition's leader as the client sees it (or `leader_id`); return
+        the request id, -1 if the client knows no leader."""
         leader, epoch = self._view(topic_partition)
+        if leader_id is not None:
+            leader, epoch = leader_id, -1
         if leader == NO_LEADER:
             self._view(topic_partition, refresh=True)
-            return
+            return -1
         self.client_ids += 1
-        count = self.rng.randint(1, 3)
+        count = self.rng.randint(1, self.batch_records_max)
         values = [b"%d:%d:%d" % (topic_partition.partition, self.client_ids, index) for index in range(count)]
         records = build_batch_from_values(values, timestamp_ms=self.now_ms)
         self.result.produced += 1
@@ -411,6 +427,7 @@ class Simulation:
         request = ProduceRequest(self.client_ids, records, acks, self.options.produce_timeout_ms,
                                  epoch if self.rng.random() < 0.5 else -1)
         self.send(Message(PRODUCER_ID, leader, ClientProduce(topic_partition, request)))
+        return self.client_ids
 
     def _consume(self) -> None:
         self.schedule(self.now_ms + self.rng.randint(1, self.options.consume_interval_max_ms), Kind.CONSUME)
@@ -429,6 +446,7 @@ class Simulation:
             if deadline + 2 * self.options.request_timeout_ms < now_ms:
                 del self.produces_in_flight[request_id]
         if isinstance(body, ClientProduceAnswer):
+            self.produce_results[body.result.request_id] = body.result
             self.produces_in_flight.pop(body.result.request_id, None)
             if body.result.error != ReplicationError.NONE:
                 self._view(body.topic_partition, refresh=True)
