@@ -357,3 +357,39 @@ def test_stale_metadata_is_ignored(brokers: Brokers) -> None:
     make_leader(leader, 3, partition_epoch=0)
     assert leader.partition.role == Role.LEADER
     assert leader.partition.leader_epoch == 3
+
+
+def test_high_watermark_waits_for_a_follower_whose_expansion_is_in_flight(brokers: Brokers) -> None:
+    """KIP-497: while an expansion is in flight the controller may already count the follower in
+    the ISR (and elect it), so the HW must not pass its LEO: the HW uses the maximal ISR."""
+    leader, one, two = setup(brokers, isr=(1, 2))
+    catch_up(leader, [one, two], now_ms=0)
+    assert isinstance(leader.partition.state.isr_state, PendingExpandIsr), "3 reached the HW: proposed"
+    produce(leader, batch(b"a"), acks=1, now_ms=1)
+    catch_up(leader, [one], now_ms=2)
+    assert leader.log.high_watermark == 0, "broker 3 has not fetched offset 0 yet"
+    fetch_round(leader, two, now_ms=3)
+    fetch_round(leader, two, now_ms=4)
+    assert leader.log.high_watermark == 1
+
+
+def test_follower_at_hw_but_below_leader_epoch_start_does_not_join(brokers: Brokers) -> None:
+    """Kafka's isFollowerInSync: reaching a new leader's lagging HW is not enough; the follower must
+    also reach the start of the leader's epoch, or the ISR could gain a member that lacks records
+    this leader will commit."""
+    old, new, _ = brokers()
+    make_leader(old, 1, isr=(1, 2))
+    make_follower(new, 1, 1, isr=(1, 2))
+    for value in (b"a", b"b", b"c"):
+        produce(old, batch(value), acks=1)
+    catch_up(old, [new], now_ms=0)
+    produce(old, batch(b"d"), acks=1)
+    produce(old, batch(b"e"), acks=1)
+    fetch_round(old, new, now_ms=1)  # new: LEO 5, HW 3
+    make_leader(new, 2, isr=(1, 2), partition_epoch=1, now_ms=2)
+    assert (new.log.high_watermark, new.partition.state.leader_epoch_start_offset) == (3, 5)
+    request = FollowerFetch(9, 3, fetch_offset=3, last_fetched_epoch=1, log_start_offset=0, current_leader_epoch=2,
+                            max_bytes=100)
+    ready = new.handle(request, now_ms=3)
+    assert only(ready.completions, FetchResult).error == ReplicationError.NONE
+    assert ready.messages == (), "at the HW (3) but below the epoch start (5)"
