@@ -1,0 +1,155 @@
+"""Mutation check of the simulator: plant a known Raft bug, run seeds, expect a failure.
+
+A simulator that never fails proves little unless it fails on broken code. Each mutation below
+breaks one rule the theory of operation in controller/raft.py depends on; the run reports, per
+mutation, how many of the seeds failed and the first failing seed (the one to replay with
+`--mutation NAME --seed N`). Mutations are applied in the parent before the worker processes fork.
+
+    .venv/bin/python -m tests.sim.mutate --seeds 200 --jobs 2
+    .venv/bin/python -m tests.sim.mutate --mutation vote_twice --seeds 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable
+
+from controller import leader_state, raft, raft_log
+from controller.quorum_state import ElectionState
+from controller.raft_messages import Event, Ready, Role, VoteRequest
+from tests.sim.run import run_seeds
+
+
+def _grant_any_log() -> None:
+    """Voters ignore the candidate's log (Raft §5.4.1 gone): leader completeness must fail."""
+    def current(self: raft.Raft, request: VoteRequest) -> bool:
+        return True
+
+    raft.Raft._candidate_log_is_current = current  # type: ignore[method-assign]
+
+
+def _commit_old_epochs() -> None:
+    """The leader counts a majority without an entry of its own epoch (Raft §5.4.2, Figure 8)."""
+    def candidate(self: leader_state.LeaderState) -> int | None:
+        offsets = sorted((state.end_offset for state in self.voters.values()), reverse=True)
+        value = offsets[self.majority - 1]
+        return value if value > 0 else None
+
+    leader_state.LeaderState.high_watermark_candidate = candidate  # type: ignore[method-assign]
+
+
+def _vote_twice() -> None:
+    """A voter forgets whom it voted for in the epoch: two leaders in one epoch must show."""
+    original = raft.Raft._may_grant_vote
+
+    def may_grant(self: raft.Raft, request: VoteRequest) -> bool:
+        state = self._state
+        self._state = ElectionState(state.epoch, None, state.leader_id)
+        try:
+            return original(self, request)
+        finally:
+            self._state = state
+
+    def set_state(self: raft.Raft, state: ElectionState) -> None:
+        if state != self._state:
+            self._state = state
+            self._hard_state_dirty = True
+
+    raft.Raft._may_grant_vote = may_grant  # type: ignore[method-assign]
+    raft.Raft._set_state = set_state  # type: ignore[method-assign]
+
+
+def _forget_votes_on_crash() -> None:
+    """The vote is sent before it is persisted (never persisted): a restarted voter votes again."""
+    def set_state(self: raft.Raft, state: ElectionState) -> None:
+        if state != self._state:
+            self._hard_state_dirty = self._hard_state_dirty or state.epoch != self._state.epoch
+            self._state = state
+
+    raft.Raft._set_state = set_state  # type: ignore[method-assign]
+
+
+def _ack_before_flush() -> None:
+    """Followers acknowledge fetched entries without an fsync: a crash loses committed entries."""
+    original = raft.Raft.handle
+
+    def handle(self: raft.Raft, event: Event, now_ms: int) -> Ready:
+        ready = original(self, event, now_ms)
+        if self.role is Role.FOLLOWER and ready.must_sync:
+            return dataclasses.replace(ready, must_sync=False)
+        return ready
+
+    raft.Raft.handle = handle  # type: ignore[method-assign]
+
+
+def _truncate_to_leader_end() -> None:
+    """Followers truncate to the leader's epoch end without looking up their own (KRaft's rule)."""
+    def truncate(self: raft_log.RaftLog, diverging: raft.OffsetAndEpoch, now_ms: int) -> int:
+        offset = min(diverging.offset, self.log.log_end_offset)
+        if self.log.truncate_to(offset, now_ms):
+            self.truncation_count += 1
+        return self.log.log_end_offset
+
+    raft_log.RaftLog.truncate_to_end_offset = truncate  # type: ignore[method-assign]
+
+
+MUTATIONS: dict[str, Callable[[], None]] = {
+    "grant_any_log": _grant_any_log,
+    "commit_old_epochs": _commit_old_epochs,
+    "vote_twice": _vote_twice,
+    "forget_votes_on_crash": _forget_votes_on_crash,
+    "ack_before_flush": _ack_before_flush,
+    "truncate_to_leader_end": _truncate_to_leader_end,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.sim.mutate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mutation", choices=sorted(MUTATIONS), help="only this one (default: each in turn)")
+    parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args(argv)
+    names = [args.mutation] if args.mutation else sorted(MUTATIONS)
+    survived = []
+    for name in names:
+        caught = _run_mutation(name, range(args.start, args.start + args.seeds), args.jobs)
+        if caught == 0:
+            survived.append(name)
+    print(f"survived: {survived or 'none'}")
+    return 1 if survived else 0
+
+
+def _run_mutation(name: str, seeds: range, jobs: int) -> int:
+    """Apply one mutation in a fresh process tree and count the failing seeds."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=_child, args=(name, list(seeds), jobs, queue))
+    process.start()
+    failures, first, example = queue.get()
+    process.join()
+    print(f"{name}: {failures}/{len(seeds)} seeds failed; first {first}: {example}", flush=True)
+    return failures
+
+
+def _child(name: str, seeds: list[int], jobs: int, queue: object) -> None:
+    MUTATIONS[name]()
+    failures = 0
+    first: int | None = None
+    example = ""
+    for outcome in run_seeds(seeds, jobs):
+        if outcome.failure is not None:
+            failures += 1
+            if first is None or outcome.seed < first:
+                first = outcome.seed
+                example = outcome.failure.strip().splitlines()[-1][:140]
+    queue.put((failures, first, example))  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
