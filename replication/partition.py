@@ -223,6 +223,7 @@ class Partition:
                             event.isr, event.replicas, now_ms)
 
     def _on_make_follower(self, event: MakeFollower, now_ms: int, out: Outbox) -> None:
+        assert event.leader_id != self.broker_id, f"{self.topic_partition}: MakeFollower names this broker leader"
         if self._is_stale(event.leader_epoch, event.partition_epoch):
             return
         if isinstance(self.state, Follower) and self.state.leader_epoch == event.leader_epoch:
