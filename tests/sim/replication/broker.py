@@ -47,8 +47,10 @@ from replication.events import (
     Tick,
 )
 from replication.partition import Partition
+from replication.partition_driver import PartitionDriver
 from replication.ready import (
     AlterPartitionProposal,
+    Completion,
     FetchResult,
     FollowerFetchPosition,
     ProduceResult,
@@ -124,6 +126,30 @@ def replication_error(code: ErrorCode) -> ReplicationError:
     return ReplicationError.__members__.get(code.name, ReplicationError.UNKNOWN_SERVER_ERROR)
 
 
+class SimDriver(PartitionDriver):
+    """The shared driver with the simulated broker's effects."""
+
+    def __init__(self, partition: Partition, broker: SimBroker) -> None:
+        super().__init__(partition)
+        self.broker = broker
+
+    def send_alter_partition(self, proposal: AlterPartitionProposal) -> None:
+        self.broker.send_alter_partition(self.partition.topic_partition, proposal)
+
+    def complete(self, completion: Completion) -> None:
+        self.broker.answer(completion)
+
+    def fetch(self, position: FollowerFetchPosition | None) -> None:
+        self.broker.maybe_fetch(self.partition.topic_partition, position)
+
+    def schedule_tick(self, at_ms: int | None) -> None:
+        broker = self.broker
+        topic_partition = self.partition.topic_partition
+        if at_ms is not None and broker.tick_at.get(topic_partition) != at_ms:
+            broker.tick_at[topic_partition] = at_ms
+            broker.services.schedule_partition_tick(broker, topic_partition, at_ms)
+
+
 class SimBroker:
     def __init__(self, broker_id: int, root: Path, services: Services) -> None:
         self.broker_id = broker_id
@@ -149,6 +175,7 @@ class SimBroker:
         self.manager = LogManager([self.directory], lambda topic: self.services.log_config, now_ms)
         self.disk.opened(self.manager)
         self.partitions = {}
+        self.drivers: dict[TopicPartition, SimDriver] = {}
         self.applied: dict[TopicPartition, tuple[int, int]] = {}
         self.fetchers: dict[TopicPartition, Fetcher] = {}
         self.pending: dict[int, Pending] = {}
@@ -187,31 +214,22 @@ class SimBroker:
     # -- the partition cores -----------------------------------------------------------------------
 
     def step(self, topic_partition: TopicPartition, event: Event) -> Ready:
-        services = self.services
-        partition = self.partitions[topic_partition]
-        ready = partition.handle(event, services.now_ms)
+        """One event for one core; the disk model and the checker see the Ready before the driver
+        performs it (its answers must not reach anyone before the checker has seen the log)."""
+        driver = self.drivers[topic_partition]
+        ready = driver.partition.handle(event, self.services.now_ms)
         truncated = any(isinstance(change, Truncated | TruncatedFully) for change in ready.log_changes)
-        self.disk.stepped(partition.log, truncated)
-        services.observe(self, topic_partition, event, ready, self.pending)
-        self._perform(topic_partition, ready)
+        self.disk.stepped(driver.partition.log, truncated)
+        self.services.observe(self, topic_partition, event, ready, self.pending)
+        driver.perform(ready)
         return ready
-
-    def _perform(self, topic_partition: TopicPartition, ready: Ready) -> None:
-        for proposal in ready.messages:
-            self._send_alter_partition(topic_partition, proposal)
-        for completion in ready.completions:
-            self._answer(completion)
-        self.maybe_fetch(topic_partition, ready.fetch)
-        if ready.next_tick_ms is not None and self.tick_at.get(topic_partition) != ready.next_tick_ms:
-            self.tick_at[topic_partition] = ready.next_tick_ms
-            self.services.schedule_partition_tick(self, topic_partition, ready.next_tick_ms)
 
     def partition_tick(self, topic_partition: TopicPartition, at_ms: int) -> None:
         if self.tick_at.get(topic_partition) == at_ms and topic_partition in self.partitions:
             del self.tick_at[topic_partition]
             self.step(topic_partition, Tick())
 
-    def _answer(self, completion: Any) -> None:
+    def answer(self, completion: Completion) -> None:
         pending = self.pending.pop(completion.request_id, None)
         assert pending is not None, f"broker {self.broker_id}: completion for unknown request {completion}"
         send = self.services.send
@@ -273,7 +291,7 @@ class SimBroker:
         self.controller_requests[correlation_id] = (request, context)
         self.services.send(Message(self.broker_id, CONTROLLER_ID, ControllerRequest(correlation_id, request)))
 
-    def _send_alter_partition(self, topic_partition: TopicPartition, proposal: AlterPartitionProposal) -> None:
+    def send_alter_partition(self, topic_partition: TopicPartition, proposal: AlterPartitionProposal) -> None:
         data = AlterPartitionData(self.services.topic_id, topic_partition.partition, proposal.leader_epoch,
                                   proposal.partition_epoch, proposal.new_isr, proposal.new_isr_broker_epochs)
         self._send_controller(AlterPartitionRequest(self.broker_id, self.broker_epoch, (data,)),
@@ -328,8 +346,10 @@ class SimBroker:
                 continue
             self.applied[topic_partition] = key
             if topic_partition not in self.partitions:
-                self.partitions[topic_partition] = Partition(topic_partition, self.manager, self.broker_id,
-                                                             self.services.replication_config, now_ms)
+                partition = Partition(topic_partition, self.manager, self.broker_id, self.services.replication_config,
+                                      now_ms)
+                self.partitions[topic_partition] = partition
+                self.drivers[topic_partition] = SimDriver(partition, self)
                 self.fetchers[topic_partition] = Fetcher()
             if state.leader == self.broker_id:
                 event: Event = MakeLeader(state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
