@@ -249,6 +249,10 @@ def test_vote_is_persisted_before_the_reply_and_never_given_twice(tmp_path: Path
     response = only(list(ready.messages))
     assert isinstance(response, VoteResponse)
     assert not response.vote_granted, "the vote survives a restart"
+    # A vote in an epoch the voter already knew (no epoch change to persist) is persisted too.
+    voter = cluster.open(3, ElectionState(6))
+    ready = voter.handle(Message(1, 3, VoteRequest(6, 1, 0, 0, pre_vote=False)), 3)
+    assert ready.hard_state == ElectionState(6, voted_id=1, leader_id=None)
 
 
 class NullStateMachine:
@@ -460,7 +464,9 @@ def test_stale_and_duplicate_fetch_answers_are_ignored(tmp_path: Path) -> None:
     fetch = cluster.take(FetchRequest, source=2)[0]
     answer = cluster_message(1, 2, cluster.handle(1, fetch))
     cluster.outbox.clear()
-    cluster.handle(2, answer)
+    ready = cluster.handle(2, answer)
+    assert ready.must_sync, "fetched entries are fsynced before the next fetch acknowledges them"
+    assert [type(message.body) for message in ready.messages] == [FetchRequest]
     end = cluster.nodes[2].log.log_end_offset
     cluster.outbox.clear()
     ready = cluster.handle(2, answer)
@@ -548,3 +554,16 @@ def test_driver_performs_each_ready_in_its_documented_order(tmp_path: Path) -> N
     order.clear()
     restarted.step(Tick(), ELECTION_TIMEOUT_MS + 3)
     assert order == ["restore 2 b'two records'"]
+
+
+def test_voter_refuses_a_candidate_whose_log_is_behind(tmp_path: Path) -> None:
+    """Goal: Raft §5.4.1 (election restriction). Method: voter 2 holds epochs [1, 1, 2]; candidates
+    ending in an older epoch, or in the same epoch at a smaller offset, are refused; an equal log wins."""
+    cluster = Cluster(tmp_path)
+    write_entries(cluster.nodes[2].log, [1, 1, 2])
+    voter = cluster.open(2, ElectionState(4))
+    for epoch, (last_epoch, end_offset, granted) in enumerate([(1, 9, False), (2, 2, False), (2, 3, True)], 5):
+        ready = voter.handle(Message(1, 2, VoteRequest(epoch, 1, last_epoch, end_offset, pre_vote=False)), epoch)
+        response = only(list(ready.messages))
+        assert isinstance(response, VoteResponse)
+        assert response.vote_granted is granted, (last_epoch, end_offset)

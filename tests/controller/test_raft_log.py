@@ -152,3 +152,11 @@ def test_a_parked_fetch_must_be_answered_before_the_request_times_out() -> None:
     with pytest.raises(QuorumConfigError, match="fetch_max_wait_ms=500 must be below request_timeout_ms=500"):
         QuorumConfig.from_properties({"controller.quorum.voters": "1@a:1", "controller.quorum.fetch.max.wait.ms": "500",
                                       "controller.quorum.request.timeout.ms": "500"})
+
+
+def test_follower_truncates_to_its_own_end_of_the_diverging_epoch(tmp_path: Path) -> None:
+    """KRaft's truncateToEndOffset: the leader's epoch 1 ends at 4, but this follower's epoch 1 ends at
+    2 (its entries 2..5 came from a leader of epoch 2 that lost): cut at 2, not at 4."""
+    follower = raft_log(tmp_path, [1, 1, 2, 2, 2, 2])
+    assert follower.truncate_to_end_offset(OffsetAndEpoch(1, 4), 0) == 2
+    assert follower.end_offset_and_epoch() == OffsetAndEpoch(1, 2)
