@@ -19,6 +19,9 @@ from storage.config import LONG_MAX
 class ReplicationSimOptions:
     """One run's parameters. Times in simulated ms; probabilities per event or per chaos tick.
 
+    `leader_fault_probability`: per chaos tick, crash, pause or cut off (from its followers, or
+    from everyone) the leader of a random partition.
+
     `flush_messages`: 1 fsyncs every append (a crash loses nothing acknowledged); LONG_MAX is
     Kafka's default (rely on replication: a crash loses the unflushed tail, and the checker
     excuses a record only once every ISR member has lost it, DESIGN §6.1)."""
@@ -59,6 +62,7 @@ class ReplicationSimOptions:
     consume_interval_max_ms: int
     delete_records_probability: float
     safety_duration_ms: int
+    leader_fault_probability: float
 
     @classmethod
     def from_seed(cls, seed: int) -> ReplicationSimOptions:
@@ -108,6 +112,9 @@ class ReplicationSimOptions:
             consume_interval_max_ms=rng.choice((10, 40)),
             delete_records_probability=rng.choice((0.0, 0.0, 0.002)),
             safety_duration_ms=rng.choice((600, 1200)),
+            # Faults aimed at a partition's leader (FoundationDB aims its faults too): these make
+            # the unreplicated tails and back-to-back failovers that truncation must handle.
+            leader_fault_probability=0.0 if calm else rng.choice((0.0, 0.1, 0.3)),
         )
 
     def describe(self) -> str:

@@ -481,6 +481,8 @@ class Simulation:
         if self.network.blocked and rng.random() < options.partition_heal_probability:
             self.network.heal()
             self.trace("chaos: heal links")
+        if rng.random() < options.leader_fault_probability:
+            self._leader_fault()
         for broker in self.brokers.values():
             if broker.up and rng.random() < options.crash_probability:
                 self._crash(broker)
@@ -490,6 +492,27 @@ class Simulation:
                 broker.paused_until_ms = self.now_ms + rng.randint(1, options.pause_max_ms)
                 self.trace(f"chaos: pause broker {broker.broker_id} until {broker.paused_until_ms}")
                 self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
+
+    def _leader_fault(self) -> None:
+        """Crash, pause or cut off the current leader of a random partition."""
+        rng = self.rng
+        leader_id = self.controller.partition(rng.choice(self.topic_partitions)).leader
+        kind = rng.choice(("crash", "pause", "cut-followers", "isolate"))
+        broker = self.brokers.get(leader_id)
+        if broker is None or not broker.up or self._paused(broker):
+            return
+        self.trace(f"chaos: leader fault {kind} on broker {leader_id}")
+        if kind == "crash":
+            self._crash(broker)
+        elif kind == "pause":
+            broker.paused_until_ms = self.now_ms + rng.randint(1, self.options.pause_max_ms)
+            self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
+        else:
+            others = [node for node in (CONTROLLER_ID, *BROKER_IDS) if node != leader_id]
+            if kind == "cut-followers":
+                others = [node for node in others if node != CONTROLLER_ID]
+            for other in others:
+                self.network.blocked |= {(leader_id, other), (other, leader_id)}
 
     def _crash(self, broker: SimBroker) -> None:
         self.checker.forget_incarnation(broker.broker_id, broker.incarnation)
