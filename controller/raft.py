@@ -76,10 +76,25 @@ that was itself), with its high watermark at its latest snapshot, which it resto
 Observers: nodes that are not voters fetch and apply like followers but never vote, never stand,
 and never count towards a majority; without a known leader they ask a random voter.
 
-Differences from Kafka, and why: one fetch per follower in flight, matched by correlation id and
-checked against the echoed position, because our network (the simulator's) drops, duplicates and
-reorders where Kafka relies on TCP; the follower reports its high watermark in Fetch so the
-leader parks only fetches with nothing new to say; snapshots are counted in records, not bytes.
+Differences from Kafka, and why:
+- One fetch per follower in flight, matched by correlation id and checked against the echoed
+  position, because our network (the simulator's) drops, duplicates and reorders where Kafka relies
+  on TCP. A late answer for the follower's current position is still used — it refreshes the fetch
+  timeout, and is acted on if it moves the follower — so round trips longer than the request
+  timeout do not starve a follower; an empty duplicate starts no new fetch.
+- The follower reports its high watermark in Fetch, so the leader parks only fetches with nothing
+  new to say; a follower of a leader that does not park (fetch_max_wait_ms = 0) pauses
+  retry_backoff_ms after an answer with nothing new instead of spinning.
+- Only the leader itself (a fetch answer, BeginQuorumEpoch) makes a follower refuse pre-votes; a
+  leader learned from hearsay (a vote response, a restart) does not, or two voters that each heard
+  of a dead leader from the other would refuse each other for ever.
+- A Vote or pre-vote with a higher epoch moves the voter to that epoch (Raft's term rule); only a
+  node that once won a pre-vote majority can carry a higher epoch, so this ends, at the cost of one
+  election, the case of a candidate whose epoch is above a working leader's.
+- A fetch whose last epoch is older than every epoch left in the leader's log is answered with the
+  snapshot id, not with the snapshot as a diverging epoch (KRaft): such a follower holds no entry of
+  the snapshot's epoch to truncate to and would ask again for ever.
+- Snapshots are counted in records, not bytes.
 """
 
 from __future__ import annotations
