@@ -56,10 +56,12 @@ class History:
 
 @dataclass(slots=True)
 class LostRange:
-    """Offsets [low, high) a crash may have cut from a broker's log; `used` once an excuse counted it."""
+    """Offsets [low, high) a crash may have cut from a broker's log, written in leader epochs up to
+    `epoch` (the partition's epoch at the crash); `used` once an excuse counted it."""
 
     low: int
     high: int
+    epoch: int
     used: bool = False
 
 
@@ -116,7 +118,11 @@ class ReplicationChecker:
             self._check_acked(topic_partition, base_offset, tail)
 
     def _apply_truncations(self, key: ReplicaKey, ready: Ready, progress: ReplicaProgress) -> None:
+        """Move the replica's verified point back, and forget what a crash cut from it: after a
+        truncation its log is what the protocol left, not what the crash did."""
         broker_id, _, topic_partition = key
+        if any(isinstance(change, Truncated | TruncatedFully) for change in ready.log_changes):
+            self.histories[topic_partition].lost.pop(broker_id, None)
         for change in ready.log_changes:
             if isinstance(change, Truncated):
                 if change.end_offset < change.high_watermark_before and not self.is_excused(
@@ -208,7 +214,8 @@ class ReplicationChecker:
     def crashed(self, broker_id: int, lost: dict[TopicPartition, tuple[int, int]]) -> None:
         """A crash may have cut these offset ranges of the broker's logs."""
         for topic_partition, lost_range in lost.items():
-            self.histories[topic_partition].lost.setdefault(broker_id, []).append(LostRange(*lost_range))
+            lost_range_of = LostRange(*lost_range, epoch=self.max_epoch_of(topic_partition))
+            self.histories[topic_partition].lost.setdefault(broker_id, []).append(lost_range_of)
 
     def update_excuses(self, log_end_offset_of: Callable[[int, TopicPartition], int | None]) -> None:
         """Excuse offsets that every ISR member lost in a crash; `log_end_offset_of(broker, tp)` is
@@ -248,7 +255,8 @@ class ReplicationChecker:
         """Offsets from `point` were lost on every ISR member: forget them. A lost range excuses
         once (unless the ISR narrows to members that lost more), so records a new leader writes
         there later are held to the history."""
-        history.excuses.append((point, self.max_epoch_of(topic_partition)))
+        epoch = max(lost.epoch for broker_id in isr for lost in history.lost[broker_id])
+        history.excuses.append((point, epoch))
         history.last_excuse_point = point
         for broker_id in isr:
             for lost in history.lost[broker_id]:
