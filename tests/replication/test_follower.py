@@ -229,3 +229,29 @@ def test_follower_behind_leader_log_start_starts_over_there(brokers: Brokers) ->
     catch_up(one, [two], now_ms=2_011)
     assert batches(two) == batches(one)
     assert two.log.log_start_offset == start
+
+
+def test_follower_ahead_of_leader_end_truncates_to_it(brokers: Brokers) -> None:
+    """Kafka's fetchOffsetAndTruncate: OFFSET_OUT_OF_RANGE with the leader's LEO below ours (only an
+    unclean election allows it) cuts the log there."""
+    one, two, _ = brokers()
+    make_leader(one, 1, isr=(1, 2))
+    make_follower(two, 1, 1, isr=(1, 2))
+    append(one, b"a")
+    append(one, b"b")
+    catch_up(one, [two], now_ms=0)
+    position = two.partition.fetch_position()
+    response = FetchResponseFromLeader(1, 1, position.fetch_offset, position.last_fetched_epoch,
+                                       ReplicationError.OFFSET_OUT_OF_RANGE, b"", 1, 0, 1)
+    ready = two.handle(response, now_ms=0)
+    assert ready.log_changes == (Truncated(1, 2),)
+
+
+def test_retriable_fetch_errors_change_nothing(brokers: Brokers) -> None:
+    _, two, _ = brokers()
+    make_follower(two, 1, 1)
+    position = two.partition.fetch_position()
+    for error in (ReplicationError.UNKNOWN_LEADER_EPOCH, ReplicationError.NOT_LEADER_OR_FOLLOWER):
+        response = FetchResponseFromLeader(1, 1, position.fetch_offset, position.last_fetched_epoch, error)
+        ready = two.handle(response, now_ms=0)
+        assert (ready.log_changes, ready.fetch) == ((), position)
