@@ -38,6 +38,7 @@ def scenario_options(**overrides: object) -> ReplicationSimOptions:
         long_delay_probability=0.0, long_delay_max_ms=2, drop_probability=0.0, duplicate_probability=0.0,
         chaos_interval_ms=100, partition_probability=0.0, partition_heal_probability=0.0, crash_probability=0.0,
         restart_probability=0.0, pause_probability=0.0, pause_max_ms=1, tear_probability=0.0,
+        leader_fault_probability=0.0,
         produce_interval_max_ms=10, acks_all_fraction=1.0, produce_timeout_ms=300, consume_interval_max_ms=10,
         delete_records_probability=0.0, safety_duration_ms=0,
     )
