@@ -220,6 +220,8 @@ class ReplicationChecker:
     def update_excuses(self, log_end_offset_of: Callable[[int, TopicPartition], int | None]) -> None:
         """Excuse offsets that every ISR member lost in a crash; `log_end_offset_of(broker, tp)` is
         the broker's LEO, None while it is down. Forget lost ranges a broker has fetched again."""
+        if not any(history.lost for history in self.histories.values()):
+            return
         for topic_partition, history in self.histories.items():
             if not history.lost:
                 continue
