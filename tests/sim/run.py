@@ -159,7 +159,7 @@ def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int, spe
             if record:
                 record_regression(outcome.seed, outcome.failure)
         if progress_every and summary.seeds % progress_every == 0:
-            print(f"... {summary.report(time.monotonic() - started).splitlines()[0]}", flush=True)
+            print("... " + summary.report(time.monotonic() - started).replace("\n", "\n... "), flush=True)
     print(summary.report(time.monotonic() - started), flush=True)
     return summary
 
