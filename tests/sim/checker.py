@@ -52,6 +52,10 @@ class LogMirror:
 
 
 class SafetyChecker:
+    """The properties of the module docstring over one run. State: leaders by epoch, each node's
+    epoch, votes, HW and log mirror, every batch seen, the canonical history and its digests, the
+    commit epoch of each offset, snapshot digests. Fed by the Simulation after every step."""
+
     def __init__(self, spec: StateMachineSpec) -> None:
         self.spec = spec
         self.leaders: dict[int, int] = {}

@@ -24,6 +24,9 @@ from controller.raft_log import RaftLog
 
 
 class SimDisk:
+    """One node's durable view (see the module docstring). State: per segment file, the (device,
+    inode, length) recorded at the last flush. Owner: the node's SimDriver and the Simulation."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.durable: dict[str, tuple[int, int, int]] = {}  # name -> (st_dev, st_ino, length)

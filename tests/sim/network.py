@@ -16,6 +16,9 @@ from tests.sim.options import SimOptions
 
 
 class SimNetwork:
+    """The fate of messages (see the module docstring). State: the blocked links and whether faults
+    are on; all randomness comes from the run's generator. Owner: the Simulation."""
+
     def __init__(self, rng: random.Random, options: SimOptions) -> None:
         self.rng = rng
         self.options = options

@@ -55,6 +55,10 @@ class SimDriver(RaftDriver):
 
 
 class SimNode:
+    """One quorum member across incarnations (see the module docstring). State: its directory and
+    disk model, the current driver (None while down), the pause deadline and held events, and the
+    generation of its queued tick. Owner: the Simulation."""
+
     def __init__(self, node_id: int, root: Path, node_seed: int, quorum_config: QuorumConfig,
                  log_config: LogConfig, spec: StateMachineSpec) -> None:
         self.node_id = node_id

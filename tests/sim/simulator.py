@@ -117,6 +117,9 @@ def default_root() -> Path:
 
 
 class Simulation:
+    """One seeded run (see the module docstring). `run()` returns a SimResult or raises
+    SafetyViolation or LivenessFailure; the temp directory goes either way."""
+
     def __init__(self, seed: int, spec: StateMachineSpec = HASH_LIST, trace: Callable[[str], None] | None = None,
                  root: Path | None = None) -> None:
         self.seed = seed
