@@ -83,7 +83,6 @@ from controller.controller_api import (
     IncrementalAlterConfigsResponse,
     TickResponse,
 )
-from controller.error_codes import ErrorCode
 from controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, topic_name_error
 from controller.metadata_records import (
     NO_LEADER,
@@ -100,6 +99,7 @@ from controller.metadata_records import (
 )
 from controller.replica_assignment import RandomSource, UsableBroker, assign_replicas
 from storage.config import LogConfig
+from storage.error_codes import ErrorCode
 from storage.errors import InvalidConfigError
 
 ResponseT = TypeVar("ResponseT")

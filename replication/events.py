@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replication.errors import ReplicationError
 from replication.ready import AlterPartitionProposal, EpochEndOffset, FetchResult, FollowerFetchPosition
+from storage.error_codes import ErrorCode
 
 NO_EPOCH = -1
 """An epoch field left unset (Kafka's -1): no fencing check."""
@@ -179,7 +179,7 @@ class FetchResponseFromLeader:
     leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int
-    error: ReplicationError
+    error: ErrorCode
     records: bytes = b""
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -207,10 +207,10 @@ class FetchResponseFromLeader:
 class AlterPartitionResponse:
     """The controller's answer to `proposal` (echoed by the owner, which pairs requests and
     answers): NONE with the partition's state after the change, or an error (the node maps the
-    controller's `ErrorCode` to `ReplicationError` by name; REQUEST_TIMED_OUT for no answer)."""
+    controller's `ErrorCode` to `ErrorCode` by name; REQUEST_TIMED_OUT for no answer)."""
 
     proposal: AlterPartitionProposal
-    error: ReplicationError
+    error: ErrorCode
     leader_id: int = NO_LEADER
     leader_epoch: int = NO_EPOCH
     partition_epoch: int = NO_EPOCH

@@ -24,11 +24,11 @@ says where to fetch (`position`), the owner's fetcher sends the fetch and hands 
 
 from __future__ import annotations
 
-from replication.errors import ReplicationError
 from replication.events import NO_LEADER, FetchResponseFromLeader
 from replication.outbox import Outbox
 from replication.ready import EpochEndOffset, FollowerFetchPosition
 from replication.replica_log import ReplicaLog
+from storage.error_codes import ErrorCode
 from storage.errors import StorageError
 from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET
 from storage.log import LogStartOffsetIncrementReason
@@ -50,7 +50,7 @@ class Follower:
         self.isr = isr
         self.replicas = replicas
         self.fenced = False
-        self.last_error = ReplicationError.NONE
+        self.last_error = ErrorCode.NONE
 
     def update(self, partition_epoch: int, isr: tuple[int, ...], replicas: tuple[int, ...]) -> None:
         """Newer metadata in the same leader epoch (an ISR change)."""
@@ -89,11 +89,11 @@ class Follower:
         if not self.is_current(response, log):
             return
         self.last_error = response.error
-        if response.error == ReplicationError.FENCED_LEADER_EPOCH:
+        if response.error == ErrorCode.FENCED_LEADER_EPOCH:
             self.fenced = True
-        elif response.error == ReplicationError.OFFSET_OUT_OF_RANGE:
+        elif response.error == ErrorCode.OFFSET_OUT_OF_RANGE:
             _on_out_of_range(response, log, now_ms, out)
-        elif response.error != ReplicationError.NONE:
+        elif response.error != ErrorCode.NONE:
             return
         elif response.diverging_epoch is not None:
             _truncate_to_diverging_epoch(response.diverging_epoch, log, now_ms, out)
@@ -107,8 +107,8 @@ class Follower:
             except StorageError as error:
                 # Kafka marks the partition failed; here the answer is dropped and the same offset
                 # is fetched again (a damaged transfer heals, a damaged leader log shows in metrics).
-                self.last_error = ReplicationError.CORRUPT_MESSAGE if error.error_name == "CORRUPT_MESSAGE" else (
-                    ReplicationError.KAFKA_STORAGE_ERROR)
+                self.last_error = ErrorCode.CORRUPT_MESSAGE if error.error_name == "CORRUPT_MESSAGE" else (
+                    ErrorCode.KAFKA_STORAGE_ERROR)
                 return
         target = min(response.high_watermark, log.log.log_end_offset)
         log.maybe_increment_high_watermark(target)

@@ -22,28 +22,28 @@ epoch. It decides; `Partition` reads and writes the log and answers requests.
 from __future__ import annotations
 
 from replication.config import ReplicationConfig
-from replication.errors import ReplicationError
 from replication.events import NO_EPOCH, AlterPartitionResponse, FollowerFetch
 from replication.isr_state import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, EpochEndOffset, FetchResult
 from replication.replica_state import NO_BROKER_EPOCH, UNKNOWN_OFFSET, ReplicaState
+from storage.error_codes import ErrorCode
 from storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from storage.log import Log
 
 # Kafka's handleAlterPartitionError: these answers say the proposal was not applied and the
 # partition epoch we sent is current, so the leader may go back to its last committed ISR.
-_REVERT_ERRORS = frozenset({ReplicationError.INELIGIBLE_REPLICA, ReplicationError.OPERATION_NOT_ATTEMPTED})
+_REVERT_ERRORS = frozenset({ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED})
 # These say the leader's view is stale: keep the change pending (HW on the maximal ISR) until new
 # metadata arrives, and do not resend.
 _GIVE_UP_ERRORS = frozenset(
     {
-        ReplicationError.FENCED_LEADER_EPOCH,
-        ReplicationError.INVALID_UPDATE_VERSION,
-        ReplicationError.UNKNOWN_TOPIC_OR_PARTITION,
-        ReplicationError.UNKNOWN_TOPIC_ID,
-        ReplicationError.INVALID_REQUEST,
-        ReplicationError.NEW_LEADER_ELECTED,
-        ReplicationError.STALE_BROKER_EPOCH,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.INVALID_UPDATE_VERSION,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.NEW_LEADER_ELECTED,
+        ErrorCode.STALE_BROKER_EPOCH,
     }
 )
 
@@ -114,25 +114,25 @@ class Leader:
         state = self.remote.get(request.replica_id)
         if state is None or state.is_stale_broker_epoch(request.broker_epoch):
             reason = "is not a replica" if state is None else f"fetched with an old broker epoch {request.broker_epoch}"
-            return self._fetch_error(request, ReplicationError.NOT_LEADER_OR_FOLLOWER,
+            return self._fetch_error(request, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                      f"broker {request.replica_id} {reason} of {log.name} (replicas {self.replicas})")
         if request.last_fetched_epoch != NO_EPOCH:
             epoch, end_offset = log.leader_epoch_cache.end_offset_for(request.last_fetched_epoch, log.log_end_offset)
             if epoch == UNDEFINED_EPOCH or end_offset == UNDEFINED_EPOCH_OFFSET:
-                return self._fetch_error(request, ReplicationError.OFFSET_OUT_OF_RANGE,
+                return self._fetch_error(request, ErrorCode.OFFSET_OUT_OF_RANGE,
                                          f"{log.name} has no end offset for epoch {request.last_fetched_epoch}")
             if request.fetch_offset >= log.log_start_offset and (
                 epoch < request.last_fetched_epoch or end_offset < request.fetch_offset
             ):
-                return FetchResult(request.request_id, ReplicationError.NONE, b"", log.high_watermark,
+                return FetchResult(request.request_id, ErrorCode.NONE, b"", log.high_watermark,
                                    log.log_start_offset, log.log_end_offset, EpochEndOffset(epoch, end_offset))
         if not log.log_start_offset <= request.fetch_offset <= log.log_end_offset:
-            return self._fetch_error(request, ReplicationError.OFFSET_OUT_OF_RANGE,
+            return self._fetch_error(request, ErrorCode.OFFSET_OUT_OF_RANGE,
                                      f"offset {request.fetch_offset} is outside [{log.log_start_offset}, "
                                      f"{log.log_end_offset}] of {log.name}")
         return None
 
-    def _fetch_error(self, request: FollowerFetch, error: ReplicationError, message: str) -> FetchResult:
+    def _fetch_error(self, request: FollowerFetch, error: ErrorCode, message: str) -> FetchResult:
         log = self.log
         return FetchResult(request.request_id, error, b"", log.high_watermark, log.log_start_offset,
                            log.log_end_offset, None, message)
@@ -207,7 +207,7 @@ class Leader:
         state = self.isr_state
         if not isinstance(state, PendingExpandIsr | PendingShrinkIsr) or state.proposal != response.proposal:
             return False
-        if response.error == ReplicationError.NONE:
+        if response.error == ErrorCode.NONE:
             if response.leader_epoch != self.leader_epoch or response.partition_epoch < self.partition_epoch:
                 return False  # stale: newer metadata will settle the ISR
             assert self.broker_id in response.isr, f"controller ISR {response.isr} lacks leader {self.broker_id}"
@@ -216,7 +216,7 @@ class Leader:
             self.resend_ms = None
             return True
         if response.error in _REVERT_ERRORS:
-            if isinstance(state, PendingExpandIsr) and response.error == ReplicationError.INELIGIBLE_REPLICA:
+            if isinstance(state, PendingExpandIsr) and response.error == ErrorCode.INELIGIBLE_REPLICA:
                 backoff_ms = self.config.ineligible_replica_backoff_ms
                 self.ineligible_until_ms[state.new_in_sync_replica_id] = now_ms + backoff_ms
             self.isr_state = state.last_committed

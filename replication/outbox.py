@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from replication.errors import ReplicationError
 from replication.events import NO_EPOCH
 from replication.ready import (
     AlterPartitionProposal,
@@ -13,6 +12,7 @@ from replication.ready import (
     Ready,
     Role,
 )
+from storage.error_codes import ErrorCode
 
 
 class Outbox:
@@ -37,11 +37,11 @@ class Outbox:
         )
 
 
-def epoch_error(requested_epoch: int, current_epoch: int) -> ReplicationError:
+def epoch_error(requested_epoch: int, current_epoch: int) -> ErrorCode:
     """Kafka's checkCurrentLeaderEpoch: an older epoch is fenced (the client's metadata is stale),
     a newer one unknown (this replica's metadata is stale); NO_EPOCH skips the check."""
     if requested_epoch in (NO_EPOCH, current_epoch):
-        return ReplicationError.NONE
+        return ErrorCode.NONE
     if requested_epoch < current_epoch:
-        return ReplicationError.FENCED_LEADER_EPOCH
-    return ReplicationError.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.FENCED_LEADER_EPOCH
+    return ErrorCode.UNKNOWN_LEADER_EPOCH

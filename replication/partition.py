@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from replication.config import ReplicationConfig
-from replication.errors import ReplicationError, error_of
+from replication.errors import error_of
 from replication.events import (
     NO_EPOCH,
     NO_LEADER,
@@ -77,6 +77,7 @@ from replication.ready import (
 )
 from replication.replica_log import ReplicaLog
 from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
 from storage.errors import StorageError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
@@ -252,15 +253,15 @@ class Partition:
         re-examined by `_settle` under the new role)."""
         message = f"broker {self.broker_id} {reason} for {self.topic_partition}; refresh metadata and retry"
         for delayed in self.produce_purgatory.pop_all():
-            out.completions.append(ProduceResult(delayed.request_id, ReplicationError.NOT_LEADER_OR_FOLLOWER,
+            out.completions.append(ProduceResult(delayed.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                                  delayed.base_offset, error_message=message))
         for item in self.delete_records_purgatory.take_all():
-            out.completions.append(DeleteRecordsResult(item.request_id, ReplicationError.NOT_LEADER_OR_FOLLOWER,
+            out.completions.append(DeleteRecordsResult(item.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                                        error_message=message))
 
     def _refuse(self, event: Event, out: Outbox) -> None:
         """A request to a stopped replica: NOT_LEADER_OR_FOLLOWER; any other event is ignored."""
-        error = ReplicationError.NOT_LEADER_OR_FOLLOWER
+        error = ErrorCode.NOT_LEADER_OR_FOLLOWER
         message = f"{self.topic_partition} is not hosted on broker {self.broker_id}"
         if isinstance(event, ProduceRequest):
             out.completions.append(ProduceResult(event.request_id, error, error_message=message))
@@ -275,19 +276,19 @@ class Partition:
 
     # -- checks shared by requests ---------------------------------------------------------------
 
-    def _request_error(self, current_leader_epoch: int, require_leader: bool) -> tuple[ReplicationError, str]:
+    def _request_error(self, current_leader_epoch: int, require_leader: bool) -> tuple[ErrorCode, str]:
         """Kafka's localLogWithEpochOrThrow: the epoch check first, then the role."""
         error = epoch_error(current_leader_epoch, self.leader_epoch)
-        if error != ReplicationError.NONE and self.state is not None:
-            verb = "is older than" if error == ReplicationError.FENCED_LEADER_EPOCH else "is newer than"
+        if error != ErrorCode.NONE and self.state is not None:
+            verb = "is older than" if error == ErrorCode.FENCED_LEADER_EPOCH else "is newer than"
             return error, (f"leader epoch {current_leader_epoch} {verb} {self.leader_epoch} of "
                            f"{self.topic_partition} on broker {self.broker_id}; refresh metadata")
         if self.state is None or (require_leader and not isinstance(self.state, Leader)):
-            return ReplicationError.NOT_LEADER_OR_FOLLOWER, (
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, (
                 f"broker {self.broker_id} is not the leader of {self.topic_partition} (leader {self.leader_id}); "
                 "refresh metadata"
             )
-        return ReplicationError.NONE, ""
+        return ErrorCode.NONE, ""
 
     def _out_of_range(self, offset: int) -> str | None:
         log = self.log
@@ -300,7 +301,7 @@ class Partition:
 
     def _on_produce(self, event: ProduceRequest, now_ms: int, out: Outbox) -> None:
         error, message = self._produce_error(event)
-        if error != ReplicationError.NONE:
+        if error != ErrorCode.NONE:
             out.completions.append(ProduceResult(event.request_id, error, error_message=message))
             return
         assert isinstance(self.state, Leader)
@@ -311,37 +312,37 @@ class Partition:
                                                  error_message=str(storage_error)))
             return
         if event.acks != ACKS_ALL:
-            out.completions.append(ProduceResult(event.request_id, ReplicationError.NONE, info.first_offset,
+            out.completions.append(ProduceResult(event.request_id, ErrorCode.NONE, info.first_offset,
                                                  info.log_append_time_ms, self.log.log_start_offset))
             return
         self.produce_purgatory.add(DelayedProduce(event.request_id, info.first_offset, info.last_offset + 1,
                                                   info.log_append_time_ms, now_ms + max(event.timeout_ms, 0)))
 
-    def _produce_error(self, event: ProduceRequest) -> tuple[ReplicationError, str]:
+    def _produce_error(self, event: ProduceRequest) -> tuple[ErrorCode, str]:
         """Why a produce is refused before any append, or (NONE, "")."""
         error, message = self._request_error(event.current_leader_epoch, require_leader=True)
-        if error != ReplicationError.NONE:
+        if error != ErrorCode.NONE:
             return error, message
         assert isinstance(self.state, Leader)
         if event.acks not in VALID_ACKS:
-            return ReplicationError.INVALID_REQUIRED_ACKS, f"acks={event.acks}; use 0, 1 or -1 (all)"
+            return ErrorCode.INVALID_REQUIRED_ACKS, f"acks={event.acks}; use 0, 1 or -1 (all)"
         isr_size, min_isr = len(self.state.isr_state.isr), self.min_insync_replicas()
         if event.acks == ACKS_ALL and isr_size < min_isr:
-            return ReplicationError.NOT_ENOUGH_REPLICAS, (
+            return ErrorCode.NOT_ENOUGH_REPLICAS, (
                 f"{self.topic_partition} has {isr_size} in-sync replicas {list(self.state.isr_state.isr)}, "
                 f"min.insync.replicas={min_isr}; retry when followers catch up, or use acks=1"
             )
         if event.acks == ACKS_ALL and self.produce_purgatory.is_full:
-            return ReplicationError.REQUEST_TIMED_OUT, (
+            return ErrorCode.REQUEST_TIMED_OUT, (
                 f"{len(self.produce_purgatory)} acks=all produces already wait on {self.topic_partition}; retry later"
             )
-        return ReplicationError.NONE, ""
+        return ErrorCode.NONE, ""
 
     # -- fetch -----------------------------------------------------------------------------------
 
     def _on_follower_fetch(self, event: FollowerFetch, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(event.current_leader_epoch, require_leader=True)
-        if error != ReplicationError.NONE:
+        if error != ErrorCode.NONE:
             out.completions.append(self._fetch_error(event.request_id, error, message))
             return
         leader = self.state
@@ -359,15 +360,15 @@ class Partition:
 
     def _on_consumer_fetch(self, event: ConsumerFetch, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(event.current_leader_epoch, event.require_leader)
-        if error == ReplicationError.NONE:
+        if error == ErrorCode.NONE:
             message = self._out_of_range(event.fetch_offset) or ""
-            error = ReplicationError.OFFSET_OUT_OF_RANGE if message else ReplicationError.NONE
-        if error != ReplicationError.NONE:
+            error = ErrorCode.OFFSET_OUT_OF_RANGE if message else ErrorCode.NONE
+        if error != ErrorCode.NONE:
             out.completions.append(self._fetch_error(event.request_id, error, message))
             return
         self._answer_or_park(event, now_ms, out)
 
-    def _fetch_error(self, request_id: int, error: ReplicationError, message: str) -> FetchResult:
+    def _fetch_error(self, request_id: int, error: ErrorCode, message: str) -> FetchResult:
         log = self.log
         return FetchResult(request_id, error, b"", log.high_watermark, log.log_start_offset, log.log_end_offset,
                            None, message)
@@ -377,7 +378,7 @@ class Partition:
         log = self.log
         bound = log.log_end_offset if isinstance(request, FollowerFetch) else log.high_watermark
         data = log.read(request.fetch_offset, request.max_bytes, max_offset=bound)
-        return FetchResult(request.request_id, ReplicationError.NONE, data.records, log.high_watermark,
+        return FetchResult(request.request_id, ErrorCode.NONE, data.records, log.high_watermark,
                            log.log_start_offset, log.log_end_offset)
 
     def _is_satisfied(self, request: ConsumerFetch | FollowerFetch, result: FetchResult) -> bool:
@@ -402,12 +403,12 @@ class Partition:
             is_follower = isinstance(request, FollowerFetch)
             require_leader = is_follower or (isinstance(request, ConsumerFetch) and request.require_leader)
             error, message = self._request_error(request.current_leader_epoch, require_leader)
-            if error == ReplicationError.NONE and self.stopped:
-                error, message = ReplicationError.NOT_LEADER_OR_FOLLOWER, f"{self.topic_partition} stopped"
-            if error == ReplicationError.NONE:
+            if error == ErrorCode.NONE and self.stopped:
+                error, message = ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.topic_partition} stopped"
+            if error == ErrorCode.NONE:
                 message = self._out_of_range(request.fetch_offset) or ""
-                error = ReplicationError.OFFSET_OUT_OF_RANGE if message else ReplicationError.NONE
-            if error != ReplicationError.NONE:
+                error = ErrorCode.OFFSET_OUT_OF_RANGE if message else ErrorCode.NONE
+            if error != ErrorCode.NONE:
                 out.completions.append(self._fetch_error(request.request_id, error, message))
                 continue
             result = self._read(request)
@@ -421,16 +422,16 @@ class Partition:
     def _on_list_offsets(self, event: ListOffsets, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(event.current_leader_epoch, event.require_leader)
         log = self.log
-        if error == ReplicationError.NONE and isinstance(self.state, Leader) and (
+        if error == ErrorCode.NONE and isinstance(self.state, Leader) and (
             log.high_watermark < self.state.leader_epoch_start_offset
         ):
             # Kafka: a new leader's HW may lag the start of its epoch until its followers fetch;
             # "latest" would then be a stale answer.
-            error, message = ReplicationError.OFFSET_NOT_AVAILABLE, (
+            error, message = ErrorCode.OFFSET_NOT_AVAILABLE, (
                 f"the HW {log.high_watermark} of {self.topic_partition} lags the start of leader epoch "
                 f"{self.leader_epoch} ({self.state.leader_epoch_start_offset}); retry shortly"
             )
-        if error != ReplicationError.NONE:
+        if error != ErrorCode.NONE:
             out.completions.append(ListOffsetsResult(event.request_id, error, error_message=message))
             return
         cache = log.leader_epoch_cache
@@ -441,33 +442,33 @@ class Partition:
         else:
             found = log.offset_for_timestamp(event.timestamp)
             if found is None or found.offset >= log.high_watermark:
-                out.completions.append(ListOffsetsResult(event.request_id, ReplicationError.NONE))
+                out.completions.append(ListOffsetsResult(event.request_id, ErrorCode.NONE))
                 return
             offset, timestamp = found.offset, found.timestamp
         epoch = cache.epoch_for_offset(offset)
-        out.completions.append(ListOffsetsResult(event.request_id, ReplicationError.NONE, offset, timestamp,
+        out.completions.append(ListOffsetsResult(event.request_id, ErrorCode.NONE, offset, timestamp,
                                                  self.leader_epoch if epoch is None else epoch))
 
     def _on_offsets_for_leader_epoch(self, event: OffsetsForLeaderEpoch, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(event.current_leader_epoch, require_leader=True)
-        if error != ReplicationError.NONE:
+        if error != ErrorCode.NONE:
             out.completions.append(OffsetsForLeaderEpochResult(event.request_id, error, error_message=message))
             return
         epoch, end_offset = self.log.leader_epoch_cache.end_offset_for(event.leader_epoch, self.log.log_end_offset)
-        out.completions.append(OffsetsForLeaderEpochResult(event.request_id, ReplicationError.NONE, epoch, end_offset))
+        out.completions.append(OffsetsForLeaderEpochResult(event.request_id, ErrorCode.NONE, epoch, end_offset))
 
     def _on_delete_records(self, event: DeleteRecords, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(NO_EPOCH, require_leader=True)
         log = self.log
         target = log.high_watermark if event.offset == -1 else event.offset
-        if error == ReplicationError.NONE and not 0 <= target <= log.high_watermark:
-            error, message = ReplicationError.OFFSET_OUT_OF_RANGE, (
+        if error == ErrorCode.NONE and not 0 <= target <= log.high_watermark:
+            error, message = ErrorCode.OFFSET_OUT_OF_RANGE, (
                 f"cannot delete records of {self.topic_partition} before offset {event.offset}: use -1 (the HW) or "
                 f"an offset in [0, {log.high_watermark}]"
             )
-        if error == ReplicationError.NONE and self.delete_records_purgatory.is_full:
-            error, message = ReplicationError.REQUEST_TIMED_OUT, "too many DeleteRecords wait; retry later"
-        if error != ReplicationError.NONE:
+        if error == ErrorCode.NONE and self.delete_records_purgatory.is_full:
+            error, message = ErrorCode.REQUEST_TIMED_OUT, "too many DeleteRecords wait; retry later"
+        if error != ErrorCode.NONE:
             out.completions.append(DeleteRecordsResult(event.request_id, error, error_message=message))
             return
         reason = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
@@ -525,17 +526,17 @@ class Partition:
         enough = len(maximal_isr) >= self.min_insync_replicas()
         for delayed in self.produce_purgatory.pop_reached(log.high_watermark):
             if enough:
-                out.completions.append(ProduceResult(delayed.request_id, ReplicationError.NONE, delayed.base_offset,
+                out.completions.append(ProduceResult(delayed.request_id, ErrorCode.NONE, delayed.base_offset,
                                                      delayed.log_append_time_ms, log.log_start_offset))
             else:
                 out.completions.append(ProduceResult(
-                    delayed.request_id, ReplicationError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, delayed.base_offset,
+                    delayed.request_id, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, delayed.base_offset,
                     error_message=f"appended to {self.topic_partition}, but its ISR {list(maximal_isr)} shrank below "
                     f"min.insync.replicas={self.min_insync_replicas()}; the records may be lost or duplicated on retry",
                 ))
         for delayed in self.produce_purgatory.pop_expired(now_ms):
             out.completions.append(ProduceResult(
-                delayed.request_id, ReplicationError.REQUEST_TIMED_OUT, delayed.base_offset,
+                delayed.request_id, ErrorCode.REQUEST_TIMED_OUT, delayed.base_offset,
                 error_message=f"offsets [{delayed.base_offset}, {delayed.required_offset}) of {self.topic_partition} "
                 f"were not replicated to the ISR within the timeout (HW {log.high_watermark}); retry may duplicate",
             ))
@@ -545,10 +546,10 @@ class Partition:
         for item in self.delete_records_purgatory.take_all():
             assert isinstance(item, DelayedDeleteRecords), item
             if low_watermark >= item.offset:
-                out.completions.append(DeleteRecordsResult(item.request_id, ReplicationError.NONE, low_watermark))
+                out.completions.append(DeleteRecordsResult(item.request_id, ErrorCode.NONE, low_watermark))
             elif item.deadline_ms <= now_ms:
                 out.completions.append(DeleteRecordsResult(
-                    item.request_id, ReplicationError.REQUEST_TIMED_OUT, low_watermark,
+                    item.request_id, ErrorCode.REQUEST_TIMED_OUT, low_watermark,
                     f"logStartOffset of {self.topic_partition} is {self.log.log_start_offset} on the leader, but the "
                     f"ISR's lowest is {low_watermark}; followers will follow",
                 ))

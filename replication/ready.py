@@ -1,7 +1,7 @@
 """The outputs of the partition core: `Ready` and everything it carries (frozen dataclasses).
 
 `Partition.handle(event, now_ms)` returns one `Ready`; its docstring fixes the order of the
-owner's work. Completions answer requests by `request_id`; error codes are `ReplicationError`.
+owner's work. Completions answer requests by `request_id`; error codes are `ErrorCode`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from replication.errors import ReplicationError
+from storage.error_codes import ErrorCode
 from storage.log import LogStartOffsetIncrementReason
 from storage.retention import SegmentDeletionReason
 
@@ -136,7 +136,7 @@ class ProduceResult:
     not survive (a retry may duplicate them, as in Kafka without idempotence)."""
 
     request_id: int
-    error: ReplicationError
+    error: ErrorCode
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
@@ -150,7 +150,7 @@ class FetchResult:
     instead of records (KIP-320). On OFFSET_OUT_OF_RANGE the offsets still say where the log is."""
 
     request_id: int
-    error: ReplicationError
+    error: ErrorCode
     records: bytes = b""
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -164,7 +164,7 @@ class ListOffsetsResult:
     """`offset` (-1: no record at or after the timestamp below the HW) and its `timestamp`."""
 
     request_id: int
-    error: ReplicationError
+    error: ErrorCode
     offset: int = -1
     timestamp: int = -1
     leader_epoch: int = -1
@@ -176,7 +176,7 @@ class OffsetsForLeaderEpochResult:
     """The leader's `EpochEndOffset` for the requested epoch (UNDEFINED: -1, -1)."""
 
     request_id: int
-    error: ReplicationError
+    error: ErrorCode
     leader_epoch: int = -1
     end_offset: int = -1
     error_message: str = ""
@@ -187,7 +187,7 @@ class DeleteRecordsResult:
     """NONE with the partition's `low_watermark` (lowest logStartOffset over the ISR), or an error."""
 
     request_id: int
-    error: ReplicationError
+    error: ErrorCode
     low_watermark: int = -1
     error_message: str = ""
 

@@ -32,10 +32,10 @@ from controller.controller_api import (
     DeleteTopicsRequest,
     IncrementalAlterConfigsRequest,
 )
-from controller.error_codes import ErrorCode
 from controller.metadata import ClusterMetadata, check_invariants
 from controller.metadata_records import NO_LEADER, encode_record
 from controller.quorum_controller import ControllerConfig
+from storage.error_codes import ErrorCode
 from tests.controller.metadata_harness import Harness
 
 SESSION_MS = 1000

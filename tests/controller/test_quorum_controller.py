@@ -28,7 +28,6 @@ from controller.controller_api import (
     DeleteTopicsRequest,
     IncrementalAlterConfigsRequest,
 )
-from controller.error_codes import ErrorCode
 from controller.metadata import ClusterMetadata, PartitionRegistration
 from controller.metadata_records import (
     NO_LEADER,
@@ -44,6 +43,7 @@ from controller.metadata_records import (
     encode_record,
 )
 from controller.quorum_controller import ControllerConfig, QuorumController
+from storage.error_codes import ErrorCode
 from tests.controller.metadata_harness import Harness
 
 SESSION_MS = 9000

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from replication.errors import ReplicationError
 from replication.events import FetchResponseFromLeader, ProduceRequest, RunRetention
 from replication.ready import (
     EpochEndOffset,
@@ -17,6 +16,7 @@ from replication.ready import (
     Truncated,
     TruncatedFully,
 )
+from storage.error_codes import ErrorCode
 from storage.records import iter_headers
 from tests.replication.harness import Broker, batch, catch_up, fetch_round, make_follower, make_leader
 
@@ -148,7 +148,7 @@ def test_follower_hw_never_falls_when_new_leader_hw_lags(brokers: Brokers) -> No
     make_follower(three, 2, 2, partition_epoch=1)
     position = three.partition.fetch_position()
     response = FetchResponseFromLeader(2, 2, position.fetch_offset, position.last_fetched_epoch,
-                                       ReplicationError.NONE, b"", high_watermark=1, log_start_offset=0,
+                                       ErrorCode.NONE, b"", high_watermark=1, log_start_offset=0,
                                        log_end_offset=2)
     ready = three.handle(response, now_ms=0)
     assert ready.high_watermark is None
@@ -166,7 +166,7 @@ def test_stale_or_duplicate_answers_are_ignored(brokers: Brokers) -> None:
     ready = two.handle(duplicate, now_ms=0)
     assert ready.log_changes == ()
     assert two.log.log_end_offset == 1
-    other_epoch = FetchResponseFromLeader(1, 0, 1, 1, ReplicationError.NONE, b"", 1, 0, 1)
+    other_epoch = FetchResponseFromLeader(1, 0, 1, 1, ErrorCode.NONE, b"", 1, 0, 1)
     assert two.handle(other_epoch, now_ms=0).log_changes == ()
 
 
@@ -175,7 +175,7 @@ def test_fenced_follower_stops_fetching_until_new_metadata(brokers: Brokers) -> 
     make_leader(one, 3)
     make_follower(two, 1, 2)  # broker 2 still thinks epoch 2
     leader_ready, ready = fetch_round(one, two, now_ms=0)
-    assert leader_ready.completions[0].error == ReplicationError.FENCED_LEADER_EPOCH
+    assert leader_ready.completions[0].error == ErrorCode.FENCED_LEADER_EPOCH
     assert ready.fetch is None
     ready = make_follower(two, 1, 3, partition_epoch=1)
     assert ready.fetch is not None and ready.fetch.leader_epoch == 3
@@ -224,7 +224,7 @@ def test_follower_behind_leader_log_start_starts_over_there(brokers: Brokers) ->
     assert start > 0
     make_follower(two, 1, 1, isr=(1,))
     leader_ready, ready = fetch_round(one, two, now_ms=2_010)
-    assert leader_ready.completions[0].error == ReplicationError.OFFSET_OUT_OF_RANGE
+    assert leader_ready.completions[0].error == ErrorCode.OFFSET_OUT_OF_RANGE
     assert ready.log_changes == (TruncatedFully(start),)
     catch_up(one, [two], now_ms=2_011)
     assert batches(two) == batches(one)
@@ -242,7 +242,7 @@ def test_follower_ahead_of_leader_end_truncates_to_it(brokers: Brokers) -> None:
     catch_up(one, [two], now_ms=0)
     position = two.partition.fetch_position()
     response = FetchResponseFromLeader(1, 1, position.fetch_offset, position.last_fetched_epoch,
-                                       ReplicationError.OFFSET_OUT_OF_RANGE, b"", 1, 0, 1)
+                                       ErrorCode.OFFSET_OUT_OF_RANGE, b"", 1, 0, 1)
     ready = two.handle(response, now_ms=0)
     assert ready.log_changes == (Truncated(1, 2),)
 
@@ -251,7 +251,7 @@ def test_retriable_fetch_errors_change_nothing(brokers: Brokers) -> None:
     _, two, _ = brokers()
     make_follower(two, 1, 1)
     position = two.partition.fetch_position()
-    for error in (ReplicationError.UNKNOWN_LEADER_EPOCH, ReplicationError.NOT_LEADER_OR_FOLLOWER):
+    for error in (ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER):
         response = FetchResponseFromLeader(1, 1, position.fetch_offset, position.last_fetched_epoch, error)
         ready = two.handle(response, now_ms=0)
         assert (ready.log_changes, ready.fetch) == ((), position)

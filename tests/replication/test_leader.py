@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from replication.errors import ReplicationError
 from replication.events import (
     AlterPartitionResponse,
     ConsumerFetch,
@@ -18,6 +17,7 @@ from replication.events import (
 )
 from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, FetchResult, ProduceResult, Role
+from storage.error_codes import ErrorCode
 from tests.replication.harness import (
     LAG_MS,
     REPLICAS,
@@ -52,7 +52,7 @@ def produce(broker: Broker, records: bytes, acks: int, now_ms: int = 0, timeout_
 def test_acks_1_is_answered_after_the_local_append(brokers: Brokers) -> None:
     leader, *_ = setup(brokers)
     request_id, results = produce(leader, batch(b"a", b"b"), acks=1)
-    assert results == [ProduceResult(request_id, ReplicationError.NONE, 0, -1, 0)]
+    assert results == [ProduceResult(request_id, ErrorCode.NONE, 0, -1, 0)]
     assert leader.log.log_end_offset == 2
     assert leader.log.high_watermark == 0, "followers have not fetched: the HW stays"
 
@@ -60,13 +60,13 @@ def test_acks_1_is_answered_after_the_local_append(brokers: Brokers) -> None:
 def test_acks_0_is_answered_at_once_too(brokers: Brokers) -> None:
     leader, *_ = setup(brokers)
     _, results = produce(leader, batch(b"a"), acks=0)
-    assert [r.error for r in results] == [ReplicationError.NONE]
+    assert [r.error for r in results] == [ErrorCode.NONE]
 
 
 def test_invalid_acks_are_refused_before_append(brokers: Brokers) -> None:
     leader, *_ = setup(brokers)
     _, results = produce(leader, batch(b"a"), acks=2)
-    assert results[0].error == ReplicationError.INVALID_REQUIRED_ACKS
+    assert results[0].error == ErrorCode.INVALID_REQUIRED_ACKS
     assert leader.log.log_end_offset == 0
 
 
@@ -75,7 +75,7 @@ def test_corrupt_batch_is_refused_and_log_unchanged(brokers: Brokers) -> None:
     records = bytearray(batch(b"a"))
     records[-1] ^= 0xFF
     _, results = produce(leader, bytes(records), acks=1)
-    assert results[0].error == ReplicationError.CORRUPT_MESSAGE
+    assert results[0].error == ErrorCode.CORRUPT_MESSAGE
     assert "CRC" in results[0].error_message or "crc" in results[0].error_message.lower()
     assert leader.log.log_end_offset == 0
 
@@ -89,7 +89,7 @@ def test_acks_all_completes_when_the_high_watermark_passes_the_last_offset(broke
     assert produce_results(leader_ready) == []
     fetch_round(leader, two, now_ms=3)
     leader_ready, _ = fetch_round(leader, two, now_ms=4)
-    assert produce_results(leader_ready) == [ProduceResult(request_id, ReplicationError.NONE, 0, -1, 0)]
+    assert produce_results(leader_ready) == [ProduceResult(request_id, ErrorCode.NONE, 0, -1, 0)]
     assert leader_ready.high_watermark is not None and leader_ready.high_watermark.new == 3
 
 
@@ -112,11 +112,11 @@ def test_high_watermark_is_min_leo_over_isr_and_never_falls(brokers: Brokers) ->
 def test_not_enough_replicas_is_refused_before_append(brokers: Brokers) -> None:
     leader, *_ = setup(brokers, isr=(1,), **{"min.insync.replicas": "2"})
     _, results = produce(leader, batch(b"a"), acks=-1)
-    assert results[0].error == ReplicationError.NOT_ENOUGH_REPLICAS
+    assert results[0].error == ErrorCode.NOT_ENOUGH_REPLICAS
     assert "min.insync.replicas=2" in results[0].error_message
     assert leader.log.log_end_offset == 0, "nothing appended"
     _, results = produce(leader, batch(b"a"), acks=1)
-    assert results[0].error == ReplicationError.NONE, "acks=1 does not need the ISR"
+    assert results[0].error == ErrorCode.NONE, "acks=1 does not need the ISR"
 
 
 def test_not_enough_replicas_after_append_when_isr_shrinks_before_completion(brokers: Brokers) -> None:
@@ -129,9 +129,9 @@ def test_not_enough_replicas_after_append_when_isr_shrinks_before_completion(bro
     proposal = only(ready.messages, AlterPartitionProposal)
     assert proposal.new_isr == (1,)
     assert produce_results(ready) == [], "the maximal ISR (pending shrink) still counts 2 and 3"
-    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.NONE, 1, 1, 1, (1,)), LAG_MS + 101)
+    ready = leader.handle(AlterPartitionResponse(proposal, ErrorCode.NONE, 1, 1, 1, (1,)), LAG_MS + 101)
     assert produce_results(ready) == [
-        ProduceResult(request_id, ReplicationError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0,
+        ProduceResult(request_id, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0,
                       error_message=produce_results(ready)[0].error_message)
     ]
     assert leader.log.high_watermark == 1, "HW over the ISR {1} passes the record"
@@ -143,29 +143,29 @@ def test_acks_all_times_out_on_tick(brokers: Brokers) -> None:
     assert leader.readies[-1].next_tick_ms == 300
     assert produce_results(leader.handle(Tick(), now_ms=299)) == []
     (result,) = produce_results(leader.handle(Tick(), now_ms=300))
-    assert (result.request_id, result.error, result.base_offset) == (request_id, ReplicationError.REQUEST_TIMED_OUT, 0)
+    assert (result.request_id, result.error, result.base_offset) == (request_id, ErrorCode.REQUEST_TIMED_OUT, 0)
 
 
 def test_produce_with_stale_or_future_epoch_is_fenced(brokers: Brokers) -> None:
     leader, *_ = setup(brokers, epoch=5)
     _, results = produce(leader, batch(b"a"), acks=1, epoch=4)
-    assert results[0].error == ReplicationError.FENCED_LEADER_EPOCH
+    assert results[0].error == ErrorCode.FENCED_LEADER_EPOCH
     _, results = produce(leader, batch(b"a"), acks=1, epoch=6)
-    assert results[0].error == ReplicationError.UNKNOWN_LEADER_EPOCH
+    assert results[0].error == ErrorCode.UNKNOWN_LEADER_EPOCH
     _, results = produce(leader, batch(b"a"), acks=1, epoch=5)
-    assert results[0].error == ReplicationError.NONE
+    assert results[0].error == ErrorCode.NONE
     assert leader.log.log_end_offset == 1
 
 
 def test_produce_to_a_follower_is_not_leader_or_follower(brokers: Brokers) -> None:
     _, follower, _ = setup(brokers)
     _, results = produce(follower, batch(b"a"), acks=1)
-    assert results[0].error == ReplicationError.NOT_LEADER_OR_FOLLOWER
+    assert results[0].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_follower_fetch_with_stale_or_future_epoch_is_fenced(brokers: Brokers) -> None:
     leader, *_ = setup(brokers, epoch=3)
-    for epoch, error in ((2, ReplicationError.FENCED_LEADER_EPOCH), (4, ReplicationError.UNKNOWN_LEADER_EPOCH)):
+    for epoch, error in ((2, ErrorCode.FENCED_LEADER_EPOCH), (4, ErrorCode.UNKNOWN_LEADER_EPOCH)):
         request = FollowerFetch(7, 2, 0, -1, 0, current_leader_epoch=epoch, max_bytes=100)
         result = only(leader.handle(request, now_ms=0).completions, FetchResult)
         assert result.error == error
@@ -185,7 +185,7 @@ def test_isr_shrinks_after_lag_and_the_answer_commits_it(brokers: Brokers) -> No
     state = leader.partition.state.isr_state
     assert isinstance(state, PendingShrinkIsr) and state.maximal_isr == REPLICAS
     assert leader.log.high_watermark == 0, "HW uses the maximal ISR while the shrink is in flight"
-    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.NONE, 1, 1, 1, (1, 2)), LAG_MS + 2)
+    ready = leader.handle(AlterPartitionResponse(proposal, ErrorCode.NONE, 1, 1, 1, (1, 2)), LAG_MS + 2)
     assert leader.partition.isr == (1, 2)
     assert leader.partition.partition_epoch == 1
     assert ready.high_watermark is not None and ready.high_watermark.new == 1
@@ -198,7 +198,7 @@ def test_only_one_isr_change_is_in_flight(brokers: Brokers) -> None:
     assert first.new_isr == (1, 2)
     ready, _ = fetch_round(leader, two, now_ms=1)
     assert ready.messages == (), "an expansion of 2 is in flight"
-    ready = leader.handle(AlterPartitionResponse(first, ReplicationError.NONE, 1, 1, 1, (1, 2)), now_ms=2)
+    ready = leader.handle(AlterPartitionResponse(first, ErrorCode.NONE, 1, 1, 1, (1, 2)), now_ms=2)
     ready, _ = fetch_round(leader, two, now_ms=3)
     assert only(ready.messages, AlterPartitionProposal) == AlterPartitionProposal(1, 1, REPLICAS, (-1, -1, -1))
 
@@ -243,7 +243,7 @@ def test_ineligible_replica_reverts_and_backs_off(brokers: Brokers) -> None:
     leader, one, _ = setup(brokers, isr=(1,))
     ready, _ = fetch_round(leader, one, now_ms=0)
     proposal = only(ready.messages, AlterPartitionProposal)
-    leader.handle(AlterPartitionResponse(proposal, ReplicationError.INELIGIBLE_REPLICA), now_ms=1)
+    leader.handle(AlterPartitionResponse(proposal, ErrorCode.INELIGIBLE_REPLICA), now_ms=1)
     assert leader.partition.state.isr_state == CommittedIsr((1,))
     ready, _ = fetch_round(leader, one, now_ms=100)
     assert ready.messages == (), "backing off"
@@ -255,7 +255,7 @@ def test_stale_partition_epoch_answer_keeps_change_pending_until_metadata(broker
     leader, one, _ = setup(brokers, isr=(1,))
     ready, _ = fetch_round(leader, one, now_ms=0)
     proposal = only(ready.messages, AlterPartitionProposal)
-    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.INVALID_UPDATE_VERSION), now_ms=1)
+    ready = leader.handle(AlterPartitionResponse(proposal, ErrorCode.INVALID_UPDATE_VERSION), now_ms=1)
     assert isinstance(leader.partition.state.isr_state, PendingExpandIsr)
     assert ready.next_tick_ms is None, "given up: no resend"
     leader.handle(MakeLeader(1, 3, (1, 2), REPLICAS), now_ms=2)
@@ -269,10 +269,10 @@ def test_unanswered_proposal_is_resent_and_late_duplicate_answers_are_ignored(br
     proposal = only(ready.messages, AlterPartitionProposal)
     assert ready.next_tick_ms == 500
     assert only(leader.handle(Tick(), now_ms=500).messages, AlterPartitionProposal) == proposal
-    answer = AlterPartitionResponse(proposal, ReplicationError.NONE, 1, 1, 1, (1, 2))
+    answer = AlterPartitionResponse(proposal, ErrorCode.NONE, 1, 1, 1, (1, 2))
     leader.handle(answer, now_ms=501)
     assert leader.partition.isr == (1, 2)
-    leader.handle(AlterPartitionResponse(proposal, ReplicationError.INVALID_UPDATE_VERSION), now_ms=502)
+    leader.handle(AlterPartitionResponse(proposal, ErrorCode.INVALID_UPDATE_VERSION), now_ms=502)
     assert leader.partition.state.isr_state == CommittedIsr((1, 2))
 
 
@@ -280,7 +280,7 @@ def test_retriable_alter_partition_error_is_resent_at_once(brokers: Brokers) -> 
     leader, one, _ = setup(brokers, isr=(1,))
     ready, _ = fetch_round(leader, one, now_ms=0)
     proposal = only(ready.messages, AlterPartitionProposal)
-    ready = leader.handle(AlterPartitionResponse(proposal, ReplicationError.NOT_CONTROLLER), now_ms=10)
+    ready = leader.handle(AlterPartitionResponse(proposal, ErrorCode.NOT_CONTROLLER), now_ms=10)
     assert ready.messages == (proposal,)
 
 
@@ -293,7 +293,7 @@ def test_leader_answers_diverging_epoch_for_a_follower_ahead_in_an_old_epoch(bro
     request = FollowerFetch(8, 2, fetch_offset=5, last_fetched_epoch=2, log_start_offset=0, current_leader_epoch=3,
                             max_bytes=100)
     result = only(leader.handle(request, now_ms=1).completions, FetchResult)
-    assert result.error == ReplicationError.NONE
+    assert result.error == ErrorCode.NONE
     assert (result.diverging_epoch.epoch, result.diverging_epoch.end_offset) == (1, 2)
     assert result.records == b""
     assert leader.partition.state.remote[2].log_end_offset == -1, "a diverging follower's offsets mean nothing"
@@ -304,7 +304,7 @@ def test_fetch_beyond_the_leader_log_end_is_out_of_range(brokers: Brokers) -> No
     request = FollowerFetch(8, 2, fetch_offset=3, last_fetched_epoch=-1, log_start_offset=0, current_leader_epoch=1,
                             max_bytes=100)
     result = only(leader.handle(request, now_ms=1).completions, FetchResult)
-    assert result.error == ReplicationError.OFFSET_OUT_OF_RANGE
+    assert result.error == ErrorCode.OFFSET_OUT_OF_RANGE
     assert (result.log_start_offset, result.log_end_offset) == (0, 0)
 
 
@@ -327,7 +327,7 @@ def test_parked_fetch_answers_empty_at_deadline(brokers: Brokers) -> None:
     assert ready.completions == ()
     ready = leader.handle(Tick(), now_ms=50)
     result = only(ready.completions, FetchResult)
-    assert (result.request_id, result.error, result.records) == (5, ReplicationError.NONE, b"")
+    assert (result.request_id, result.error, result.records) == (5, ErrorCode.NONE, b"")
 
 
 def test_becoming_follower_fails_delayed_produce_and_parked_follower_fetches(brokers: Brokers) -> None:
@@ -337,7 +337,7 @@ def test_becoming_follower_fails_delayed_produce_and_parked_follower_fetches(bro
     ready = make_follower(leader, 2, 2, now_ms=2)
     assert ready.role == Role.FOLLOWER
     results = {c.request_id: c.error for c in ready.completions}
-    assert results == {request_id: ReplicationError.NOT_LEADER_OR_FOLLOWER, 9: ReplicationError.FENCED_LEADER_EPOCH}
+    assert results == {request_id: ErrorCode.NOT_LEADER_OR_FOLLOWER, 9: ErrorCode.FENCED_LEADER_EPOCH}
 
 
 def test_re_elected_leader_keeps_delayed_produce_and_completes_it(brokers: Brokers) -> None:
@@ -348,7 +348,7 @@ def test_re_elected_leader_keeps_delayed_produce_and_completes_it(brokers: Broke
         make_follower(follower, 1, 2, partition_epoch=1, now_ms=1)
     catch_up(leader, [one, two], now_ms=2)
     completed = [r for ready in leader.readies for r in produce_results(ready) if r.request_id == request_id]
-    assert [r.error for r in completed] == [ReplicationError.NONE]
+    assert [r.error for r in completed] == [ErrorCode.NONE]
 
 
 def test_stale_metadata_is_ignored(brokers: Brokers) -> None:
@@ -391,5 +391,5 @@ def test_follower_at_hw_but_below_leader_epoch_start_does_not_join(brokers: Brok
     request = FollowerFetch(9, 3, fetch_offset=3, last_fetched_epoch=1, log_start_offset=0, current_leader_epoch=2,
                             max_bytes=100)
     ready = new.handle(request, now_ms=3)
-    assert only(ready.completions, FetchResult).error == ReplicationError.NONE
+    assert only(ready.completions, FetchResult).error == ErrorCode.NONE
     assert ready.messages == (), "at the HW (3) but below the epoch start (5)"

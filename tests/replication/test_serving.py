@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from replication.errors import ReplicationError
 from replication.events import (
     ConsumerFetch,
     DeleteRecords,
@@ -25,6 +24,7 @@ from replication.ready import (
     ProduceResult,
     Role,
 )
+from storage.error_codes import ErrorCode
 from storage.records import iter_headers
 from tests.replication.harness import Broker, batch, catch_up, fetch_round, make_follower, make_leader, only
 
@@ -41,7 +41,7 @@ def setup(brokers: Brokers, **properties: str) -> list[Broker]:
 
 def append(leader: Broker, *values: bytes, timestamp_ms: int = 1_000, now_ms: int = 0) -> None:
     ready = leader.handle(ProduceRequest(leader.request_id(), batch(*values, timestamp_ms=timestamp_ms), 1, 1), now_ms)
-    assert only(ready.completions, ProduceResult).error == ReplicationError.NONE
+    assert only(ready.completions, ProduceResult).error == ErrorCode.NONE
 
 
 def fetch(broker: Broker, offset: int, now_ms: int = 0, **fields: object) -> FetchResult:
@@ -59,7 +59,7 @@ def test_follower_serves_consumers_up_to_its_own_hw(brokers: Brokers) -> None:
     append(leader, b"b")
     fetch_round(leader, follower, now_ms=0)  # follower: LEO 2, HW 0
     result = fetch(follower, 0)
-    assert (result.error, result.records, result.high_watermark) == (ReplicationError.NONE, b"", 0)
+    assert (result.error, result.records, result.high_watermark) == (ErrorCode.NONE, b"", 0)
     fetch_round(leader, follower, now_ms=0)  # leader HW 2; follower learns it
     result = fetch(follower, 0)
     assert offsets(result.records) == [0, 1]
@@ -71,19 +71,19 @@ def test_consumer_fetch_above_hw_is_empty_and_outside_log_is_out_of_range(broker
     append(leader, b"a", b"b")
     fetch_round(leader, follower, now_ms=0)
     assert fetch(leader, 1).records == b"", "HW 0: nothing is served"
-    assert fetch(leader, 2).error == ReplicationError.NONE, "offset == LEO is in range"
+    assert fetch(leader, 2).error == ErrorCode.NONE, "offset == LEO is in range"
     result = fetch(leader, 3)
-    assert result.error == ReplicationError.OFFSET_OUT_OF_RANGE
+    assert result.error == ErrorCode.OFFSET_OUT_OF_RANGE
     assert "outside [0, 2]" in result.error_message
 
 
 def test_consumer_fetch_epoch_fencing_and_require_leader(brokers: Brokers) -> None:
     leader, follower, _ = setup(brokers)
-    assert fetch(follower, 0, current_leader_epoch=0).error == ReplicationError.FENCED_LEADER_EPOCH
-    assert fetch(follower, 0, current_leader_epoch=2).error == ReplicationError.UNKNOWN_LEADER_EPOCH
-    assert fetch(follower, 0, current_leader_epoch=1).error == ReplicationError.NONE
-    assert fetch(follower, 0, require_leader=True).error == ReplicationError.NOT_LEADER_OR_FOLLOWER
-    assert fetch(leader, 0, require_leader=True).error == ReplicationError.NONE
+    assert fetch(follower, 0, current_leader_epoch=0).error == ErrorCode.FENCED_LEADER_EPOCH
+    assert fetch(follower, 0, current_leader_epoch=2).error == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert fetch(follower, 0, current_leader_epoch=1).error == ErrorCode.NONE
+    assert fetch(follower, 0, require_leader=True).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetch(leader, 0, require_leader=True).error == ErrorCode.NONE
 
 
 def test_parked_consumer_fetch_on_follower_completes_when_its_hw_moves(brokers: Brokers) -> None:
@@ -115,7 +115,7 @@ def test_list_offsets_earliest_latest_and_by_timestamp(brokers: Brokers) -> None
     assert (list_offsets(150).offset, list_offsets(150).timestamp) == (1, 200)
     assert list_offsets(350).offset == -1, "offset 3 is above the HW"
     ready = follower.handle(ListOffsets(7, -1), now_ms=0)
-    assert only(ready.completions, ListOffsetsResult).error == ReplicationError.NOT_LEADER_OR_FOLLOWER
+    assert only(ready.completions, ListOffsetsResult).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_list_offsets_on_new_leader_with_lagging_hw_is_not_available(brokers: Brokers) -> None:
@@ -124,7 +124,7 @@ def test_list_offsets_on_new_leader_with_lagging_hw_is_not_available(brokers: Br
     fetch_round(leader, follower, now_ms=0)  # follower LEO 1, HW 0
     make_leader(follower, 2, isr=(1, 2), partition_epoch=1)
     ready = follower.handle(ListOffsets(7, -1), now_ms=0)
-    assert only(ready.completions, ListOffsetsResult).error == ReplicationError.OFFSET_NOT_AVAILABLE
+    assert only(ready.completions, ListOffsetsResult).error == ErrorCode.OFFSET_NOT_AVAILABLE
 
 
 def test_offsets_for_leader_epoch(brokers: Brokers) -> None:
@@ -155,7 +155,7 @@ def test_delete_records_waits_for_isr_log_start_offsets(brokers: Brokers) -> Non
     fetch_round(leader, follower, now_ms=2)  # the follower learns 1
     leader_ready, _ = fetch_round(leader, follower, now_ms=3)  # and reports it
     result = only(leader_ready.completions, DeleteRecordsResult)
-    assert (result.request_id, result.error, result.low_watermark) == (40, ReplicationError.NONE, 1)
+    assert (result.request_id, result.error, result.low_watermark) == (40, ErrorCode.NONE, 1)
     assert follower.log.log_start_offset == 1
 
 
@@ -163,17 +163,17 @@ def test_delete_records_above_hw_is_out_of_range_and_times_out_without_followers
     leader, follower, _ = setup(brokers)
     append(leader, b"a", b"b")
     ready = leader.handle(DeleteRecords(41, 2, timeout_ms=10), now_ms=0)
-    assert only(ready.completions, DeleteRecordsResult).error == ReplicationError.OFFSET_OUT_OF_RANGE
+    assert only(ready.completions, DeleteRecordsResult).error == ErrorCode.OFFSET_OUT_OF_RANGE
     catch_up(leader, [follower], now_ms=0)
     leader.handle(DeleteRecords(42, -1, timeout_ms=10), now_ms=1)
     ready = leader.handle(Tick(), now_ms=11)
-    assert only(ready.completions, DeleteRecordsResult).error == ReplicationError.REQUEST_TIMED_OUT
+    assert only(ready.completions, DeleteRecordsResult).error == ErrorCode.REQUEST_TIMED_OUT
 
 
 def test_stopped_replica_refuses_everything(brokers: Brokers) -> None:
     leader, *_ = setup(brokers)
     ready = leader.handle(StopReplica(), now_ms=0)
     assert ready.role == Role.STOPPED
-    assert fetch(leader, 0).error == ReplicationError.NOT_LEADER_OR_FOLLOWER
+    assert fetch(leader, 0).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     ready = leader.handle(ProduceRequest(9, batch(b"a"), 1, 10), now_ms=0)
-    assert only(ready.completions, ProduceResult).error == ReplicationError.NOT_LEADER_OR_FOLLOWER
+    assert only(ready.completions, ProduceResult).error == ErrorCode.NOT_LEADER_OR_FOLLOWER

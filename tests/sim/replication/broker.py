@@ -29,10 +29,8 @@ from controller.controller_api import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
 )
-from controller.error_codes import ErrorCode
 from controller.metadata_records import NO_LEADER
 from replication.config import ReplicationConfig
-from replication.errors import ReplicationError
 from replication.events import (
     AlterPartitionResponse as PartitionAlterResponse,
 )
@@ -60,6 +58,7 @@ from replication.ready import (
 )
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
+from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
 from tests.sim.replication import disk
 from tests.sim.replication.controller import endpoints, incarnation_id
@@ -119,11 +118,6 @@ class Fetcher:
     sent_ms: int = -1
     position: FollowerFetchPosition | None = None
     backoff_until_ms: int = 0
-
-
-def replication_error(code: ErrorCode) -> ReplicationError:
-    """The node's mapping of wire codes to the core's, by name."""
-    return ReplicationError.__members__.get(code.name, ReplicationError.UNKNOWN_SERVER_ERROR)
 
 
 class SimDriver(PartitionDriver):
@@ -320,10 +314,10 @@ class SimBroker:
         if topic_partition not in self.partitions:
             return
         if response.error_code != ErrorCode.NONE or not response.partitions:
-            event = PartitionAlterResponse(proposal, replication_error(response.error_code))
+            event = PartitionAlterResponse(proposal, response.error_code)
         else:
             result = response.partitions[0]
-            event = PartitionAlterResponse(proposal, replication_error(result.error_code), result.leader_id,
+            event = PartitionAlterResponse(proposal, result.error_code, result.leader_id,
                                            result.leader_epoch, result.partition_epoch, result.isr)
         self.step(topic_partition, event)
 
@@ -382,7 +376,7 @@ class SimBroker:
     def on_replica_fetch(self, source: int, body: ReplicaFetchRequest) -> None:
         """A follower's fetch, on this (maybe) leader."""
         if body.topic_partition not in self.partitions:
-            refused = FetchResult(body.fetch.request_id, ReplicationError.NOT_LEADER_OR_FOLLOWER)
+            refused = FetchResult(body.fetch.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             answer = ReplicaFetchAnswer(body.correlation_id, body.topic_partition, body.position, refused)
             self.services.send(Message(self.broker_id, source, answer))
             return
@@ -397,7 +391,7 @@ class SimBroker:
             return  # late or duplicated
         fetcher.correlation_id = -1
         fetcher.sent_ms = -1
-        if body.result.error != ReplicationError.NONE:
+        if body.result.error != ErrorCode.NONE:
             fetcher.backoff_until_ms = self.services.now_ms + self.services.options.fetch_backoff_ms
         self.step(body.topic_partition, FetchResponseFromLeader.from_result(body.position, body.result))
 
@@ -407,10 +401,10 @@ class SimBroker:
         topic_partition = body.topic_partition
         if topic_partition not in self.partitions:
             if isinstance(body, ClientProduce):
-                refused = ProduceResult(body.request.request_id, ReplicationError.NOT_LEADER_OR_FOLLOWER)
+                refused = ProduceResult(body.request.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 self.services.send(Message(self.broker_id, source, ClientProduceAnswer(topic_partition, refused)))
             elif isinstance(body, ClientFetch):
-                refused_fetch = FetchResult(body.request.request_id, ReplicationError.NOT_LEADER_OR_FOLLOWER)
+                refused_fetch = FetchResult(body.request.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 self.services.send(Message(self.broker_id, source,
                                            ClientFetchAnswer(topic_partition, self.broker_id, refused_fetch)))
             return

@@ -18,10 +18,10 @@ from controller.controller_api import (
     CreatableTopic,
     CreateTopicsRequest,
 )
-from controller.error_codes import ErrorCode
 from controller.metadata import ClusterMetadata, PartitionRegistration
 from controller.quorum_controller import ControllerConfig, QuorumController
 from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
 
 TOPIC = "orders"
 

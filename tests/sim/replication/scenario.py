@@ -13,10 +13,10 @@ import dataclasses
 from collections.abc import Callable
 
 from controller.metadata import PartitionRegistration
-from replication.errors import ReplicationError
 from replication.events import AlterPartitionResponse, Event, MakeFollower, MakeLeader
 from replication.ready import FetchResult, ProduceResult, Ready, Truncated, TruncatedFully
 from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
 from storage.records import iter_headers
 from tests.sim.replication.broker import Pending, SimBroker
 from tests.sim.replication.controller import TOPIC
@@ -69,7 +69,7 @@ class Scenario(Simulation):
         if isinstance(event, AlterPartitionResponse):
             self._tell(f"{name}: AlterPartition answer {event.error.name} ISR {list(event.isr)}")
         for completion in ready.completions:
-            if isinstance(completion, FetchResult) and completion.error == ReplicationError.FENCED_LEADER_EPOCH:
+            if isinstance(completion, FetchResult) and completion.error == ErrorCode.FENCED_LEADER_EPOCH:
                 self._tell(f"{name}: answers a fetch FENCED_LEADER_EPOCH")
 
     def _tell(self, line: str) -> None:

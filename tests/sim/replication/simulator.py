@@ -35,11 +35,11 @@ from typing import Any
 
 from controller.metadata_records import NO_LEADER
 from replication.config import ReplicationConfig
-from replication.errors import ReplicationError
 from replication.events import ConsumerFetch, Event, ProduceRequest
 from replication.ready import FetchResult, ProduceResult, Ready, Role
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
+from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values, iter_headers
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import Pending, SimBroker
@@ -216,7 +216,7 @@ class Simulation:
             if pending.kind == "consume":
                 consumer_requests.add(completion.request_id)
             elif (pending.kind == "produce" and pending.acks == -1 and isinstance(completion, ProduceResult)
-                  and completion.error == ReplicationError.NONE):
+                  and completion.error == ErrorCode.NONE):
                 acked.append((completion.base_offset, pending.records[TAIL:]))
         partition = broker.partitions[topic_partition]
         key = (broker.broker_id, broker.incarnation, topic_partition)
@@ -448,7 +448,7 @@ class Simulation:
         if isinstance(body, ClientProduceAnswer):
             self.produce_results[body.result.request_id] = body.result
             self.produces_in_flight.pop(body.result.request_id, None)
-            if body.result.error != ReplicationError.NONE:
+            if body.result.error != ErrorCode.NONE:
                 self._view(body.topic_partition, refresh=True)
             elif self.liveness_started_ms is not None:
                 self.probes_acked.add(body.topic_partition)
@@ -456,11 +456,11 @@ class Simulation:
             self._on_fetch_answer(body.topic_partition, body.result)
 
     def _on_fetch_answer(self, topic_partition: TopicPartition, result: FetchResult) -> None:
-        if result.error == ReplicationError.OFFSET_OUT_OF_RANGE:
+        if result.error == ErrorCode.OFFSET_OUT_OF_RANGE:
             if 0 <= self.consumer_positions[topic_partition] < result.log_start_offset:
                 self.consumer_positions[topic_partition] = result.log_start_offset
             return
-        if result.error != ReplicationError.NONE or not result.records:
+        if result.error != ErrorCode.NONE or not result.records:
             return
         next_offset = self.consumer_positions[topic_partition]
         for _, header in iter_headers(result.records):

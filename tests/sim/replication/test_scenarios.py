@@ -7,11 +7,11 @@ cluster and runs the final checks (every acks=all record kept), and the test com
 
 from __future__ import annotations
 
-from replication.errors import ReplicationError
+from storage.error_codes import ErrorCode
 from tests.sim.replication.messages import CONTROLLER_ID
 from tests.sim.replication.scenario import Scenario
 
-NONE = ReplicationError.NONE
+NONE = ErrorCode.NONE
 
 STORY_ISR_SHRINKS_TO_LEADER = """\
 broker 1: leader in epoch 0, ISR [1, 2, 3]
