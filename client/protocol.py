@@ -1,0 +1,702 @@
+"""The wire protocol between clients and nodes, defined once (DESIGN §1): routes, message shapes, codec.
+
+Every API is `POST /v1/<name>` with a msgpack map body, answered `200` with a msgpack map. Field
+names are Kafka's (snake_case of its JSON message schemas); error codes are Kafka's `ErrorCode`.
+A request the node cannot parse (bad msgpack, a missing, unknown or mistyped field, a number out
+of range, a body over `socket.request.max.bytes`) is answered `400` (`413` for size) with an
+`ErrorResponse`, and changes nothing. Per-partition failures travel inside a `200` answer, as in
+Kafka, so one bad partition does not fail the others.
+
+Shapes are frozen dataclasses; `encode` turns one into plain msgpack data, `decode(cls, data)`
+checks data against `cls`'s type hints, field by field, and raises `ProtocolError` naming the
+field. The same codec carries the node-to-node messages whose shapes the cores define (Raft
+messages, controller requests); `node/` names their routes here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgpack
+
+from storage.error_codes import ErrorCode
+
+CONTENT_TYPE = "application/msgpack"
+PREFIX = "/v1/"
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+NO_LEADER = -1
+NO_EPOCH = -1
+
+# Special timestamps of ListOffsets (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+T = TypeVar("T")
+
+
+class Api(enum.Enum):
+    """Every route: the value is the path after `/v1/`."""
+
+    PRODUCE = "produce"
+    FETCH = "fetch"
+    LIST_OFFSETS = "list_offsets"
+    OFFSETS_FOR_LEADER_EPOCH = "offsets_for_leader_epoch"
+    DELETE_RECORDS = "delete_records"
+    METADATA = "metadata"
+    DESCRIBE_REPLICAS = "describe_replicas"
+    CREATE_TOPICS = "create_topics"
+    DELETE_TOPICS = "delete_topics"
+    DESCRIBE_CONFIGS = "describe_configs"
+    INCREMENTAL_ALTER_CONFIGS = "incremental_alter_configs"
+    OFFSET_COMMIT = "offset_commit"
+    OFFSET_FETCH = "offset_fetch"
+    # node to node
+    RAFT = "raft"
+    BROKER_REGISTRATION = "broker_registration"
+    BROKER_HEARTBEAT = "broker_heartbeat"
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"
+    ALTER_PARTITION = "alter_partition"
+
+    @property
+    def path(self) -> str:
+        return PREFIX + self.value
+
+
+class ProtocolError(Exception):
+    """A request or response that does not fit its shape: `code` is what the sender is told."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """The answer to a request that was refused as a whole (HTTP 4xx/5xx)."""
+
+    error_code: ErrorCode
+    error: str
+    message: str
+
+
+# ---- produce ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartition:
+    topic: str
+    partition: int
+    records: bytes
+    current_leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """acks: 0, 1 or -1 (all). `records` are whole RecordBatch v2 bytes (one or more batches)."""
+
+    acks: int
+    timeout_ms: int
+    partitions: tuple[ProducePartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartitionResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str = ""
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    partitions: tuple[ProducePartitionResponse, ...]
+
+
+# ---- fetch -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    """A partition to fetch. Followers also send `last_fetched_epoch` (KIP-320), their
+    `log_start_offset` and `high_watermark`."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int = 1048576
+    current_leader_epoch: int = NO_EPOCH
+    last_fetched_epoch: int = NO_EPOCH
+    log_start_offset: int = -1
+    high_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """replica_id -1: a consumer. A consumer that sets `rack_id` is told the preferred replica
+    (KIP-392); one that sets `from_follower` may be served by a follower up to its HW."""
+
+    partitions: tuple[FetchPartition, ...]
+    replica_id: int = -1
+    broker_epoch: int = -1
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 52428800
+    rack_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    epoch: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIdAndEpoch:
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str = ""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    records: bytes = b""
+    diverging_epoch: EpochEndOffset | None = None
+    current_leader: LeaderIdAndEpoch | None = None
+    preferred_read_replica: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    partitions: tuple[FetchPartitionResponse, ...]
+
+
+# ---- list offsets, offsets for leader epoch, delete records ----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsPartition:
+    """timestamp: a time in ms, or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / MAX_TIMESTAMP."""
+
+    topic: str
+    partition: int
+    timestamp: int
+    current_leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    partitions: tuple[ListOffsetsPartition, ...]
+    replica_id: int = -1
+    from_follower: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsPartitionResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str = ""
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResponse:
+    partitions: tuple[ListOffsetsPartitionResponse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderPartition:
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsForLeaderEpochRequest:
+    partitions: tuple[OffsetForLeaderPartition, ...]
+    replica_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffsetResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str = ""
+    leader_epoch: int = NO_EPOCH
+    end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsForLeaderEpochResponse:
+    partitions: tuple[EpochEndOffsetResponse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsPartition:
+    """Delete every record below `offset` (-1: below the high watermark)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsRequest:
+    partitions: tuple[DeleteRecordsPartition, ...]
+    timeout_ms: int = 30000
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsPartitionResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str = ""
+    low_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResponse:
+    partitions: tuple[DeleteRecordsPartitionResponse, ...]
+
+
+# ---- metadata and replica state --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataRequest:
+    """topics None: every topic."""
+
+    topics: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataBroker:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataPartition:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error_code: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataTopic:
+    name: str
+    error_code: ErrorCode
+    topic_id: str = ""
+    partitions: tuple[MetadataPartition, ...] = ()
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponse:
+    """`metadata_offset`: the last metadata-log offset this node applied (how fresh this is);
+    addresses are those of the listener the request came in on."""
+
+    cluster_id: str
+    controller_id: int
+    metadata_offset: int
+    brokers: tuple[MetadataBroker, ...]
+    topics: tuple[MetadataTopic, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeReplicasRequest:
+    """This node's replicas (all when `topics` is None): what `cluster status` shows per replica."""
+
+    topics: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    topic: str
+    partition: int
+    role: str
+    leader_id: int
+    leader_epoch: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    isr: tuple[int, ...] = ()
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeReplicasResponse:
+    node_id: int
+    replicas: tuple[ReplicaState, ...]
+
+
+# ---- topic admin (forwarded to the active controller) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: Mapping[int, tuple[int, ...]] | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsRequest:
+    topics: tuple[CreatableTopic, ...]
+    validate_only: bool = False
+    timeout_ms: int = 30000
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopicResult:
+    name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+    topic_id: str | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsResponse:
+    topics: tuple[CreatableTopicResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsRequest:
+    topic_names: tuple[str, ...] = ()
+    topic_ids: tuple[str, ...] = ()
+    timeout_ms: int = 30000
+
+
+@dataclass(frozen=True, slots=True)
+class DeletableTopicResult:
+    name: str | None
+    topic_id: str | None
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsResponse:
+    topics: tuple[DeletableTopicResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsRequest:
+    """Topic configs: the topic's own settings and the effective value of every key."""
+
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsResult:
+    topic: str
+    error_code: ErrorCode
+    error_message: str = ""
+    configs: Mapping[str, str] = field(default_factory=dict)
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsResponse:
+    results: tuple[DescribeConfigsResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterableConfig:
+    """op: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT (Kafka's AlterConfigOp)."""
+
+    name: str
+    op: int
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResource:
+    """resource_type: 2 TOPIC (Kafka's ConfigResource.Type)."""
+
+    resource_type: int
+    resource_name: str
+    configs: tuple[AlterableConfig, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsRequest:
+    resources: tuple[AlterConfigsResource, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResourceResult:
+    resource_type: int
+    resource_name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigsResponse:
+    responses: tuple[AlterConfigsResourceResult, ...]
+
+
+# ---- consumer group offsets (stored in the compacted topic __consumer_offsets) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    topic: str
+    partition: int
+    committed_offset: int
+    committed_metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    partitions: tuple[OffsetCommitPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartitionResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    partitions: tuple[OffsetCommitPartitionResponse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    """partitions None: every partition the group committed."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchPartitionResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    committed_offset: int = -1
+    committed_metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    error_code: ErrorCode
+    partitions: tuple[OffsetFetchPartitionResponse, ...] = ()
+    error_message: str = ""
+
+
+# ---- node to node: the cores' own shapes travel in an envelope -------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A message whose shape a core defines (a Raft message, a controller request): `type` is its
+    class name, looked up in the receiver's table of known classes."""
+
+    type: str
+    body: Mapping[str, Any]
+
+
+REQUESTS: dict[Api, type] = {
+    Api.PRODUCE: ProduceRequest,
+    Api.FETCH: FetchRequest,
+    Api.LIST_OFFSETS: ListOffsetsRequest,
+    Api.OFFSETS_FOR_LEADER_EPOCH: OffsetsForLeaderEpochRequest,
+    Api.DELETE_RECORDS: DeleteRecordsRequest,
+    Api.METADATA: MetadataRequest,
+    Api.DESCRIBE_REPLICAS: DescribeReplicasRequest,
+    Api.CREATE_TOPICS: CreateTopicsRequest,
+    Api.DELETE_TOPICS: DeleteTopicsRequest,
+    Api.DESCRIBE_CONFIGS: DescribeConfigsRequest,
+    Api.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsRequest,
+    Api.OFFSET_COMMIT: OffsetCommitRequest,
+    Api.OFFSET_FETCH: OffsetFetchRequest,
+    Api.RAFT: Envelope,
+    Api.BROKER_REGISTRATION: Envelope,
+    Api.BROKER_HEARTBEAT: Envelope,
+    Api.CONTROLLED_SHUTDOWN: Envelope,
+    Api.ALTER_PARTITION: Envelope,
+}
+RESPONSES: dict[Api, type] = {
+    Api.PRODUCE: ProduceResponse,
+    Api.FETCH: FetchResponse,
+    Api.LIST_OFFSETS: ListOffsetsResponse,
+    Api.OFFSETS_FOR_LEADER_EPOCH: OffsetsForLeaderEpochResponse,
+    Api.DELETE_RECORDS: DeleteRecordsResponse,
+    Api.METADATA: MetadataResponse,
+    Api.DESCRIBE_REPLICAS: DescribeReplicasResponse,
+    Api.CREATE_TOPICS: CreateTopicsResponse,
+    Api.DELETE_TOPICS: DeleteTopicsResponse,
+    Api.DESCRIBE_CONFIGS: DescribeConfigsResponse,
+    Api.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsResponse,
+    Api.OFFSET_COMMIT: OffsetCommitResponse,
+    Api.OFFSET_FETCH: OffsetFetchResponse,
+    Api.RAFT: Envelope,
+    Api.BROKER_REGISTRATION: Envelope,
+    Api.BROKER_HEARTBEAT: Envelope,
+    Api.CONTROLLED_SHUTDOWN: Envelope,
+    Api.ALTER_PARTITION: Envelope,
+}
+
+
+# ---- codec -----------------------------------------------------------------------------------
+
+
+def pack(message: Any) -> bytes:
+    """A dataclass (or plain data) as msgpack bytes."""
+    return msgpack.packb(encode(message), use_bin_type=True)
+
+
+def unpack(cls: type[T], body: bytes) -> T:
+    """msgpack bytes as a `cls`; ProtocolError names what is wrong."""
+    try:
+        data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+        raise ProtocolError(f"the body is not valid msgpack ({error}); send one msgpack map") from None
+    return decode(cls, data)
+
+
+def encode(value: Any) -> Any:
+    """Plain msgpack data for a dataclass, enum, tuple, mapping or scalar."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: encode(getattr(value, f.name)) for f in _fields(type(value))}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [encode(item) for item in value]
+    if isinstance(value, Mapping):
+        return {encode(key): encode(item) for key, item in value.items()}
+    if isinstance(value, memoryview):
+        return bytes(value)
+    return value
+
+
+def decode(cls: type[T], data: Any) -> T:
+    """`data` checked against `cls` (a dataclass) and built into one."""
+    return _decode(cls, data, cls.__name__)
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(cls)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _decode(hint: Any, data: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _decode_dataclass(hint, data, where)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if data is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _decode(option, data, where)
+            except ProtocolError as error:
+                errors.append(str(error))
+        raise ProtocolError("; ".join(errors))
+    if origin is tuple or origin is list:
+        if not isinstance(data, (list, tuple)):
+            raise ProtocolError(f"{where} must be an array, not {type(data).__name__}")
+        (item,) = typing.get_args(hint)[:1]
+        items = [_decode(item, value, f"{where}[{i}]") for i, value in enumerate(data)]
+        return tuple(items) if origin is tuple else items
+    if origin in (Mapping, dict):
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{where} must be a map, not {type(data).__name__}")
+        key_hint, value_hint = typing.get_args(hint)
+        return {
+            _decode(key_hint, key, f"{where} key"): _decode(value_hint, value, f"{where}[{key!r}]")
+            for key, value in data.items()
+        }
+    if hint is Any:
+        return data
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(data)
+        except ValueError:
+            raise ProtocolError(f"{where}: {data!r} is not a known {hint.__name__}") from None
+    if hint is int:
+        if type(data) is not int:
+            raise ProtocolError(f"{where} must be an integer, not {type(data).__name__}")
+        if not INT64_MIN <= data <= INT64_MAX:
+            raise ProtocolError(f"{where} is out of the 64-bit range")
+        return data
+    if hint is float:
+        if type(data) not in (int, float):
+            raise ProtocolError(f"{where} must be a number, not {type(data).__name__}")
+        return float(data)
+    if hint in (str, bool, bytes):
+        if type(data) is not hint:
+            raise ProtocolError(f"{where} must be {hint.__name__}, not {type(data).__name__}")
+        return data
+    raise TypeError(f"no decoder for {hint!r} at {where}")
+
+
+def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where} must be a map, not {type(data).__name__}")
+    hints = _hints(cls)
+    known = {f.name for f in _fields(cls)}
+    unknown = [key for key in data if key not in known]
+    if unknown:
+        raise ProtocolError(f"{where} has unknown fields {sorted(map(str, unknown))}; known: {sorted(known)}")
+    values = {}
+    for f in _fields(cls):
+        if f.name in data:
+            values[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ProtocolError(f"{where} is missing the required field {f.name!r}")
+    return cls(**values)
+
+
+def error_response(code: ErrorCode, message: str) -> ErrorResponse:
+    return ErrorResponse(code, code.name, message)
