@@ -531,10 +531,14 @@ class OffsetFetchResponse:
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """A message whose shape a core defines (a Raft message, a controller request): `type` is its
-    class name, looked up in the receiver's table of known classes."""
+    class name, looked up in the receiver's table of known classes. `source_id` and
+    `source_address` say who sent it and where answers go (a Raft leader learns an observer's
+    address this way; voters' addresses come from `controller.quorum.voters`)."""
 
     type: str
     body: Mapping[str, Any]
+    source_id: int = -1
+    source_address: str = ""
 
 
 REQUESTS: dict[Api, type] = {

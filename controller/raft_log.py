@@ -14,12 +14,19 @@ Mapping onto storage:
 - `log_start_offset` = the latest snapshot's end offset (0 without a snapshot). A snapshot
   raises it with `delete_records`, and retention (logStartOffset rule only: `retention.ms` and
   `retention.bytes` are off) then drops the segments wholly below it.
+- the uncommitted tail is also kept decoded in memory (`_tail`: offset -> CommittedEntry, filled
+  by every append, cut by every truncation, emptied by a restart), so that committing an entry
+  does not read back and decode what this process has just written. It is a cache: an offset
+  missing from it is read from the log, and what it holds is exactly what was appended (the
+  simulator's checker compares every applied entry with the canonical history, read from disk
+  after a restart).
 
 Owner: the Raft core (writes) and its driver (`flush`). One owner, no locks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -37,6 +44,7 @@ METADATA_PARTITION = 0
 METADATA_LOG_DIR = f"{METADATA_TOPIC}-{METADATA_PARTITION}"
 # Kafka's control record key (version 0, type 2 = LEADER_CHANGE).
 LEADER_CHANGE_KEY = b"\x00\x00\x00\x02"
+TAIL_ENTRIES_MAX = 4096  # decoded uncommitted entries kept in memory; beyond it, committing reads the log
 
 
 def metadata_log_config(segment_bytes: int = 1024 * 1024 * 1024, segment_index_bytes: int = 10 * 1024 * 1024,
@@ -73,6 +81,7 @@ class RaftLog:
         self.log = log
         self.snapshots = snapshots
         self.truncation_count = 0  # bumped on every truncation: lets observers (the simulator) notice
+        self._tail: dict[int, CommittedEntry] = {}  # see the module docstring
 
     @classmethod
     def open(cls, directory: Path, now_ms: int, config: LogConfig | None = None,
@@ -105,6 +114,7 @@ class RaftLog:
         if end < latest.offset or stale:
             self.log.truncate_fully_and_start_at(latest.offset, now_ms)
             self.truncation_count += 1
+            self._tail.clear()
         self.log.update_high_watermark(max(self.log.high_watermark, latest.offset))
 
     def check(self) -> None:
@@ -178,12 +188,24 @@ class RaftLog:
 
     def append_as_leader(self, data: bytes, epoch: int, now_ms: int) -> LogAppendInfo:
         """Append one record holding `data`, stamped with `epoch`; the caller flushes."""
-        return self.log.append_as_leader(build_batch_from_values([data], timestamp_ms=now_ms), epoch, now_ms)
+        return self.append_batch_as_leader((data,), epoch, now_ms)
+
+    def append_batch_as_leader(self, values: tuple[bytes, ...], epoch: int, now_ms: int) -> LogAppendInfo:
+        """Append `values` as ONE RecordBatch (consecutive offsets, one CRC), stamped with `epoch`:
+        a follower fetches, a crash keeps and a truncation drops whole batches, so the records
+        become committed all together or not at all (Kafka's atomic append, KIP-868)."""
+        assert values, "an empty batch"
+        info = self.log.append_as_leader(build_batch_from_values(list(values), timestamp_ms=now_ms), epoch, now_ms)
+        assert info.last_offset - info.first_offset + 1 == len(values), f"{info} for {len(values)} values"
+        self._remember(CommittedEntry(info.first_offset + index, epoch, value) for index, value in enumerate(values))
+        return info
 
     def append_leader_change(self, payload: bytes, epoch: int, now_ms: int) -> LogAppendInfo:
         """Append the control record a new leader writes first (KRaft's LeaderChangeMessage)."""
         batch = build_batch([(LEADER_CHANGE_KEY, payload)], timestamps=[now_ms], is_control=True)
-        return self.log.append_as_leader(batch, epoch, now_ms)
+        info = self.log.append_as_leader(batch, epoch, now_ms)
+        self._remember((CommittedEntry(info.first_offset, epoch, payload, True),))
+        return info
 
     def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
         """Append the leader's batches unchanged; they must start at the log end offset."""
@@ -192,7 +214,17 @@ class RaftLog:
         assert first[1].base_offset == self.log.log_end_offset, (
             f"fetched batch starts at {first[1].base_offset}, log ends at {self.log.log_end_offset}"
         )
-        return self.log.append_as_follower(records, now_ms)
+        info = self.log.append_as_follower(records, now_ms)
+        self._remember(_decode_entries(records, info.last_offset))
+        return info
+
+    def _remember(self, entries: Iterable[CommittedEntry]) -> None:
+        """Keep appended entries decoded until they are committed (bounded; see the docstring)."""
+        tail = self._tail
+        for entry in entries:
+            if len(tail) >= TAIL_ENTRIES_MAX:
+                return
+            tail[entry.offset] = entry
 
     def truncate_to_end_offset(self, diverging: OffsetAndEpoch, now_ms: int) -> int:
         """KRaft's truncateToEndOffset: cut the log where it stops agreeing with the leader's
@@ -209,7 +241,9 @@ class RaftLog:
         if self.log.truncate_to(offset, now_ms):
             self.truncation_count += 1
             self.log.delete_expired_files(now_ms)
-        return self.log.log_end_offset
+        end = self.log.log_end_offset
+        self._tail = {tail_offset: entry for tail_offset, entry in self._tail.items() if tail_offset < end}
+        return end
 
     def flush(self, now_ms: int) -> None:
         self.log.flush(now_ms)
@@ -228,7 +262,13 @@ class RaftLog:
         assert offset >= self.log.log_start_offset, f"offset {offset} < start {self.log.log_start_offset}"
         high_watermark = self.log.high_watermark
         entries: list[CommittedEntry] = []
+        tail = self._tail
         while offset < high_watermark and len(entries) < records_max:
+            cached = tail.pop(offset, None)
+            if cached is not None:
+                entries.append(cached)
+                offset += 1
+                continue
             data = self.log.read(offset, 64 * 1024, max_offset=high_watermark).records
             assert data, f"nothing to read at {offset} below the high watermark {high_watermark}"
             for position, header in iter_headers(data):
@@ -246,6 +286,7 @@ class RaftLog:
         assert snapshot_id.offset <= self.log.high_watermark, f"{snapshot_id} above the HW {self.log.high_watermark}"
         assert snapshot_id.offset > self.log.log_start_offset, f"{snapshot_id} not above {self.log.log_start_offset}"
         self.snapshots.write(snapshot_id, data)
+        self._tail = {offset: entry for offset, entry in self._tail.items() if offset >= snapshot_id.offset}
         self.log.delete_records(snapshot_id.offset)
         self.log.delete_old_segments(now_ms)
         self.log.delete_expired_files(now_ms)
@@ -261,8 +302,18 @@ class RaftLog:
         )
         data = self.snapshots.write_file(snapshot_id, file_bytes)
         self.log.truncate_fully_and_start_at(snapshot_id.offset, now_ms)
+        self._tail.clear()
         self.log.delete_expired_files(now_ms)
         self.truncation_count += 1
         self.snapshots.delete_before(snapshot_id)
         self.check()
         return data
+
+
+def _decode_entries(records: bytes, last_offset: int) -> Iterator[CommittedEntry]:
+    """The entries of whole batches `records` up to `last_offset` (what an append took)."""
+    for position, header in iter_headers(records):
+        if header.base_offset > last_offset:
+            return
+        for record in decode_records(records, position):
+            yield CommittedEntry(record.offset, header.partition_leader_epoch, record.value or b"", header.is_control)
