@@ -49,9 +49,13 @@ class LogDir:
 class LogManager:
     """Opens, creates, deletes and checkpoints the logs of all log dirs; one owner, no locks."""
 
-    def __init__(self, log_dirs: Sequence[Path], config_for: Callable[[str], LogConfig], now_ms: int) -> None:
+    def __init__(self, log_dirs: Sequence[Path], config_for: Callable[[str], LogConfig], now_ms: int,
+                 skip_topics: frozenset[str] = frozenset()) -> None:
+        """`skip_topics`: partition directories another owner keeps in these dirs (the Raft
+        quorum's `__cluster_metadata-0`, as Kafka's LogManager leaves the metadata log alone)."""
         assert log_dirs, "at least one log dir"
         self.log_dirs = [LogDir(path) for path in log_dirs]
+        self.skip_topics = skip_topics
         self.config_for = config_for
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, LogDir] = {}
@@ -72,6 +76,8 @@ class LogManager:
                 topic_partition = TopicPartition.from_dir_name(child.name)
             except ValueError:
                 continue  # not a partition directory (e.g. a `-delete` leftover)
+            if topic_partition.topic in self.skip_topics:
+                continue
             log = LogLoader(child, self.config_for(topic_partition.topic), now_ms).load(
                 log_start_offset=log_start_offsets.get(topic_partition, 0),
                 recovery_point=recovery_points.get(topic_partition, 0),

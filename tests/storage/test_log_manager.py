@@ -163,3 +163,13 @@ def test_truncating_a_follower_lowers_its_cleaner_checkpoint(tmp_path: Path) -> 
     assert OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read() == {ORDERS: 28}
     manager.delete_log(ORDERS)
     assert OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read() == {}
+
+
+def test_skipped_topics_are_left_to_their_owner(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    fill(manager, ORDERS, 2)
+    fill(manager, TopicPartition("__cluster_metadata", 0), 2)
+    manager.shutdown(now_ms=0)
+    reopened = LogManager([tmp_path], lambda topic: CONFIG, now_ms=0, skip_topics=frozenset({"__cluster_metadata"}))
+    assert [tp for tp, _ in reopened] == [ORDERS]
+    assert (tmp_path / "__cluster_metadata-0").is_dir()
