@@ -1,0 +1,217 @@
+"""`tributary-node dev`: a local cluster of N nodes on 127.0.0.1, each in its own OS process.
+
+Every node is controller and broker (Kafka's combined mode), listens on base-port + i, and keeps
+its data, its generated `server.properties` and its log under DATA_DIR/node-<id>/. The same data
+dir started again keeps the data. Ctrl-C or SIGTERM stops every node with a controlled shutdown.
+`DevCluster` is also what the multi-process tests use, so the README's run command is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_DATA_DIR = "/tmp/tributary-dev"
+HEALTH_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 40.0
+
+
+@dataclass
+class DevNode:
+    node_id: int
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "node.log"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class DevCluster:
+    """N local node processes. `properties` are extra config keys for every node (tests use small
+    timeouts). Methods are synchronous: they are for the CLI and for tests that drive processes."""
+
+    data_dir: Path
+    node_count: int = 3
+    base_port: int = 9092
+    properties: Mapping[str, str] = field(default_factory=dict)
+    nodes: dict[int, DevNode] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+        self.nodes = {
+            node_id: DevNode(node_id, self.base_port + node_id - 1, self.data_dir / f"node-{node_id}")
+            for node_id in range(1, self.node_count + 1)
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.address for node in self.nodes.values())
+
+    def write_config(self, node: DevNode) -> None:
+        voters = ",".join(f"{n.node_id}@{n.address}" for n in self.nodes.values())
+        properties = {
+            "node.id": str(node.node_id),
+            "process.roles": "broker,controller",
+            "listeners": f"PLAINTEXT://{node.address}",
+            "controller.quorum.voters": voters,
+            "log.dirs": str(node.directory / "data"),
+            **self.properties,
+        }
+        node.directory.mkdir(parents=True, exist_ok=True)
+        node.config_path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+
+    def start(self, wait: bool = True) -> None:
+        for node in self.nodes.values():
+            self.start_node(node.node_id, wait=False)
+        if wait:
+            self.wait_healthy()
+
+    def start_node(self, node_id: int, wait: bool = True) -> None:
+        node = self.nodes[node_id]
+        assert not node.running(), f"node {node_id} is running"
+        self.write_config(node)
+        log = node.log_path.open("ab")
+        node.process = subprocess.Popen(
+            [sys.executable, "-m", "node.main", "--config", str(node.config_path)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        if wait:
+            self.wait_healthy([node_id])
+
+    def wait_healthy(self, node_ids: list[int] | None = None, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+        """Until every node answers /health with 200; raises with the node's log tail if one exits."""
+        deadline = time.monotonic() + timeout_s
+        pending = set(node_ids or self.nodes)
+        while pending:
+            for node_id in sorted(pending):
+                node = self.nodes[node_id]
+                if not node.running():
+                    raise RuntimeError(f"node {node_id} exited (code {node.process and node.process.returncode}); "
+                                       f"its log {node.log_path} ends with:\n{self.log_tail(node_id)}")
+                if healthy(node.address):
+                    pending.discard(node_id)
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"nodes {sorted(pending)} not healthy after {timeout_s:.0f} s; see their logs "
+                                   f"under {self.data_dir}")
+            if pending:
+                time.sleep(0.1)
+
+    def log_tail(self, node_id: int, lines: int = 30) -> str:
+        path = self.nodes[node_id].log_path
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+    def signal_node(self, node_id: int, signum: int) -> None:
+        node = self.nodes[node_id]
+        assert node.process is not None and node.running(), f"node {node_id} is not running"
+        node.process.send_signal(signum)
+
+    def kill_node(self, node_id: int) -> None:
+        """kill -9: no controlled shutdown, no flush; storage recovery on the next start."""
+        self.signal_node(node_id, signal.SIGKILL)
+        self.nodes[node_id].process.wait(timeout=STOP_TIMEOUT_S)  # type: ignore[union-attr]
+
+    def stop_node(self, node_id: int, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM (controlled shutdown), then SIGKILL after `timeout_s`; the exit code."""
+        node = self.nodes[node_id]
+        assert node.process is not None
+        if node.running():
+            node.process.send_signal(signal.SIGTERM)
+        try:
+            return node.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            return node.process.wait(timeout=timeout_s)
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.running():
+                node.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        for node_id, node in self.nodes.items():
+            if node.process is not None:
+                self.stop_node(node_id)
+
+
+def healthy(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{address}/health", timeout=1.0) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def run(node_count: int, data_dir: str, base_port: int) -> int:
+    """The `dev` command: start, tell the user how to use it, wait for Ctrl-C or SIGTERM, stop."""
+    cluster = DevCluster(Path(data_dir), node_count, base_port)
+    stopping = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    print(f"starting {node_count} nodes on 127.0.0.1:{base_port}..{base_port + node_count - 1}, data in "
+          f"{cluster.data_dir}", flush=True)
+    try:
+        cluster.start()
+    except (RuntimeError, TimeoutError) as error:
+        print(f"tributary-node dev: {error}", file=sys.stderr)
+        cluster.stop()
+        return 1
+    print(_usage(cluster), flush=True)
+    code = 0
+    while not stopping:
+        exited = [node_id for node_id, node in cluster.nodes.items() if not node.running()]
+        if exited:
+            print(f"node(s) {exited} exited; their logs end with:", file=sys.stderr)
+            for node_id in exited:
+                print(cluster.log_tail(node_id), file=sys.stderr)
+            code = 1
+            break
+        time.sleep(0.5)
+    print("stopping the cluster (controlled shutdown)...", flush=True)
+    cluster.stop()
+    print("stopped", flush=True)
+    return code
+
+
+def _usage(cluster: DevCluster) -> str:
+    logs = "\n".join(f"  node {n.node_id}: {n.address}  log: {n.log_path}" for n in cluster.nodes.values())
+    return f"""
+Tributary dev cluster is up.
+{logs}
+
+bootstrap: {cluster.bootstrap}
+  export TRIBUTARY_BOOTSTRAP={cluster.bootstrap}
+  tributary topics create --topic demo --partitions 3 --replication-factor 3
+  seq 10 | tributary produce demo
+  tributary consume demo --from-beginning --max-records 10
+  tributary consume demo --from-beginning --from-follower --max-records 10
+  tributary cluster status
+
+Ctrl-C stops every node cleanly.
+"""

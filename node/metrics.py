@@ -1,0 +1,105 @@
+"""`/metrics` in Prometheus text format (prometheus-client), one registry per node.
+
+Request counters and latencies are recorded as requests are served; replica gauges (LEO, HW,
+logStartOffset, ISR size, under-replicated, under-min-ISR) and quorum gauges are read from the
+node's state at scrape time, so nothing is kept twice. Names follow Kafka's JMX metrics where one
+exists (e.g. UnderReplicatedPartitions, LogEndOffset), in Prometheus style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMetrics:
+    """One local replica's figures at scrape time."""
+
+    topic: str
+    partition: int
+    is_leader: bool
+    log_end_offset: int
+    high_watermark: int
+    log_start_offset: int
+    isr_size: int
+    under_replicated: bool
+    under_min_isr: bool
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumMetrics:
+    node_id: int
+    leader_id: int
+    epoch: int
+    metadata_offset: int
+    is_active_controller: bool
+
+
+class _StateCollector(Collector):
+    def __init__(self, replicas: Callable[[], Iterable[ReplicaMetrics]], quorum: Callable[[], QuorumMetrics]) -> None:
+        self._replicas = replicas
+        self._quorum = quorum
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        gauges = {
+            "log_end_offset": GaugeMetricFamily("tributary_log_end_offset", "Log end offset (LEO)", labels=labels),
+            "high_watermark": GaugeMetricFamily("tributary_high_watermark", "High watermark", labels=labels),
+            "log_start_offset": GaugeMetricFamily("tributary_log_start_offset", "logStartOffset", labels=labels),
+            "size_bytes": GaugeMetricFamily("tributary_log_size_bytes", "Bytes in the partition's segments",
+                                            labels=labels),
+            "is_leader": GaugeMetricFamily("tributary_replica_is_leader", "1 if this node leads the partition",
+                                           labels=labels),
+            "isr_size": GaugeMetricFamily("tributary_isr_size", "In-sync replicas (leader only)", labels=labels),
+            "under_replicated": GaugeMetricFamily(
+                "tributary_under_replicated", "1 if the ISR is smaller than the replica set (leader only)",
+                labels=labels),
+            "under_min_isr": GaugeMetricFamily(
+                "tributary_under_min_isr", "1 if the ISR is smaller than min.insync.replicas (leader only)",
+                labels=labels),
+        }
+        under_replicated = 0
+        for replica in self._replicas():
+            values = [replica.topic, str(replica.partition)]
+            for name, gauge in gauges.items():
+                gauge.add_metric(values, float(getattr(replica, name)))
+            under_replicated += replica.is_leader and replica.under_replicated
+        yield from gauges.values()
+        yield GaugeMetricFamily("tributary_under_replicated_partitions",
+                                "Partitions this node leads whose ISR is short (Kafka UnderReplicatedPartitions)",
+                                value=under_replicated)
+        quorum = self._quorum()
+        yield GaugeMetricFamily("tributary_quorum_leader_id", "Active controller id (-1: none known)",
+                                value=quorum.leader_id)
+        yield GaugeMetricFamily("tributary_quorum_epoch", "Raft epoch this node is in", value=quorum.epoch)
+        yield GaugeMetricFamily("tributary_metadata_offset", "Last applied metadata log offset",
+                                value=quorum.metadata_offset)
+        yield GaugeMetricFamily("tributary_active_controller", "1 if this node is the active controller",
+                                value=int(quorum.is_active_controller))
+
+
+class NodeMetrics:
+    """The registry of one node: `observe_request` from the server, state gauges at scrape time."""
+
+    def __init__(self, replicas: Callable[[], Iterable[ReplicaMetrics]], quorum: Callable[[], QuorumMetrics]) -> None:
+        self.registry = CollectorRegistry()
+        self._requests = Counter("tributary_requests", "Requests served, by API and error",
+                                 ["api", "error"], registry=self.registry)
+        self._latency = Histogram("tributary_request_latency_seconds", "Time to answer a request, by API",
+                                  ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.registry.register(_StateCollector(replicas, quorum))
+
+    def observe_request(self, api: str, error: str, seconds: float) -> None:
+        self._requests.labels(api, error).inc()
+        self._latency.labels(api).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,141 @@
+"""The node's HTTP edge: one aiohttp app serving every `Api` route, `/metrics` and `/health`.
+
+A route decodes its body with `client.protocol` (strict: bad msgpack, missing, unknown or
+mistyped fields and out-of-range numbers are answered 400 with a named error and change nothing),
+hands the request to the part of the node that owns it, and encodes the answer. A body over
+`socket.request.max.bytes` is answered 413 before it is read. An unexpected exception is a bug:
+it is logged and answered 500 UNKNOWN_SERVER_ERROR, and the node keeps serving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from client.protocol import (
+    CONTENT_TYPE,
+    REQUESTS,
+    Api,
+    ErrorCode,
+    ProtocolError,
+    error_response,
+    pack,
+    unpack,
+)
+
+if TYPE_CHECKING:
+    from node.node import Node
+
+log = logging.getLogger(__name__)
+
+# Request fields that are counts, sizes or durations: a negative value is a malformed request.
+NON_NEGATIVE = frozenset(
+    {"timeout_ms", "max_wait_ms", "min_bytes", "max_bytes", "partition_max_bytes", "partition", "num_partitions"}
+)
+
+Handler = Callable[[Any], Awaitable[Any]]
+
+
+def build_app(node: Node) -> web.Application:
+    """The app of one node. `node` owns the parts the routes call."""
+    app = web.Application(client_max_size=node.config.socket_request_max_bytes, middlewares=[_errors(node)])
+    for api in Api:
+        app.router.add_post(api.path, _route(node, api))
+    app.router.add_get("/metrics", _metrics(node))
+    app.router.add_get("/health", _health(node))
+    return app
+
+
+def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Response]]:
+    request_type = REQUESTS[api]
+
+    async def handle(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        body = await request.read()
+        try:
+            message = unpack(request_type, body)
+            _check_non_negative(message, request_type.__name__)
+        except ProtocolError as error:
+            node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
+            return _refuse(400, error.code, f"{api.value}: {error}")
+        answer = await node.dispatch(api, message, _listener_of(node, request))
+        node.metrics.observe_request(api.value, "NONE", time.perf_counter() - started)
+        return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
+
+    return handle
+
+
+def _check_non_negative(message: Any, where: str) -> None:
+    """Negative counts, sizes and durations are refused (Kafka: INVALID_REQUEST)."""
+    if isinstance(message, (list, tuple)):
+        for index, item in enumerate(message):
+            _check_non_negative(item, f"{where}[{index}]")
+    elif dataclasses.is_dataclass(message):
+        for field in dataclasses.fields(message):
+            value = getattr(message, field.name)
+            if field.name in NON_NEGATIVE and isinstance(value, int) and value < 0:
+                raise ProtocolError(f"{where}.{field.name} is {value}; it must be 0 or more")
+            if isinstance(value, (list, tuple)) or dataclasses.is_dataclass(value):
+                _check_non_negative(value, f"{where}.{field.name}")
+
+
+def _listener_of(node: Node, request: web.Request) -> str:
+    """The name of the listener the request came in on (by local port), so metadata answers with
+    the addresses a client on that network can reach (Kafka's per-listener advertised addresses)."""
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    port = sockname[1] if sockname else None
+    return node.config.listener_for_port(port)
+
+
+def _refuse(status: int, code: ErrorCode, message: str) -> web.Response:
+    return web.Response(status=status, body=pack(error_response(code, message)), content_type=CONTENT_TYPE)
+
+
+def _errors(node: Node) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge as error:
+            return _refuse(
+                413,
+                ErrorCode.INVALID_REQUEST,
+                f"the request body is larger than socket.request.max.bytes ({error.max_size} bytes); "
+                "send smaller requests (fewer or smaller batches)",
+            )
+        except web.HTTPNotFound:
+            return _refuse(404, ErrorCode.INVALID_REQUEST, f"no route {request.method} {request.path}; "
+                           f"APIs are POST /v1/<name>, names: {', '.join(api.value for api in Api)}")
+        except web.HTTPMethodNotAllowed:
+            return _refuse(405, ErrorCode.INVALID_REQUEST, f"{request.path} takes POST with a msgpack body")
+        except web.HTTPException:
+            raise
+        except Exception:
+            log.exception("node %s: unexpected error serving %s", node.config.node_id, request.path)
+            return _refuse(500, ErrorCode.UNKNOWN_SERVER_ERROR,
+                           "the node hit an unexpected error (a bug; see its log); the request may be retried")
+
+    return middleware
+
+
+def _metrics(node: Node) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        body, content_type = node.metrics.render()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    return handle
+
+
+def _health(node: Node) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        status = node.health()
+        return web.Response(status=200 if status["healthy"] else 503, text=json.dumps(status),
+                            content_type="application/json")
+
+    return handle
