@@ -1,0 +1,73 @@
+"""Client-side errors: one exception class per Kafka error code, named after it.
+
+`error_for(code, message)` builds the exception for a code found in a response, as
+aiokafka's `for_code`: `NOT_LEADER_OR_FOLLOWER` raises `NotLeaderOrFollowerError`, a subclass
+of `TributaryError` carrying `.code`, `.retriable` and `.invalid_metadata`. Callers catch
+`TributaryError` (or one class) and retry by the flags, never by parsing messages.
+"""
+
+from __future__ import annotations
+
+from storage.error_codes import ErrorCode
+
+# Codes after which the client's metadata is probably stale (Kafka's InvalidMetadataException).
+INVALID_METADATA = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.LISTENER_NOT_FOUND,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+    }
+)
+
+
+class TributaryError(Exception):
+    """A failure with a Kafka error code; the message says what happened and what to do."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(f"{self.code.name}: {message}" if message else self.code.name)
+        self.message = message
+
+    @property
+    def retriable(self) -> bool:
+        return self.code.retriable or self.code in INVALID_METADATA
+
+    @property
+    def invalid_metadata(self) -> bool:
+        return self.code in INVALID_METADATA
+
+
+def _class_name(code: ErrorCode) -> str:
+    words = "".join(word.capitalize() for word in code.name.split("_"))
+    return words if words.endswith(("Error", "Exception")) else words + "Error"
+
+
+ERRORS: dict[ErrorCode, type[TributaryError]] = {
+    code: type(_class_name(code), (TributaryError,), {"code": code, "__doc__": f"Kafka's {code.name} ({code.value})."})
+    for code in ErrorCode
+    if code is not ErrorCode.NONE
+}
+
+
+def error_for(code: ErrorCode, message: str = "") -> TributaryError:
+    """The exception for `code` (never NONE)."""
+    assert code is not ErrorCode.NONE, "error_for(NONE): success is not an error"
+    return ERRORS[code](message)
+
+
+# Named classes callers catch most often, so `from client.errors import ...` type-checks.
+NotLeaderOrFollowerError = ERRORS[ErrorCode.NOT_LEADER_OR_FOLLOWER]
+UnknownTopicOrPartitionError = ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+OffsetOutOfRangeError = ERRORS[ErrorCode.OFFSET_OUT_OF_RANGE]
+RequestTimedOutError = ERRORS[ErrorCode.REQUEST_TIMED_OUT]
+NetworkException = ERRORS[ErrorCode.NETWORK_EXCEPTION]

@@ -1,0 +1,205 @@
+"""The client's view of the cluster: brokers, topics, partitions and their leaders.
+
+Filled from `Api.METADATA` answers of any reachable node (the bootstrap list is only where the
+first request goes, as Kafka's `bootstrap.servers`; later requests go to known brokers too).
+Refreshed on demand (`refresh`) and after errors that mean it is stale (`invalidate`, then the
+next `refresh_if_stale`). Concurrent refreshes share one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+from client.connection import Connections, NodeUnavailableError, RequestRejectedError
+from client.errors import error_for
+from client.protocol import NO_LEADER, Api, ErrorCode, MetadataRequest, MetadataResponse
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error_code: ErrorCode = ErrorCode.NONE
+
+
+def parse_bootstrap(bootstrap: str) -> tuple[str, ...]:
+    """"host:port,host:port" as addresses; ValueError names a malformed entry."""
+    addresses = tuple(entry.strip() for entry in bootstrap.split(",") if entry.strip())
+    if not addresses:
+        raise ValueError(f"bootstrap {bootstrap!r} names no address; give host:port[,host:port...]")
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bootstrap address {address!r} is not host:port (e.g. 127.0.0.1:9092)")
+    return addresses
+
+
+class Metadata:
+    """Metadata cache over `Connections`. `request_timeout_ms` bounds each METADATA call."""
+
+    def __init__(
+        self, bootstrap: str, connections: Connections, request_timeout_ms: int = 5000, rng: random.Random | None = None
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.connections = connections
+        self.request_timeout_ms = request_timeout_ms
+        self._rng = rng or random.Random()
+        self.cluster_id = ""
+        self.controller_id = -1
+        self.metadata_offset = -1
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, dict[int, PartitionInfo]] = {}
+        self.topic_errors: dict[str, ErrorCode] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self._wanted: set[str] = set()
+        self._stale = True
+        self._refreshing: asyncio.Future[None] | None = None
+        self._last: MetadataResponse | None = None
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def address_of(self, node_id: int) -> str | None:
+        broker = self.brokers.get(node_id)
+        return None if broker is None else broker.address
+
+    def partitions_for(self, topic: str) -> dict[int, PartitionInfo] | None:
+        return self.topics.get(topic)
+
+    def partition_info(self, tp: TopicPartition) -> PartitionInfo | None:
+        partitions = self.topics.get(tp.topic)
+        return None if partitions is None else partitions.get(tp.partition)
+
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        info = self.partition_info(tp)
+        if info is None or info.leader == NO_LEADER or info.leader not in self.brokers:
+            return None
+        return info.leader
+
+    def candidate_addresses(self) -> list[str]:
+        """Where a request that any node can answer may go: known brokers, then bootstrap."""
+        known = [broker.address for broker in self.brokers.values() if not broker.fenced]
+        self._rng.shuffle(known)
+        bootstrap = [address for address in self.bootstrap if address not in known]
+        return known + bootstrap
+
+    # -- refresh ------------------------------------------------------------------------
+
+    def add_topics(self, topics: set[str] | list[str]) -> None:
+        """Topics to ask about on the next refresh (a producer learns them from its sends)."""
+        new = set(topics) - self._wanted
+        if new:
+            self._wanted |= new
+            self._stale = True
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    @property
+    def stale(self) -> bool:
+        return self._stale
+
+    async def refresh_if_stale(self) -> None:
+        if self._stale:
+            await self.refresh()
+
+    async def refresh(self, all_topics: bool = False) -> MetadataResponse:
+        """Ask one reachable node; concurrent callers share the same request."""
+        if self._refreshing is not None and not all_topics:
+            await asyncio.shield(self._refreshing)
+            assert self._last is not None, "a finished refresh leaves its answer"
+            return self._last
+        self._refreshing = asyncio.get_running_loop().create_future()
+        try:
+            topics = None if all_topics or not self._wanted else tuple(sorted(self._wanted))
+            response = await self.request(Api.METADATA, MetadataRequest(topics), MetadataResponse)
+            self.update(response)
+            self._refreshing.set_result(None)
+            return response
+        except BaseException as error:
+            self._refreshing.set_exception(error)
+            self._refreshing.exception()  # retrieved: waiters re-raise, nobody logs it as lost
+            raise
+        finally:
+            self._refreshing = None
+
+    def update(self, response: MetadataResponse) -> None:
+        self._last = response
+        self.cluster_id = response.cluster_id
+        self.controller_id = response.controller_id
+        self.metadata_offset = response.metadata_offset
+        self.brokers = {
+            broker.node_id: BrokerInfo(broker.node_id, broker.host, broker.port, broker.rack, broker.fenced)
+            for broker in response.brokers
+        }
+        for topic in response.topics:
+            self.topic_errors[topic.name] = topic.error_code
+            if topic.error_code is not ErrorCode.NONE:
+                self.topics.pop(topic.name, None)
+                continue
+            self.topic_configs[topic.name] = dict(topic.configs)
+            self.topics[topic.name] = {
+                p.partition: PartitionInfo(
+                    topic.name, p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr), p.error_code
+                )
+                for p in topic.partitions
+            }
+        self._stale = False
+
+    async def request(self, api: Api, request: object, response_type: type, timeout_ms: int | None = None):
+        """Send to the first node that answers (any node serves metadata and admin requests)."""
+        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        failures = []
+        for address in self.candidate_addresses():
+            try:
+                return await self.connections.call(address, api, request, response_type, timeout_ms)
+            except NodeUnavailableError as error:
+                failures.append(str(error))
+            except RequestRejectedError as error:
+                raise error_for(error.code, error.message) from None
+        raise error_for(
+            ErrorCode.NETWORK_EXCEPTION,
+            f"no node answered {api.value} ({'; '.join(failures)}); check that the cluster is running and that "
+            f"--bootstrap / TRIBUTARY_BOOTSTRAP ({','.join(self.bootstrap)}) names at least one of its nodes",
+        )
+
+    def require_topic(self, topic: str) -> dict[int, PartitionInfo]:
+        """The topic's partitions, or the error the cluster gave for it."""
+        partitions = self.topics.get(topic)
+        if partitions:
+            return partitions
+        code = self.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if code is ErrorCode.NONE:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        raise error_for(code, f"topic {topic!r} is not known to the cluster; create it with "
+                              f"`tributary topics create --topic {topic}` or check its name")
+
