@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from controller.raft import Raft
 from controller.raft_messages import CommittedEntry, Ready, Role, SnapshotCreated
+from storage.log import Log
 from storage.records import iter_headers
 from tests.sim.state_machines import EMPTY_DIGEST, StateMachineSpec, chain_digest
 
@@ -49,6 +50,8 @@ class LogMirror:
     truncation_count: int
     last_epoch: int
     batches: dict[int, tuple[int, int]] = field(default_factory=dict)
+    segment_base: int = -1  # the segment file that holds `end` (-1: look it up) and where in it
+    position: int = 0
 
 
 class SafetyChecker:
@@ -159,10 +162,13 @@ class SafetyChecker:
                 assert snapshot is not None, f"node {node_id}: log start {mirror.start} without a snapshot"
                 assert snapshot.offset == mirror.start, f"node {node_id}: snapshot {snapshot}, start {mirror.start}"
                 mirror.end, mirror.last_epoch = mirror.start, snapshot.epoch
-        while mirror.end < log.log_end_offset:
-            data = log.log.read(mirror.end, 1 << 20).records
+        end_offset = log.log_end_offset
+        while mirror.end < end_offset:
+            data = self._read_new_bytes(mirror, log.log)
+            before = (mirror.end, mirror.position)
             for _, header in iter_headers(data):
                 if header.base_offset < mirror.end:
+                    mirror.position += header.size_in_bytes
                     continue
                 if header.base_offset != mirror.end:
                     self.fail("log contiguity", f"node {node_id} has a batch at {header.base_offset}, "
@@ -177,6 +183,32 @@ class SafetyChecker:
                 mirror.batches[header.base_offset] = (epoch, header.last_offset)
                 mirror.last_epoch = epoch
                 mirror.end = header.next_offset
+                mirror.position += header.size_in_bytes
+            if (mirror.end, mirror.position) == before:
+                self.fail("log contiguity", f"node {node_id} log ends at {end_offset} but no batch holds {before}")
+
+    @staticmethod
+    def _read_new_bytes(mirror: LogMirror, log: Log) -> bytes:
+        """The segment file bytes from the mirror's position on: the new batches, read straight from
+        the file (no index lookup). Moves to the next segment at the end of one; when the segment
+        is gone or unknown, finds the batch holding `mirror.end` through the log."""
+        segment = log.segments.get(mirror.segment_base) if mirror.segment_base >= 0 else None
+        if segment is not None and mirror.position >= segment.size and segment is not log.segments.active_segment:
+            segment = log.segments.higher_segment(segment.base_offset)
+            mirror.position = 0
+        if segment is None or mirror.position > segment.size:
+            segment = log.segments.floor_segment(mirror.end)
+            assert segment is not None, f"no segment holds offset {mirror.end} of {log}"
+            found = segment.translate_offset(mirror.end)
+            if found is None:
+                segment = log.segments.higher_segment(segment.base_offset)
+                assert segment is not None, f"no segment after {mirror.end} of {log}"
+                mirror.position = 0
+            else:
+                mirror.position = found[0]
+        assert segment is not None, f"no segment for {mirror.end}"
+        mirror.segment_base = segment.base_offset
+        return segment.read_bytes(mirror.position, segment.size - mirror.position)
 
     # -- what the node applied ----------------------------------------------------------------
 
