@@ -58,7 +58,8 @@ class LeaderState:
     voters: dict[int, ReplicaState] = field(default_factory=dict)
     observers: dict[int, ReplicaState] = field(default_factory=dict)
     parked: dict[int, ParkedFetch] = field(default_factory=dict)
-    pending: dict[int, int] = field(default_factory=dict)
+    pending: dict[int, int] = field(default_factory=dict)  # last offset of a proposal's batch -> proposal id
+    first_offsets: dict[int, int] = field(default_factory=dict)  # last -> first offset, for batches of 2+ records
     begin_epoch_sent_ms: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

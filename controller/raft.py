@@ -4,7 +4,7 @@ Theory of operation
 ===================
 
 Shape (etcd-raft's, STYLE §2 and §7). Every input is an event (controller/raft_messages.py): a
-`Tick`, a received `Message`, a `Propose`, a `SnapshotCreated`. `handle` returns a `Ready`: the
+`Tick`, a received `Message`, a `Propose` or `ProposeBatch`, a `SnapshotCreated`. `handle` returns a `Ready`: the
 hard state to persist, whether the log must be fsynced, messages to send, a snapshot to restore,
 committed entries to apply, a snapshot to take, proposals to complete, and when to tick next. The
 core reads no clock (time is `now_ms`), opens no socket and draws randomness only from the
@@ -45,8 +45,9 @@ the largest offset a majority of voters (itself included) hold, and it advances 
 passes the leader's LeaderChange record: entries of older epochs commit only together with one
 of the current epoch (Raft §5.4.2). The high watermark never falls. Followers take
 min(leader's HW, own log end) from each fetch answer. Committed entries are read back from the
-log and handed out in order, at most APPLY_BATCH_MAX per Ready; a proposal completes once its
-entry is committed (after the driver applied it).
+log and handed out in order, in whole batches (a `ProposeBatch` is applied together, never in
+part), about APPLY_BATCH_MAX entries per Ready at most; a proposal completes once its entries
+are committed (after the driver applied them).
 
 Log repair (leader side, `RaftLog.validate_offset_and_epoch`): a fetch at (offset, epoch) is valid
 if the leader's log has `epoch` ending at or after `offset`; otherwise the answer is the leader's
@@ -121,6 +122,7 @@ from controller.raft_messages import (
     OffsetAndEpoch,
     ProposalCompletion,
     Propose,
+    ProposeBatch,
     RaftError,
     Ready,
     Role,
@@ -142,8 +144,8 @@ class StateMachine(Protocol):
     `ClusterMetadata`, or a test's list). Contract:
 
     - `apply(offset, epoch, data)`: apply one committed record, in offset order; `data` is the
-      `Propose.data` that created it. Offsets increase but may skip (Raft's control records are not
-      applied).
+      `Propose.data` (or one of `ProposeBatch.records`) that created it. Offsets increase but may
+      skip (Raft's control records are not applied).
     - `snapshot() -> bytes`: the state after every applied record, to be restored later.
     - `restore(offset, data)`: replace the whole state with a snapshot's, which holds every record
       up to and including `offset`.
@@ -286,11 +288,14 @@ class Raft:
         elif isinstance(event, Tick):
             self._on_tick()
         elif isinstance(event, Propose):
-            self._on_propose(event)
+            self._on_propose(event.proposal_id, (event.data,))
+        elif isinstance(event, ProposeBatch):
+            self._on_propose(event.proposal_id, event.records)
         elif isinstance(event, SnapshotCreated):
             self._on_snapshot_created(event)
         else:
-            raise TypeError(f"Raft.handle got {event!r}; events are Tick, Message, Propose, SnapshotCreated")
+            raise TypeError(f"Raft.handle got {event!r}; events are Tick, Message, Propose, ProposeBatch, "
+                            "SnapshotCreated")
         self._deliver_committed()
         self._maybe_request_snapshot()
         self._check_invariants()
@@ -608,21 +613,25 @@ class Raft:
         self._leader.begin_epoch_sent_ms[voter] = self._now_ms
         self._send(voter, BeginQuorumEpoch(self.epoch, self.node_id))
 
-    def _on_propose(self, event: Propose) -> None:
+    def _on_propose(self, proposal_id: int, records: tuple[bytes, ...]) -> None:
+        """Append the records of one proposal as one batch (see `ProposeBatch`)."""
+        assert records, f"proposal {proposal_id} without records"
         leader = self._leader
         if leader is None:
-            self._complete_with_error(event.proposal_id, RaftError.NOT_LEADER_OR_FOLLOWER)
+            self._complete_with_error(proposal_id, RaftError.NOT_LEADER_OR_FOLLOWER)
             return
         if len(leader.pending) >= self.config.proposals_pending_max:
-            self._complete_with_error(event.proposal_id, RaftError.THROTTLING_QUOTA_EXCEEDED)
+            self._complete_with_error(proposal_id, RaftError.THROTTLING_QUOTA_EXCEEDED)
             return
         try:
-            info = self.log.append_as_leader(event.data, self.epoch, self._now_ms)
+            info = self.log.append_batch_as_leader(records, self.epoch, self._now_ms)
         except RecordTooLargeError:
-            self._complete_with_error(event.proposal_id, RaftError.RECORD_TOO_LARGE)
+            self._complete_with_error(proposal_id, RaftError.RECORD_TOO_LARGE)
             return
         self._out.must_sync = True
-        leader.pending[info.last_offset] = event.proposal_id
+        leader.pending[info.last_offset] = proposal_id
+        if info.first_offset != info.last_offset:
+            leader.first_offsets[info.last_offset] = info.first_offset
         leader.update_local_end_offset(self.log.log_end_offset)
         self._maybe_advance_high_watermark()
         self._answer_parked_fetches()
@@ -895,8 +904,9 @@ class Raft:
         if leader is None:
             return
         for offset in [offset for offset in leader.pending if offset < self._applied_offset]:
-            out.completions.append(ProposalCompletion(leader.pending.pop(offset), RaftError.NONE, offset, self.epoch,
-                                                      self.node_id, self.epoch))
+            first_offset = leader.first_offsets.pop(offset, offset)
+            out.completions.append(ProposalCompletion(leader.pending.pop(offset), RaftError.NONE, first_offset,
+                                                      self.epoch, self.node_id, self.epoch))
 
     def _maybe_request_snapshot(self) -> None:
         if self._snapshot_pending is not None or self._records_since_snapshot < self.config.snapshot_interval_records:

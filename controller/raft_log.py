@@ -14,12 +14,14 @@ Mapping onto storage:
 - `log_start_offset` = the latest snapshot's end offset (0 without a snapshot). A snapshot
   raises it with `delete_records`, and retention (logStartOffset rule only: `retention.ms` and
   `retention.bytes` are off) then drops the segments wholly below it.
-- the uncommitted tail is also kept decoded in memory (`_tail`: offset -> CommittedEntry, filled
-  by every append, cut by every truncation, emptied by a restart), so that committing an entry
-  does not read back and decode what this process has just written. It is a cache: an offset
-  missing from it is read from the log, and what it holds is exactly what was appended (the
-  simulator's checker compares every applied entry with the canonical history, read from disk
-  after a restart).
+- the uncommitted tail is also kept decoded in memory (`_tail`: a batch's base offset -> its
+  entries, filled by every append, cut by every truncation, emptied by a restart), so that
+  committing an entry does not read back and decode what this process has just written. It is a
+  cache: an offset missing from it is read from the log, and what it holds is exactly what was
+  appended (the simulator's checker compares every applied entry with the canonical history,
+  read from disk after a restart).
+- `read_committed` returns whole batches only: the records of one batch (one controller request,
+  see `append_batch_as_leader`) are applied together, never in part.
 
 Owner: the Raft core (writes) and its driver (`flush`). One owner, no locks.
 """
@@ -44,7 +46,7 @@ METADATA_PARTITION = 0
 METADATA_LOG_DIR = f"{METADATA_TOPIC}-{METADATA_PARTITION}"
 # Kafka's control record key (version 0, type 2 = LEADER_CHANGE).
 LEADER_CHANGE_KEY = b"\x00\x00\x00\x02"
-TAIL_ENTRIES_MAX = 4096  # decoded uncommitted entries kept in memory; beyond it, committing reads the log
+TAIL_BATCHES_MAX = 4096  # decoded uncommitted batches kept in memory; beyond it, committing reads the log
 
 
 def metadata_log_config(segment_bytes: int = 1024 * 1024 * 1024, segment_index_bytes: int = 10 * 1024 * 1024,
@@ -81,7 +83,11 @@ class RaftLog:
         self.log = log
         self.snapshots = snapshots
         self.truncation_count = 0  # bumped on every truncation: lets observers (the simulator) notice
-        self._tail: dict[int, CommittedEntry] = {}  # see the module docstring
+        self._tail: dict[int, list[CommittedEntry]] = {}  # see the module docstring
+        # The active segment, whose next offset is the log end: `Log.log_end_offset` looks it up in
+        # a sorted map on every call, and Raft asks for the end many times per event. Refreshed
+        # after every write (only writes roll, truncate or replace segments); `check` compares.
+        self._active_segment = log.segments.active_segment
 
     @classmethod
     def open(cls, directory: Path, now_ms: int, config: LogConfig | None = None,
@@ -115,9 +121,11 @@ class RaftLog:
             self.log.truncate_fully_and_start_at(latest.offset, now_ms)
             self.truncation_count += 1
             self._tail.clear()
+            self._refresh()
         self.log.update_high_watermark(max(self.log.high_watermark, latest.offset))
 
     def check(self) -> None:
+        assert self._active_segment is self.log.segments.active_segment, f"stale active segment of {self.log}"
         latest = self.snapshots.latest_id()
         expected_start = latest.offset if latest is not None else 0
         assert self.log.log_start_offset == expected_start, (
@@ -135,7 +143,11 @@ class RaftLog:
 
     @property
     def log_end_offset(self) -> int:
-        return self.log.log_end_offset
+        return self._active_segment.next_offset
+
+    def _refresh(self) -> None:
+        """After a write: the active segment may have rolled or been replaced."""
+        self._active_segment = self.log.segments.active_segment
 
     @property
     def high_watermark(self) -> int:
@@ -143,7 +155,7 @@ class RaftLog:
 
     def last_fetched_epoch(self) -> int:
         """The epoch of the last entry; with an empty log, the snapshot's epoch (0 without one)."""
-        if self.log.log_end_offset > self.log.log_start_offset:
+        if self.log_end_offset > self.log.log_start_offset:
             latest = self.log.leader_epoch_cache.latest_epoch()
             assert latest is not None, f"log {self.log} holds entries but its epoch cache is empty"
             return latest
@@ -152,7 +164,7 @@ class RaftLog:
 
     def end_offset_and_epoch(self) -> OffsetAndEpoch:
         """Where the log ends: what a candidate's log is compared by."""
-        return OffsetAndEpoch(self.last_fetched_epoch(), self.log.log_end_offset)
+        return OffsetAndEpoch(self.last_fetched_epoch(), self.log_end_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         """KRaft's endOffsetForEpoch: the largest epoch <= `epoch` in the log and where it ends.
@@ -196,15 +208,18 @@ class RaftLog:
         become committed all together or not at all (Kafka's atomic append, KIP-868)."""
         assert values, "an empty batch"
         info = self.log.append_as_leader(build_batch_from_values(list(values), timestamp_ms=now_ms), epoch, now_ms)
+        self._refresh()
         assert info.last_offset - info.first_offset + 1 == len(values), f"{info} for {len(values)} values"
-        self._remember(CommittedEntry(info.first_offset + index, epoch, value) for index, value in enumerate(values))
+        first_offset = info.first_offset
+        self._remember([[CommittedEntry(first_offset + index, epoch, value) for index, value in enumerate(values)]])
         return info
 
     def append_leader_change(self, payload: bytes, epoch: int, now_ms: int) -> LogAppendInfo:
         """Append the control record a new leader writes first (KRaft's LeaderChangeMessage)."""
         batch = build_batch([(LEADER_CHANGE_KEY, payload)], timestamps=[now_ms], is_control=True)
         info = self.log.append_as_leader(batch, epoch, now_ms)
-        self._remember((CommittedEntry(info.first_offset, epoch, payload, True),))
+        self._refresh()
+        self._remember([[CommittedEntry(info.first_offset, epoch, payload, True)]])
         return info
 
     def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
@@ -215,16 +230,17 @@ class RaftLog:
             f"fetched batch starts at {first[1].base_offset}, log ends at {self.log.log_end_offset}"
         )
         info = self.log.append_as_follower(records, now_ms)
+        self._refresh()
         self._remember(_decode_entries(records, info.last_offset))
         return info
 
-    def _remember(self, entries: Iterable[CommittedEntry]) -> None:
-        """Keep appended entries decoded until they are committed (bounded; see the docstring)."""
+    def _remember(self, batches: Iterable[list[CommittedEntry]]) -> None:
+        """Keep appended batches decoded until they are committed (bounded; see the docstring)."""
         tail = self._tail
-        for entry in entries:
-            if len(tail) >= TAIL_ENTRIES_MAX:
+        for entries in batches:
+            if len(tail) >= TAIL_BATCHES_MAX:
                 return
-            tail[entry.offset] = entry
+            tail[entries[0].offset] = entries
 
     def truncate_to_end_offset(self, diverging: OffsetAndEpoch, now_ms: int) -> int:
         """KRaft's truncateToEndOffset: cut the log where it stops agreeing with the leader's
@@ -241,8 +257,9 @@ class RaftLog:
         if self.log.truncate_to(offset, now_ms):
             self.truncation_count += 1
             self.log.delete_expired_files(now_ms)
+            self._refresh()
         end = self.log.log_end_offset
-        self._tail = {tail_offset: entry for tail_offset, entry in self._tail.items() if tail_offset < end}
+        self._tail = {base: entries for base, entries in self._tail.items() if entries[-1].offset < end}
         return end
 
     def flush(self, now_ms: int) -> None:
@@ -258,16 +275,18 @@ class RaftLog:
         return self.log.read(offset, max_bytes).records
 
     def read_committed(self, offset: int, records_max: int) -> list[CommittedEntry]:
-        """Committed entries from `offset` (at most about `records_max`), decoded, in order."""
+        """Committed entries from `offset`, decoded, in order: whole batches, as many as start
+        before `records_max` entries are reached (so a batch is never split between two reads)."""
         assert offset >= self.log.log_start_offset, f"offset {offset} < start {self.log.log_start_offset}"
         high_watermark = self.log.high_watermark
         entries: list[CommittedEntry] = []
         tail = self._tail
         while offset < high_watermark and len(entries) < records_max:
-            cached = tail.pop(offset, None)
-            if cached is not None:
-                entries.append(cached)
-                offset += 1
+            cached = tail.get(offset)
+            if cached is not None and cached[-1].offset < high_watermark:
+                del tail[offset]
+                entries.extend(cached)
+                offset = cached[-1].offset + 1
                 continue
             data = self.log.read(offset, 64 * 1024, max_offset=high_watermark).records
             assert data, f"nothing to read at {offset} below the high watermark {high_watermark}"
@@ -286,10 +305,11 @@ class RaftLog:
         assert snapshot_id.offset <= self.log.high_watermark, f"{snapshot_id} above the HW {self.log.high_watermark}"
         assert snapshot_id.offset > self.log.log_start_offset, f"{snapshot_id} not above {self.log.log_start_offset}"
         self.snapshots.write(snapshot_id, data)
-        self._tail = {offset: entry for offset, entry in self._tail.items() if offset >= snapshot_id.offset}
+        self._tail = {base: entries for base, entries in self._tail.items() if base >= snapshot_id.offset}
         self.log.delete_records(snapshot_id.offset)
         self.log.delete_old_segments(now_ms)
         self.log.delete_expired_files(now_ms)
+        self._refresh()
         self.snapshots.delete_before(snapshot_id)
         self.check()
 
@@ -303,6 +323,7 @@ class RaftLog:
         data = self.snapshots.write_file(snapshot_id, file_bytes)
         self.log.truncate_fully_and_start_at(snapshot_id.offset, now_ms)
         self._tail.clear()
+        self._refresh()
         self.log.delete_expired_files(now_ms)
         self.truncation_count += 1
         self.snapshots.delete_before(snapshot_id)
@@ -310,10 +331,10 @@ class RaftLog:
         return data
 
 
-def _decode_entries(records: bytes, last_offset: int) -> Iterator[CommittedEntry]:
-    """The entries of whole batches `records` up to `last_offset` (what an append took)."""
+def _decode_entries(records: bytes, last_offset: int) -> Iterator[list[CommittedEntry]]:
+    """The entries of each whole batch in `records` up to `last_offset` (what an append took)."""
     for position, header in iter_headers(records):
         if header.base_offset > last_offset:
             return
-        for record in decode_records(records, position):
-            yield CommittedEntry(record.offset, header.partition_leader_epoch, record.value or b"", header.is_control)
+        yield [CommittedEntry(record.offset, header.partition_leader_epoch, record.value or b"", header.is_control)
+               for record in decode_records(records, position)]

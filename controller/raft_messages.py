@@ -4,7 +4,7 @@ Everything here is a frozen dataclass (h11's `_events.py` shape): the core reads
 mutates them; the node encodes them at the edge. Field names follow KIP-595's RPCs (Vote,
 BeginQuorumEpoch, Fetch) and KIP-630's FetchSnapshot, in snake_case. Epochs are Raft terms.
 
-Inputs (`Event`): `Tick`, a received `Message`, `Propose`, `SnapshotCreated`.
+Inputs (`Event`): `Tick`, a received `Message`, `Propose`, `ProposeBatch`, `SnapshotCreated`.
 Outputs: one `Ready` per `Raft.handle` call; its docstring fixes the order of the work.
 """
 
@@ -187,6 +187,18 @@ class Propose:
 
 
 @dataclass(frozen=True, slots=True)
+class ProposeBatch:
+    """Append `records` (opaque records, at least one) as ONE log batch: they get consecutive
+    offsets, replicate, survive crashes and are truncated together, so they commit all together or
+    not at all (Kafka's atomic append of a controller result, KIP-868). This is how the active
+    controller proposes the records of one request. Answered by one `ProposalCompletion` whose
+    `offset` is the first record's."""
+
+    proposal_id: int
+    records: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotCreated:
     """The state machine's bytes for the snapshot `Ready.snapshot_request` asked for."""
 
@@ -194,7 +206,7 @@ class SnapshotCreated:
     data: bytes
 
 
-Event = Tick | Message | Propose | SnapshotCreated
+Event = Tick | Message | Propose | ProposeBatch | SnapshotCreated
 
 
 # -- outputs --------------------------------------------------------------------------------------
@@ -232,9 +244,10 @@ class SnapshotRestore:
 
 @dataclass(frozen=True, slots=True)
 class ProposalCompletion:
-    """The outcome of a `Propose`. On success, `offset`/`epoch` say where the record was
-    committed. On error nothing is promised: NOT_LEADER_OR_FOLLOWER after an append may still
-    commit under the next leader. `leader_id`/`leader_epoch` are where to retry (None: unknown)."""
+    """The outcome of a `Propose` or `ProposeBatch`. On success, `offset`/`epoch` say where the
+    record (a batch's first record) was committed. On error nothing is promised:
+    NOT_LEADER_OR_FOLLOWER after an append may still commit under the next leader.
+    `leader_id`/`leader_epoch` are where to retry (None: unknown)."""
 
     proposal_id: int
     error: RaftError
