@@ -30,6 +30,7 @@ from typing import Any
 
 from controller.quorum_config import QuorumConfig, QuorumConfigError
 from controller.quorum_controller import ControllerConfig
+from node.broker_settings import BrokerSettings
 from replication.config import ReplicationConfig
 from storage.config import INT_MAX, LONG_MAX, LogConfig
 from storage.errors import InvalidConfigError
@@ -93,6 +94,9 @@ _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "replica.fetch.wait.max.ms": _Integer(500, 0, INT_MAX),
     "replica.fetch.max.bytes": _Integer(1024 * 1024, 1, INT_MAX),  # Kafka allows 0; a fetch of 0 bytes never moves
     "replica.fetch.backoff.ms": _Integer(1000, 0, INT_MAX),
+    "replica.fetch.min.bytes": _Integer(1, 0, INT_MAX),
+    "replica.fetch.response.max.bytes": _Integer(10 * 1024 * 1024, 1, INT_MAX),
+    "replica.high.watermark.checkpoint.interval.ms": _Integer(5000, 1),
     "socket.request.max.bytes": _Integer(100 * 1024 * 1024, 1, INT_MAX),
     "request.timeout.ms": _Integer(30_000, 1, INT_MAX),
     "num.partitions": _Integer(1, 1, INT_MAX),
@@ -100,7 +104,9 @@ _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "offsets.topic.num.partitions": _Integer(50, 1, INT_MAX),
     "offsets.topic.replication.factor": _Integer(3, 1, 32767),
     "log.retention.check.interval.ms": _Integer(300_000, 1),
-    "log.flush.scheduler.interval.ms": _Integer(LONG_MAX, 0),
+    # Kafka's default is Long.MAX_VALUE, which never checks a topic's `flush.ms`; once a second
+    # costs one comparison per log and makes `flush.ms` mean what it says (node/broker_settings.py).
+    "log.flush.scheduler.interval.ms": _Integer(1000, 1),
     "log.flush.offset.checkpoint.interval.ms": _Integer(60_000, 0, INT_MAX),
     "log.flush.start.offset.checkpoint.interval.ms": _Integer(60_000, 0, INT_MAX),
     "log.cleaner.enable": _Boolean(True),
@@ -161,6 +167,9 @@ class NodeConfig:
     replica_fetch_wait_max_ms: int
     replica_fetch_max_bytes: int
     replica_fetch_backoff_ms: int
+    replica_fetch_min_bytes: int
+    replica_fetch_response_max_bytes: int
+    replica_high_watermark_checkpoint_interval_ms: int
     socket_request_max_bytes: int
     request_timeout_ms: int
     num_partitions: int
@@ -248,6 +257,10 @@ class NodeConfig:
         """Every listener as `NAME://host:port`, in configured order (for logs)."""
         return [str(endpoint) for endpoint in self.listeners]
 
+    def listener_binds(self) -> list[tuple[str, int]]:
+        """(host, port) of every listener, to bind the server to."""
+        return [(endpoint.host.strip("[]"), endpoint.port) for endpoint in self.listeners]
+
     def listener_for_port(self, port: int | None) -> str:
         """The name of the listener bound to local `port`; the inter-broker listener when no
         configured port matches (an ephemeral port 0, or an unknown socket)."""
@@ -277,11 +290,25 @@ class NodeConfig:
                                 num_partitions=self.num_partitions,
                                 default_replication_factor=self.default_replication_factor)
 
-    def offsets_topic_replication_factor_for(self, live_broker_count: int) -> int:
-        """`offsets.topic.replication.factor` capped at the live brokers, so `__consumer_offsets`
-        can be created on a cluster smaller than the factor (a one-node dev cluster); Kafka
-        refuses instead, which only ever confuses a first run."""
-        return max(1, min(self.offsets_topic_replication_factor, live_broker_count))
+    def broker_settings(self) -> BrokerSettings:
+        """What the broker side reads (node/broker_settings.py)."""
+        return BrokerSettings(
+            node_id=self.node_id,
+            advertised_endpoints={endpoint.name: endpoint.address for endpoint in self.advertised_listeners},
+            inter_broker_listener_name=self.inter_broker_listener_name,
+            broker_rack=self.broker_rack,
+            replication=self.replication_config(),
+            broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms,
+            replica_fetch_wait_max_ms=self.replica_fetch_wait_max_ms,
+            replica_fetch_min_bytes=self.replica_fetch_min_bytes,
+            replica_fetch_response_max_bytes=self.replica_fetch_response_max_bytes,
+            replica_fetch_backoff_ms=self.replica_fetch_backoff_ms,
+            request_timeout_ms=self.request_timeout_ms,
+            log_retention_check_interval_ms=self.log_retention_check_interval_ms,
+            log_flush_scheduler_interval_ms=self.log_flush_scheduler_interval_ms,
+            replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms,
+            log_cleaner_backoff_ms=self.log_cleaner_backoff_ms,
+        )
 
 
 def load_config(path: str | None, environ: Mapping[str, str], overrides: Mapping[str, str] = {}) -> NodeConfig:

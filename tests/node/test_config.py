@@ -149,10 +149,14 @@ def test_cluster_id_is_derived_from_the_voters_alike_on_every_node() -> None:
     assert config_of(**{"cluster.id": "MkU3OEVBNTcwNTJENDM2Qg"}).cluster_id == "MkU3OEVBNTcwNTJENDM2Qg"
 
 
-def test_offsets_topic_replication_factor_is_capped_at_live_brokers() -> None:
-    config = config_of()
-    assert config.offsets_topic_replication_factor_for(1) == 1
-    assert config.offsets_topic_replication_factor_for(5) == 3
+def test_broker_settings_and_binds() -> None:
+    config = config_of(**{"listeners": "PLAINTEXT://[::1]:9092", "broker.rack": "r1", "replica.fetch.min.bytes": "7"})
+    settings = config.broker_settings()
+    assert settings.advertised_endpoints == {"PLAINTEXT": "[::1]:9092"}
+    assert settings.broker_rack == "r1"
+    assert settings.replica_fetch_min_bytes == 7
+    assert settings.replication == config.replication_config()
+    assert config.listener_binds() == [("::1", 9092)]
 
 
 def test_unknown_keys_are_reported_not_fatal() -> None:
