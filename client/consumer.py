@@ -1,0 +1,478 @@
+"""Consumer: assign partitions, seek, poll; read from the leader, a follower or the nearest replica.
+
+Theory of operation (Kafka's `Fetcher`, aiokafka's `Fetcher`): each assigned partition has a
+position (the next offset to read), found on first use from the group's committed offset, else
+`auto.offset.reset`. `poll` keeps at most one FetchRequest in flight per node, carrying every
+partition that node serves and that has no buffered data, and returns buffered records; fetches
+still in flight when a poll returns stay in flight for the next one (prefetch). An answer for a
+partition whose position moved meanwhile (a seek) is dropped.
+
+Where a partition is read from (KIP-392): `read_from="leader"`; `"follower"`: an in-sync replica
+that is not the leader (the leader if there is none); `"nearest"`: the leader, with
+`client_rack`, until the leader names a `preferred_read_replica`, then that replica. Errors that
+mean stale metadata send the partition back to the leader after a metadata refresh.
+OFFSET_OUT_OF_RANGE resets per `auto_offset_reset` (earliest / latest / none: raise) unless the
+leader's range still holds the position (a follower behind its leader), which is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from client.connection import Connections, NodeUnavailableError, RequestRejectedError
+from client.errors import TributaryError, error_for
+from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
+from client.metadata import Metadata, TopicPartition
+from client.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Api,
+    ErrorCode,
+    FetchPartition,
+    FetchPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+
+READ_FROM = ("leader", "follower", "nearest")
+AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp: int
+
+
+def as_tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
+    return item if isinstance(item, TopicPartition) else TopicPartition(item[0], item[1])
+
+
+class Consumer:
+    """Kafka's consumer settings by their names. `async with Consumer(...)` or `close()`."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        read_from: str = "leader",
+        group_id: str | None = None,
+        client_rack: str | None = None,
+        auto_offset_reset: str = "latest",
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52428800,
+        max_partition_fetch_bytes: int = 1048576,
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 100,
+        connections: Connections | None = None,
+    ) -> None:
+        if read_from not in READ_FROM:
+            raise ValueError(f"read_from={read_from!r}: use one of {', '.join(READ_FROM)}")
+        if auto_offset_reset not in AUTO_OFFSET_RESET:
+            raise ValueError(f"auto_offset_reset={auto_offset_reset!r}: use one of {', '.join(AUTO_OFFSET_RESET)}")
+        self.read_from = read_from
+        self.group_id = group_id
+        self.client_rack = client_rack or ""
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._own_connections = connections is None
+        self.connections = connections or Connections()
+        self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms)
+        self.positions: dict[TopicPartition, int | None] = {}
+        self.high_watermarks: dict[TopicPartition, int] = {}
+        self._preferred: dict[TopicPartition, int] = {}
+        self._buffer: dict[TopicPartition, deque[FetchedBatch]] = {}
+        self._in_flight: dict[int, tuple[asyncio.Task[FetchResponse], dict[TopicPartition, int]]] = {}
+        self._backoff_until: dict[TopicPartition, float] = {}
+        self._metadata_task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        tasks = [task for task, _ in self._in_flight.values()]
+        if self._metadata_task is not None:
+            tasks.append(self._metadata_task)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, TributaryError, NodeUnavailableError,
+                                     RequestRejectedError):
+                await task
+        self._in_flight.clear()
+        self._metadata_task = None
+        if self._own_connections:
+            await self.connections.close()
+
+    # -- assignment and positions -------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions (no group rebalancing); positions are found on first poll."""
+        wanted = [as_tp(item) for item in partitions]
+        self.positions = {tp: self.positions.get(tp) for tp in wanted}
+        for tp in list(self._buffer):
+            if tp not in self.positions:
+                del self._buffer[tp]
+        self.metadata.add_topics({tp.topic for tp in wanted})
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.positions)
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        tp = as_tp(tp)
+        self._require_assigned(tp)
+        if offset < 0:
+            raise ValueError(f"seek to offset {offset}: offsets are >= 0 (use seek_to_beginning / seek_to_end)")
+        self.positions[tp] = offset
+        self._buffer.pop(tp, None)
+
+    async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        tp = as_tp(tp)
+        self._require_assigned(tp)
+        await self._resolve_positions()
+        position = self.positions[tp]
+        assert position is not None, f"{tp} has a position after resolving"
+        return position
+
+    async def seek_to_beginning(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        for tp, offset in (await self._list_offsets(self._targets(tps), EARLIEST_TIMESTAMP)).items():
+            self.seek(tp, offset.offset)
+
+    async def seek_to_end(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        for tp, offset in (await self._list_offsets(self._targets(tps), LATEST_TIMESTAMP)).items():
+            self.seek(tp, offset.offset)
+
+    async def beginning_offsets(self, tps: Iterable[TopicPartition | tuple[str, int]]) -> dict[TopicPartition, int]:
+        return {tp: found.offset for tp, found in (await self._list_offsets(
+            [as_tp(tp) for tp in tps], EARLIEST_TIMESTAMP)).items()}
+
+    async def end_offsets(self, tps: Iterable[TopicPartition | tuple[str, int]]) -> dict[TopicPartition, int]:
+        return {tp: found.offset for tp, found in (await self._list_offsets(
+            [as_tp(tp) for tp in tps], LATEST_TIMESTAMP)).items()}
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first offset whose timestamp is >= the given one (None: no such record)."""
+        by_timestamp: dict[int, list[TopicPartition]] = {}
+        for tp, timestamp in timestamps.items():
+            if timestamp < 0:
+                raise ValueError(f"timestamp {timestamp} for {tp}: use a time in ms since the epoch")
+            by_timestamp.setdefault(timestamp, []).append(as_tp(tp))
+        found: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for timestamp, tps in by_timestamp.items():
+            for tp, offset in (await self._list_offsets(tps, timestamp)).items():
+                found[tp] = None if offset.offset < 0 else offset
+        return found
+
+    def _targets(self, tps: tuple[TopicPartition | tuple[str, int], ...]) -> list[TopicPartition]:
+        targets = [as_tp(tp) for tp in tps] or list(self.positions)
+        for tp in targets:
+            self._require_assigned(tp)
+        return targets
+
+    def _require_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self.positions:
+            raise ValueError(f"{tp} is not assigned to this consumer; call assign() with it first")
+
+    async def _list_offsets(
+        self, tps: list[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """ListOffsets to each partition's leader, retrying retriable errors within request.timeout.ms."""
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_ms / 1000
+        result: dict[TopicPartition, OffsetAndTimestamp] = {}
+        pending = list(tps)
+        while pending:
+            await self.metadata.refresh_if_stale()
+            last_error: TributaryError | None = None
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                self.metadata.add_topics([tp.topic])
+                leader = self.metadata.leader_for(tp)
+                if leader is None:
+                    if self.metadata.topic_errors.get(tp.topic) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        self.metadata.require_topic(tp.topic)
+                    last_error = error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp} has no leader now")
+                    continue
+                by_leader.setdefault(leader, []).append(tp)
+            for leader, leader_tps in by_leader.items():
+                last_error = await self._list_offsets_at(leader, leader_tps, timestamp, result) or last_error
+            pending = [tp for tp in pending if tp not in result]
+            if pending:
+                self.metadata.invalidate()
+                if asyncio.get_running_loop().time() >= deadline:
+                    assert last_error is not None, "an unanswered partition has an error"
+                    raise last_error
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+        return result
+
+    async def _list_offsets_at(
+        self, leader: int, tps: list[TopicPartition], timestamp: int, result: dict[TopicPartition, OffsetAndTimestamp]
+    ) -> TributaryError | None:
+        """Ask one leader; fill `result`; return the last retriable error (raise the others)."""
+        request = ListOffsetsRequest(tuple(
+            ListOffsetsPartition(tp.topic, tp.partition, timestamp, self._leader_epoch(tp)) for tp in tps
+        ))
+        try:
+            response = await self.connections.call(
+                self.metadata.address_of(leader) or "", Api.LIST_OFFSETS, request, ListOffsetsResponse,
+                self.request_timeout_ms,
+            )
+        except NodeUnavailableError as error:
+            return error_for(ErrorCode.NETWORK_EXCEPTION, str(error))
+        except RequestRejectedError as error:
+            raise error_for(error.code, error.message) from None
+        last_error = None
+        for p in response.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            if p.error_code is ErrorCode.NONE:
+                result[tp] = OffsetAndTimestamp(p.offset, p.timestamp)
+                continue
+            error = error_for(p.error_code, p.error_message or f"listing offsets of {tp}")
+            if not error.retriable:
+                raise error
+            last_error = error
+        return last_error
+
+    def _leader_epoch(self, tp: TopicPartition) -> int:
+        info = self.metadata.partition_info(tp)
+        return -1 if info is None else info.leader_epoch
+
+    async def _resolve_positions(self) -> None:
+        """Positions for partitions without one: the committed offset, else auto.offset.reset."""
+        missing = [tp for tp, position in self.positions.items() if position is None]
+        if not missing:
+            return
+        if self.group_id is not None:
+            for tp, offset in (await self.committed(missing)).items():
+                if offset is not None:
+                    self.positions[tp] = offset
+            missing = [tp for tp in missing if self.positions[tp] is None]
+        if not missing:
+            return
+        if self.auto_offset_reset == "none":
+            raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, f"no position for {', '.join(map(str, missing))} and "
+                            "auto_offset_reset='none'; seek first or choose earliest / latest")
+        timestamp = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+        for tp, found in (await self._list_offsets(missing, timestamp)).items():
+            self.positions[tp] = found.offset
+
+    # -- polling ------------------------------------------------------------------------
+
+    async def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> list[ConsumerRecord]:
+        """Up to `max_records` records from any assigned partitions; [] if none came in `timeout_ms`."""
+        records: list[ConsumerRecord] = []
+        batches = await self.poll_batches(timeout_ms, max_records)
+        for index, batch in enumerate(batches):
+            decoded = batch.consumer_records()
+            room = max_records - len(records)
+            if len(decoded) > room:
+                records.extend(decoded[:room])
+                self._unread([dataclasses.replace(batch, start_offset=decoded[room].offset), *batches[index + 1 :]])
+                break
+            records.extend(decoded)
+        return records
+
+    def _unread(self, batches: list[FetchedBatch]) -> None:
+        """Put batches back at the front of their buffers; positions return to their first record."""
+        for batch in reversed(batches):
+            tp = TopicPartition(batch.topic, batch.partition)
+            self._buffer.setdefault(tp, deque()).appendleft(batch)
+            self.positions[tp] = max(batch.start_offset, batch.base_offset)
+
+    async def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[FetchedBatch]:
+        """Whole fetched batches (no per-record objects). With `max_records`, batches are returned
+        until that many records are reached; the rest stay buffered."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        await self._resolve_positions()
+        while True:
+            taken = self._take_buffered(max_records)
+            if taken:
+                return taken
+            self._send_fetches()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            tasks: list[asyncio.Task] = [task for task, _ in self._in_flight.values()]
+            if self._metadata_task is not None:
+                tasks.append(self._metadata_task)
+            if not tasks:
+                await asyncio.sleep(min(remaining, self.retry_backoff_ms / 1000))
+                continue
+            done, _ = await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if self._metadata_task in done:
+                self._metadata_task = None
+            for node in [node for node, (task, _) in self._in_flight.items() if task in done]:
+                await self._handle_fetch(node, *self._in_flight.pop(node))
+
+    def _take_buffered(self, max_records: int | None) -> list[FetchedBatch]:
+        taken: list[FetchedBatch] = []
+        count = 0
+        for tp, queue in self._buffer.items():
+            while queue and (max_records is None or count < max_records):
+                batch = queue.popleft()
+                taken.append(batch)
+                count += batch.next_offset - max(batch.start_offset, batch.base_offset)
+                self.positions[tp] = batch.next_offset
+        return taken
+
+    def fetch_node_for(self, tp: TopicPartition) -> int | None:
+        """The node this partition's next fetch goes to (see the module docstring)."""
+        info = self.metadata.partition_info(tp)
+        leader = self.metadata.leader_for(tp)
+        if info is None or leader is None:
+            return None
+        if self.read_from == "nearest":
+            preferred = self._preferred.get(tp)
+            return preferred if preferred in self.metadata.brokers else leader
+        if self.read_from == "follower":
+            followers = [n for n in info.isr if n != leader and n in self.metadata.brokers]
+            if followers:
+                return followers[hash(tp) % len(followers)]
+        return leader
+
+    def _send_fetches(self) -> None:
+        if self.metadata.stale and self._metadata_task is None:
+            self._metadata_task = asyncio.create_task(self._refresh_metadata())
+        now = asyncio.get_running_loop().time()
+        busy = {tp for _, tps in self._in_flight.values() for tp in tps}
+        by_node: dict[int, dict[TopicPartition, int]] = {}
+        for tp, position in self.positions.items():
+            if position is None or tp in busy or self._buffer.get(tp) or self._backoff_until.get(tp, 0) > now:
+                continue
+            node = self.fetch_node_for(tp)
+            if node is None:
+                self.metadata.invalidate()
+                continue
+            if node not in self._in_flight:
+                by_node.setdefault(node, {})[tp] = position
+        for node, tps in by_node.items():
+            request = FetchRequest(
+                tuple(FetchPartition(tp.topic, tp.partition, offset, self.max_partition_fetch_bytes,
+                                     self._leader_epoch(tp) if node == self.metadata.leader_for(tp) else -1)
+                      for tp, offset in tps.items()),
+                max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+                rack_id=self.client_rack if self.read_from == "nearest" else "",
+            )
+            address = self.metadata.address_of(node) or ""
+            timeout_ms = self.request_timeout_ms + self.fetch_max_wait_ms
+            task = asyncio.create_task(self.connections.call(address, Api.FETCH, request, FetchResponse, timeout_ms))
+            self._in_flight[node] = (task, tps)
+
+    async def _refresh_metadata(self) -> None:
+        """In the background of a poll: a failure leaves the metadata stale, to be tried again."""
+        with contextlib.suppress(TributaryError):
+            await self.metadata.refresh()
+
+    async def _handle_fetch(self, node: int, task: asyncio.Task[FetchResponse], tps: dict[TopicPartition, int]) -> None:
+        try:
+            response = task.result()
+        except NodeUnavailableError:
+            for tp in tps:
+                self._retry_later(tp)
+            return
+        except RequestRejectedError as rejected:
+            error = error_for(rejected.code, rejected.message)
+            if not error.retriable:
+                raise error from None
+            for tp in tps:
+                self._retry_later(tp)
+            return
+        for p in response.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            fetch_offset = tps.get(tp)
+            if fetch_offset is None or self.positions.get(tp) != fetch_offset:
+                continue  # not asked for, or seeked since: the answer is stale
+            await self._handle_partition(node, tp, fetch_offset, p)
+
+    async def _handle_partition(
+        self, node: int, tp: TopicPartition, fetch_offset: int, p: FetchPartitionResponse
+    ) -> None:
+        if p.error_code is ErrorCode.NONE:
+            self.high_watermarks[tp] = p.high_watermark
+            if p.preferred_read_replica >= 0 and self.read_from == "nearest":
+                self._preferred[tp] = p.preferred_read_replica
+            batches = split_batches(tp.topic, tp.partition, p.records, fetch_offset)
+            if batches:
+                self._buffer.setdefault(tp, deque()).extend(batches)
+            return
+        if p.error_code is ErrorCode.OFFSET_OUT_OF_RANGE:
+            await self._handle_out_of_range(node, tp, fetch_offset)
+            return
+        error = error_for(p.error_code, p.error_message or f"fetching {tp}")
+        if not error.retriable:
+            raise error
+        self._retry_later(tp)
+
+    def _retry_later(self, tp: TopicPartition) -> None:
+        self._preferred.pop(tp, None)
+        self.metadata.invalidate()
+        self._backoff_until[tp] = asyncio.get_running_loop().time() + self.retry_backoff_ms / 1000
+
+    async def _handle_out_of_range(self, node: int, tp: TopicPartition, fetch_offset: int) -> None:
+        earliest = (await self._list_offsets([tp], EARLIEST_TIMESTAMP))[tp].offset
+        latest = (await self._list_offsets([tp], LATEST_TIMESTAMP))[tp].offset
+        if node != self.metadata.leader_for(tp) and earliest <= fetch_offset <= latest:
+            self._retry_later(tp)  # the follower is behind its leader: ask the leader, after a backoff
+            return
+        if self.auto_offset_reset == "none":
+            raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {fetch_offset} is outside [{earliest}, {latest}] "
+                            f"of {tp}; seek to {earliest} (earliest) or {latest} (latest)")
+        self.positions[tp] = earliest if self.auto_offset_reset == "earliest" else latest
+
+    # -- committed offsets --------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None) -> None:
+        """Commit `offsets` (default: the current positions) for `group_id`."""
+        group = self._require_group()
+        chosen = offsets if offsets is not None else {tp: p for tp, p in self.positions.items() if p is not None}
+        request = OffsetCommitRequest(group, tuple(
+            OffsetCommitPartition(as_tp(tp).topic, as_tp(tp).partition, offset) for tp, offset in chosen.items()
+        ))
+        response = await self.metadata.request(Api.OFFSET_COMMIT, request, OffsetCommitResponse)
+        for p in response.partitions:
+            if p.error_code is not ErrorCode.NONE:
+                raise error_for(p.error_code, p.error_message or f"committing {p.topic}-{p.partition} for {group}")
+
+    async def committed(self, tps: Iterable[TopicPartition | tuple[str, int]]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None: nothing committed)."""
+        group = self._require_group()
+        wanted = [as_tp(tp) for tp in tps]
+        request = OffsetFetchRequest(group, tuple((tp.topic, tp.partition) for tp in wanted))
+        response = await self.metadata.request(Api.OFFSET_FETCH, request, OffsetFetchResponse)
+        if response.error_code is not ErrorCode.NONE:
+            raise error_for(response.error_code, response.error_message or f"fetching offsets of {group}")
+        found: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+        for p in response.partitions:
+            if p.error_code is not ErrorCode.NONE:
+                raise error_for(p.error_code, f"fetching the offset of {p.topic}-{p.partition} for {group}")
+            found[TopicPartition(p.topic, p.partition)] = p.committed_offset if p.committed_offset >= 0 else None
+        return found
+
+    def _require_group(self) -> str:
+        if self.group_id is None:
+            raise ValueError("this consumer has no group_id; pass group_id=... to commit or read committed offsets")
+        return self.group_id

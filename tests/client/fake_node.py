@@ -1,0 +1,404 @@
+"""A small fake cluster for client tests: aiohttp servers on 127.0.0.1 over real `storage.Log`s.
+
+Every fake node serves metadata, produce, fetch, list_offsets, delete_records, create/delete
+topics, describe_configs, incremental_alter_configs, describe_replicas and offset commit/fetch
+from one shared state: one `Log` per partition (a single copy; the HW moves to the LEO on every
+append, and a follower-served fetch sees `follower_lag` records less), the leader of each
+partition, and committed offsets. Tests steer it: move a leader (`move_leader`), queue
+per-partition errors for an API (`inject`), drop connections (`disconnect`), or stop a node.
+Fetches long-poll on an `asyncio.Condition` signalled by appends, as a node's purgatory does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from client.protocol import (
+    CONTENT_TYPE,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    REQUESTS,
+    AlterConfigsResourceResult,
+    Api,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteRecordsPartitionResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeReplicasRequest,
+    DescribeReplicasResponse,
+    ErrorCode,
+    FetchPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataBroker,
+    MetadataPartition,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataTopic,
+    OffsetCommitPartitionResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchPartitionResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ProtocolError,
+    ReplicaState,
+    error_response,
+    pack,
+    unpack,
+)
+from storage.config import LogConfig
+from storage.errors import StorageError
+from storage.log import Log
+from storage.log_loader import LogLoader
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class FakePartition:
+    log: Log
+    leader: int
+    replicas: tuple[int, ...]
+    leader_epoch: int = 0
+
+
+@dataclass
+class FakeState:
+    directory: Path
+    partitions: dict[tuple[str, int], FakePartition] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    committed: dict[str, dict[tuple[str, int], int]] = field(default_factory=lambda: defaultdict(dict))
+    injected: dict[tuple[Api, str, int], list[ErrorCode]] = field(default_factory=lambda: defaultdict(list))
+    disconnects: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
+    follower_lag: int = 0
+    requests: list[tuple[int, Api, object]] = field(default_factory=list)
+    appended: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+
+class FakeCluster:
+    """`nodes` fake nodes with ids 0..nodes-1; `async with` starts and stops them."""
+
+    def __init__(self, directory: Path, nodes: int = 3, rack_of: dict[int, str] | None = None) -> None:
+        self.state = FakeState(directory)
+        self.node_ids = list(range(nodes))
+        self.rack_of = rack_of or {}
+        self.ports: dict[int, int] = {}
+        self.runners: dict[int, web.AppRunner] = {}
+
+    async def __aenter__(self) -> FakeCluster:
+        for node_id in self.node_ids:
+            await self.start_node(node_id)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for node_id in list(self.runners):
+            await self.stop_node(node_id)
+        for partition in self.state.partitions.values():
+            partition.log.close()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for node, port in self.ports.items() if node in self.runners)
+
+    async def start_node(self, node_id: int) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for api in Api:
+            app.router.add_post(api.path, self._handler(node_id, api))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self.ports.get(node_id, 0))
+        await site.start()
+        self.ports[node_id] = runner.addresses[0][1]
+        self.runners[node_id] = runner
+
+    async def stop_node(self, node_id: int) -> None:
+        await self.runners.pop(node_id).cleanup()
+
+    # -- test controls ------------------------------------------------------------------
+
+    def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
+                     configs: dict[str, str] | None = None) -> None:
+        for number in range(partitions):
+            replicas = tuple((number + i) % len(self.node_ids) for i in range(replication_factor))
+            log = LogLoader(self.state.directory / f"{topic}-{number}", LogConfig(), now_ms()).load()
+            self.state.partitions[(topic, number)] = FakePartition(log, replicas[0], replicas)
+        self.state.configs[topic] = dict(configs or {})
+
+    def move_leader(self, topic: str, partition: int, leader: int) -> None:
+        fake = self.state.partitions[(topic, partition)]
+        fake.leader = leader
+        fake.leader_epoch += 1
+
+    def inject(self, api: Api, topic: str, partition: int, *codes: ErrorCode) -> None:
+        """The next answers of `api` for the partition carry `codes`, one per request."""
+        self.state.injected[(api, topic, partition)].extend(codes)
+
+    def disconnect(self, api: Api, times: int = 1) -> None:
+        """The next `times` requests of `api` lose their connection with no answer."""
+        self.state.disconnects[api] += times
+
+    def log(self, topic: str, partition: int) -> Log:
+        return self.state.partitions[(topic, partition)].log
+
+    def requests_of(self, api: Api) -> list[tuple[int, object]]:
+        return [(node, request) for node, seen, request in self.state.requests if seen is api]
+
+    # -- serving ------------------------------------------------------------------------
+
+    def _handler(self, node_id: int, api: Api):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if self.state.disconnects[api] > 0:
+                self.state.disconnects[api] -= 1
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response(status=500)
+            try:
+                message = unpack(REQUESTS[api], await request.read())
+            except ProtocolError as error:
+                return web.Response(status=400, body=pack(error_response(error.code, str(error))),
+                                    content_type=CONTENT_TYPE)
+            self.state.requests.append((node_id, api, message))
+            answer = await getattr(self, f"_{api.value}")(node_id, message)
+            return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
+
+        return handle
+
+    def _injected(self, api: Api, topic: str, partition: int) -> ErrorCode | None:
+        queue = self.state.injected.get((api, topic, partition))
+        return queue.pop(0) if queue else None
+
+    async def _metadata(self, node_id: int, request: MetadataRequest) -> MetadataResponse:
+        names = sorted({topic for topic, _ in self.state.partitions}) if request.topics is None else request.topics
+        topics = []
+        for name in names:
+            numbers = sorted(p for t, p in self.state.partitions if t == name)
+            if not numbers:
+                topics.append(MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            partitions = tuple(
+                MetadataPartition(n, fake.leader, fake.leader_epoch, fake.replicas, fake.replicas)
+                for n in numbers for fake in [self.state.partitions[(name, n)]]
+            )
+            topics.append(MetadataTopic(name, ErrorCode.NONE, f"id-{name}", partitions, self.state.configs[name]))
+        brokers = tuple(
+            MetadataBroker(n, "127.0.0.1", self.ports[n], self.rack_of.get(n)) for n in self.node_ids if n in self.ports
+        )
+        return MetadataResponse("fake-cluster", 0, len(self.state.requests), brokers, tuple(topics))
+
+    async def _produce(self, node_id: int, request: ProduceRequest) -> ProduceResponse:
+        answers = []
+        for p in request.partitions:
+            fake = self.state.partitions.get((p.topic, p.partition))
+            code = self._injected(Api.PRODUCE, p.topic, p.partition)
+            if fake is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif code is None and fake.leader != node_id:
+                code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if code is not None:
+                answers.append(ProducePartitionResponse(p.topic, p.partition, code, f"injected {code.name}"))
+                continue
+            try:
+                info = fake.log.append_as_leader(p.records, fake.leader_epoch, now_ms())
+            except StorageError as error:
+                answers.append(ProducePartitionResponse(p.topic, p.partition, ErrorCode[error.error_name], str(error)))
+                continue
+            fake.log.update_high_watermark(fake.log.log_end_offset)
+            answers.append(ProducePartitionResponse(
+                p.topic, p.partition, ErrorCode.NONE, base_offset=info.first_offset,
+                log_start_offset=fake.log.log_start_offset,
+            ))
+        async with self.state.appended:
+            self.state.appended.notify_all()
+        return ProduceResponse(tuple(answers))
+
+    async def _fetch(self, node_id: int, request: FetchRequest) -> FetchResponse:
+        deadline = asyncio.get_running_loop().time() + request.max_wait_ms / 1000
+        while True:
+            answers = [self._fetch_partition(node_id, request, p) for p in request.partitions]
+            size = sum(len(answer.records) for answer in answers)
+            errors = any(answer.error_code is not ErrorCode.NONE for answer in answers)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if size >= request.min_bytes or errors or remaining <= 0:
+                return FetchResponse(tuple(answers))
+            async with self.state.appended:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.state.appended.wait(), remaining)
+
+    def _fetch_partition(self, node_id: int, request: FetchRequest, p) -> FetchPartitionResponse:
+        fake = self.state.partitions.get((p.topic, p.partition))
+        code = self._injected(Api.FETCH, p.topic, p.partition)
+        if fake is None:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif code is None and node_id not in fake.replicas:
+            code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if code is not None:
+            return FetchPartitionResponse(p.topic, p.partition, code, f"injected {code.name}")
+        log = fake.log
+        high_watermark = log.high_watermark
+        if node_id != fake.leader:
+            high_watermark = max(log.log_start_offset, high_watermark - self.state.follower_lag)
+        preferred = -1
+        if request.rack_id and node_id == fake.leader:
+            preferred = next((n for n in fake.replicas if self.rack_of.get(n) == request.rack_id), -1)
+        if preferred >= 0 and preferred != node_id:
+            return FetchPartitionResponse(p.topic, p.partition, ErrorCode.NONE, high_watermark=high_watermark,
+                                          log_start_offset=log.log_start_offset, preferred_read_replica=preferred)
+        try:
+            data = log.read(p.fetch_offset, p.partition_max_bytes, max_offset=high_watermark)
+        except StorageError as error:
+            return FetchPartitionResponse(p.topic, p.partition, ErrorCode[error.error_name], str(error),
+                                          high_watermark, log.log_start_offset)
+        return FetchPartitionResponse(p.topic, p.partition, ErrorCode.NONE, "", high_watermark, log.log_start_offset,
+                                      log.log_end_offset, data.records)
+
+    async def _list_offsets(self, node_id: int, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        answers = []
+        for p in request.partitions:
+            fake = self.state.partitions.get((p.topic, p.partition))
+            if fake is None:
+                answers.append(ListOffsetsPartitionResponse(p.topic, p.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if p.timestamp == LATEST_TIMESTAMP:
+                offset, timestamp = fake.log.high_watermark, -1
+            elif p.timestamp == EARLIEST_TIMESTAMP:
+                offset, timestamp = fake.log.log_start_offset, -1
+            else:
+                found = fake.log.offset_for_timestamp(p.timestamp)
+                offset, timestamp = (-1, -1) if found is None else (found.offset, found.timestamp)
+            answers.append(ListOffsetsPartitionResponse(p.topic, p.partition, ErrorCode.NONE, "", timestamp, offset,
+                                                        fake.leader_epoch))
+        return ListOffsetsResponse(tuple(answers))
+
+    async def _delete_records(self, node_id: int, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        answers = []
+        for p in request.partitions:
+            fake = self.state.partitions.get((p.topic, p.partition))
+            if fake is None:
+                answers.append(DeleteRecordsPartitionResponse(p.topic, p.partition,
+                                                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if p.offset > fake.log.high_watermark:
+                answers.append(DeleteRecordsPartitionResponse(p.topic, p.partition, ErrorCode.OFFSET_OUT_OF_RANGE,
+                                                              f"offset {p.offset} is above the high watermark"))
+                continue
+            low = fake.log.delete_records(p.offset)
+            answers.append(DeleteRecordsPartitionResponse(p.topic, p.partition, ErrorCode.NONE, low_watermark=low))
+        return DeleteRecordsResponse(tuple(answers))
+
+    async def _create_topics(self, node_id: int, request: CreateTopicsRequest) -> CreateTopicsResponse:
+        results = []
+        for topic in request.topics:
+            if any(t == topic.name for t, _ in self.state.partitions):
+                results.append(CreatableTopicResult(topic.name, ErrorCode.TOPIC_ALREADY_EXISTS,
+                                                    f"topic {topic.name!r} already exists"))
+                continue
+            partitions = 1 if topic.num_partitions < 0 else topic.num_partitions
+            factor = min(len(self.node_ids), 1 if topic.replication_factor < 0 else topic.replication_factor)
+            if topic.replication_factor > len(self.node_ids):
+                results.append(CreatableTopicResult(topic.name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                                                    f"replication factor {topic.replication_factor} is larger than "
+                                                    f"the {len(self.node_ids)} available brokers"))
+                continue
+            if not request.validate_only:
+                self.create_topic(topic.name, partitions, factor, dict(topic.configs))
+            results.append(CreatableTopicResult(topic.name, ErrorCode.NONE, None, f"id-{topic.name}", partitions,
+                                                factor, dict(topic.configs)))
+        return CreateTopicsResponse(tuple(results))
+
+    async def _delete_topics(self, node_id: int, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        results = []
+        for name in request.topic_names:
+            keys = [key for key in self.state.partitions if key[0] == name]
+            if not keys:
+                results.append(DeletableTopicResult(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                    f"topic {name!r} does not exist"))
+                continue
+            for key in keys:
+                self.state.partitions.pop(key).log.close()
+            results.append(DeletableTopicResult(name, f"id-{name}", ErrorCode.NONE))
+        return DeleteTopicsResponse(tuple(results))
+
+    async def _describe_configs(self, node_id: int, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        results = []
+        for topic in request.topics:
+            if topic not in self.state.configs:
+                results.append(DescribeConfigsResult(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic"))
+                continue
+            overrides = self.state.configs[topic]
+            results.append(DescribeConfigsResult(topic, ErrorCode.NONE, "",
+                                                 {"retention.ms": "604800000", **overrides}, overrides))
+        return DescribeConfigsResponse(tuple(results))
+
+    async def _incremental_alter_configs(
+        self, node_id: int, request: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse:
+        results = []
+        for resource in request.resources:
+            configs = self.state.configs.get(resource.resource_name)
+            if configs is None:
+                results.append(AlterConfigsResourceResult(resource.resource_type, resource.resource_name,
+                                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic"))
+                continue
+            for entry in resource.configs:
+                if entry.op == 0:
+                    configs[entry.name] = entry.value or ""
+                elif entry.op == 1:
+                    configs.pop(entry.name, None)
+            results.append(AlterConfigsResourceResult(resource.resource_type, resource.resource_name, ErrorCode.NONE))
+        return IncrementalAlterConfigsResponse(tuple(results))
+
+    async def _describe_replicas(self, node_id: int, request: DescribeReplicasRequest) -> DescribeReplicasResponse:
+        replicas = []
+        for (topic, number), fake in sorted(self.state.partitions.items()):
+            if node_id not in fake.replicas:
+                continue
+            log = fake.log
+            lag = 0 if node_id == fake.leader else self.state.follower_lag
+            replicas.append(ReplicaState(
+                topic, number, "leader" if node_id == fake.leader else "follower", fake.leader, fake.leader_epoch,
+                log.log_start_offset, max(log.log_start_offset, log.log_end_offset - lag),
+                max(log.log_start_offset, log.high_watermark - lag), fake.replicas, log.size_in_bytes(),
+            ))
+        return DescribeReplicasResponse(node_id, tuple(replicas))
+
+    async def _offset_commit(self, node_id: int, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        committed = self.state.committed[request.group_id]
+        for p in request.partitions:
+            committed[(p.topic, p.partition)] = p.committed_offset
+        return OffsetCommitResponse(tuple(
+            OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.NONE) for p in request.partitions
+        ))
+
+    async def _offset_fetch(self, node_id: int, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        committed = self.state.committed.get(request.group_id, {})
+        wanted = list(committed) if request.partitions is None else list(request.partitions)
+        return OffsetFetchResponse(ErrorCode.NONE, tuple(
+            OffsetFetchPartitionResponse(topic, partition, ErrorCode.NONE, committed.get((topic, partition), -1))
+            for topic, partition in wanted
+        ))
