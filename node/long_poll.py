@@ -1,0 +1,65 @@
+"""PartitionWatchers: wake long-poll requests when a partition's log, HW or role changes.
+
+Kafka's DelayedOperationPurgatory keyed by partition, without the operations: a waiter registers
+on the partitions it reads and sleeps until any of them is `notify`-ed (by the partition's driver
+after a step that changed its log, HW, role or epoch) or its time is up; it then re-reads and
+decides itself whether it is done. Nothing polls. Register-then-wait happens with no `await` in
+between, so a change made after the waiter's last read always wakes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from storage.checkpoint import TopicPartition
+
+
+class PartitionWatchers:
+    """Futures waiting on partitions; `notify(tp)` resolves every future watching `tp`.
+
+    Bound: one future per waiting request, at most the requests in flight (aiohttp bounds those);
+    a finished wait always removes its future from every key.
+    """
+
+    def __init__(self) -> None:
+        self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+
+    def __len__(self) -> int:
+        """Waits in progress (Kafka's fetch purgatory size)."""
+        return len({id(future) for futures in self._watchers.values() for future in futures})
+
+    def watching(self, topic_partition: TopicPartition) -> int:
+        """Waits that include `topic_partition`."""
+        return len(self._watchers.get(topic_partition, ()))
+
+    async def wait(self, topic_partitions: Iterable[TopicPartition], timeout_ms: int) -> bool:
+        """Sleep until one of `topic_partitions` changes (True) or `timeout_ms` passes (False)."""
+        keys = set(topic_partitions)
+        if not keys or timeout_ms <= 0:
+            return False
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._watchers.setdefault(key, set()).add(future)
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await future
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            for key in keys:
+                futures = self._watchers.get(key)
+                if futures is not None:
+                    futures.discard(future)
+                    if not futures:
+                        del self._watchers[key]
+
+    def notify(self, topic_partition: TopicPartition) -> None:
+        for future in self._watchers.pop(topic_partition, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def notify_all(self) -> None:
+        for topic_partition in list(self._watchers):
+            self.notify(topic_partition)
