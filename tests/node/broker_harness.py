@@ -1,0 +1,271 @@
+"""A cluster of real `Broker`s in one event loop, over loopback HTTP, with a fake quorum.
+
+`FakeQuorum` is the real `QuorumController` with every record committed at once (as
+tests/sim/replication/controller.py), offering the QuorumService interface the broker codes
+against; its listeners run synchronously after each change, as a node's metadata driver calls
+them after applying records. `move_leader` writes a partition change as another controller would
+(failover), through `QuorumController.reset_to`.
+
+Each broker serves a tiny aiohttp app with the data routes (msgpack through `client.protocol`);
+`cut(broker_id)` makes its fetch route refuse replicas (HTTP 503, also for answers of fetches in
+flight), as a network cut between a leader and its followers would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from client import protocol
+from client.connection import Connections
+from controller.controller_api import (
+    CreatableTopic,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+)
+from controller.metadata import ClusterMetadata, PartitionRegistration
+from controller.metadata_records import MetadataRecord, PartitionChange
+from controller.quorum_controller import ControllerConfig, QuorumController
+from node.broker import Broker, BrokerSettings
+from replication.config import ReplicationConfig
+from storage.checkpoint import TopicPartition
+from storage.config import LogConfig
+from storage.error_codes import ErrorCode
+from storage.log_manager import LogManager
+from storage.records import iter_headers
+
+T = TypeVar("T")
+LISTENER = "PLAINTEXT"
+TIMEOUT_S = 15
+# Small index files: every partition preallocates its indexes on a temp dir.
+LOG_DEFAULTS = {"segment.index.bytes": "4096", "index.interval.bytes": "64"}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class FakeQuorum:
+    """The QuorumService interface over a `QuorumController` whose records commit at once."""
+
+    def __init__(self, clock: Callable[[], int], seed: int = 7) -> None:
+        self.clock = clock
+        config = ControllerConfig(broker_session_timeout_ms=600_000)
+        self.controller = QuorumController(ClusterMetadata(), random.Random(seed), clock(), 0, config)
+        self.listeners: list[Callable[[], None]] = []
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        return self.controller.metadata
+
+    @property
+    def metadata_offset(self) -> int:
+        return self.metadata.metadata_offset
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        self.listeners.append(callback)
+
+    async def controller_request(self, request: Any, timeout_ms: int) -> Any:
+        before = self.metadata_offset
+        response = self.controller.handle(request, self.clock()).response
+        if self.metadata_offset != before:
+            self._publish()
+        return response
+
+    def _publish(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+    def write(self, *records: MetadataRecord) -> None:
+        """Commit `records` as another active controller would, and publish them."""
+        metadata = self.metadata.copy()
+        offset = self.controller.next_offset
+        for record in records:
+            metadata.apply_record(offset, record)
+            offset += 1
+        self.controller.reset_to(metadata, self.clock(), offset)
+        self._publish()
+
+    def partition(self, topic: str, index: int) -> PartitionRegistration:
+        topic_id = self.metadata.topic_id(topic)
+        assert topic_id is not None, topic
+        state = self.metadata.partition(topic_id, index)
+        assert state is not None, (topic, index)
+        return state
+
+    def move_leader(self, topic: str, index: int, leader: int, isr: tuple[int, ...]) -> PartitionRegistration:
+        """Failover: `leader` leads `topic`-`index` in a new leader epoch with `isr`."""
+        topic_id = self.metadata.topic_id(topic)
+        assert topic_id is not None, topic
+        self.write(PartitionChange(topic_id, index, isr=isr, leader=leader))
+        return self.partition(topic, index)
+
+
+class BrokerNode:
+    """One broker with its log dir and its app on 127.0.0.1."""
+
+    def __init__(self, broker_id: int, directory: Path) -> None:
+        self.broker_id = broker_id
+        self.directory = directory
+        self.broker: Broker | None = None
+        self.runner: web.AppRunner | None = None
+        self.address = ""
+        self.cut = False
+
+    @property
+    def log_manager(self) -> LogManager:
+        assert self.broker is not None
+        return self.broker.log_manager
+
+    async def serve(self) -> None:
+        app = web.Application()
+        routes: dict[protocol.Api, Callable[[Any], Any]] = {
+            protocol.Api.PRODUCE: lambda request: self._broker().produce(request),
+            protocol.Api.FETCH: self._fetch,
+            protocol.Api.LIST_OFFSETS: lambda request: self._broker().list_offsets(request),
+            protocol.Api.OFFSETS_FOR_LEADER_EPOCH: lambda request: self._broker().offsets_for_leader_epoch(request),
+            protocol.Api.DELETE_RECORDS: lambda request: self._broker().delete_records(request),
+        }
+        for api, handler in routes.items():
+            app.router.add_post(api.path, _route(api, handler))
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self.runner.addresses[0][:2]
+        self.address = f"{host}:{port}"
+
+    def _broker(self) -> Broker:
+        assert self.broker is not None, f"broker {self.broker_id} not started"
+        return self.broker
+
+    async def _fetch(self, request: protocol.FetchRequest) -> protocol.FetchResponse | None:
+        is_replica = request.replica_id >= 0
+        if is_replica and self.cut:
+            return None
+        response = await self._broker().fetch(request)
+        return None if is_replica and self.cut else response
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+def _route(api: protocol.Api, handler: Callable[[Any], Any]) -> Callable[[web.Request], Any]:
+    request_type = protocol.REQUESTS[api]
+
+    async def handle(http_request: web.Request) -> web.Response:
+        answer = await handler(protocol.unpack(request_type, await http_request.read()))
+        if answer is None:
+            body = protocol.pack(protocol.error_response(ErrorCode.NETWORK_EXCEPTION, "cut by the test"))
+            return web.Response(status=503, body=body, content_type=protocol.CONTENT_TYPE)
+        return web.Response(body=protocol.pack(answer), content_type=protocol.CONTENT_TYPE)
+
+    return handle
+
+
+class Cluster:
+    """Brokers 0..n-1 with one FakeQuorum and one Connections; `start`, then `stop`."""
+
+    def __init__(self, root: Path, size: int = 3, **settings: Any) -> None:
+        self.root = root
+        self.quorum = FakeQuorum(wall_clock_ms)
+        self.connections = Connections()
+        self.nodes = [BrokerNode(broker_id, root / f"broker-{broker_id}") for broker_id in range(size)]
+        self.settings = {
+            "broker_heartbeat_interval_ms": 100,
+            "replica_fetch_wait_max_ms": 200,
+            "replica_fetch_backoff_ms": 50,
+            "request_timeout_ms": 5_000,
+            "controlled_shutdown_timeout_ms": 5_000,
+            "replication": ReplicationConfig(replica_lag_time_max_ms=10_000),
+            **settings,
+        }
+
+    def broker(self, broker_id: int) -> Broker:
+        broker = self.nodes[broker_id].broker
+        assert broker is not None
+        return broker
+
+    def log_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_properties({**LOG_DEFAULTS, **self.quorum.metadata.topic_configs(topic)})
+
+    async def start(self) -> None:
+        for node in self.nodes:
+            await node.serve()
+            settings = BrokerSettings(node_id=node.broker_id, advertised_endpoints={LISTENER: node.address},
+                                      inter_broker_listener_name=LISTENER, broker_rack=f"rack-{node.broker_id}",
+                                      **self.settings)
+            log_manager = LogManager([node.directory], self.log_config, wall_clock_ms())
+            node.broker = Broker(settings, self.quorum, self.connections, wall_clock_ms, log_manager)
+            await node.broker.start()
+        async with asyncio.timeout(TIMEOUT_S):
+            for node in self.nodes:
+                await self.broker(node.broker_id).wait_unfenced()
+
+    async def stop(self) -> None:
+        for node in self.nodes:
+            if node.broker is not None:
+                await node.broker.stop(controlled=False)
+        for node in self.nodes:
+            await node.close()
+        await self.connections.close()
+
+    async def create_topic(self, name: str, assignments: dict[int, tuple[int, ...]],
+                           configs: dict[str, str] | None = None) -> None:
+        topic = CreatableTopic(name, assignments=assignments, configs=configs or {})
+        response = await self.quorum.controller_request(CreateTopicsRequest((topic,)), 1_000)
+        assert response.topics[0].error_code == ErrorCode.NONE, response
+
+    async def delete_topic(self, name: str) -> None:
+        response = await self.quorum.controller_request(DeleteTopicsRequest(topic_names=(name,)), 1_000)
+        assert response.topics[0].error_code == ErrorCode.NONE, response
+
+    async def call(self, broker_id: int, api: protocol.Api, request: Any, response_type: type[T]) -> T:
+        return await self.connections.call(self.nodes[broker_id].address, api, request, response_type,
+                                           TIMEOUT_S * 1000)
+
+    async def produce(self, broker_id: int, topic_partition: TopicPartition, records: bytes, acks: int = -1,
+                      current_leader_epoch: int = -1) -> protocol.ProducePartitionResponse:
+        part = protocol.ProducePartition(topic_partition.topic, topic_partition.partition, records,
+                                         current_leader_epoch)
+        request = protocol.ProduceRequest(acks=acks, timeout_ms=10_000, partitions=(part,))
+        response = await self.call(broker_id, protocol.Api.PRODUCE, request, protocol.ProduceResponse)
+        return response.partitions[0]
+
+    async def fetch(self, broker_id: int, topic_partition: TopicPartition, offset: int, max_wait_ms: int = 0,
+                    min_bytes: int = 1, current_leader_epoch: int = -1,
+                    rack_id: str = "") -> protocol.FetchPartitionResponse:
+        """A consumer's fetch of one partition."""
+        part = protocol.FetchPartition(topic_partition.topic, topic_partition.partition, offset,
+                                       current_leader_epoch=current_leader_epoch)
+        request = protocol.FetchRequest(partitions=(part,), max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                                        rack_id=rack_id)
+        response = await self.call(broker_id, protocol.Api.FETCH, request, protocol.FetchResponse)
+        return response.partitions[0]
+
+
+async def until(broker: Broker, topic_partition: TopicPartition, predicate: Callable[[], bool]) -> None:
+    """Wait, without polling, until `predicate` holds; it is re-checked whenever the partition's
+    log, HW or role changes on `broker` (and once a second as a safety net)."""
+    async with asyncio.timeout(TIMEOUT_S):
+        while not predicate():
+            await broker.wait_for_change([topic_partition], 1_000)
+
+
+def log_bytes(broker: Broker, topic_partition: TopicPartition) -> bytes:
+    """Every batch of the replica's log, as stored (one read per segment)."""
+    log = broker.hosts[topic_partition].partition.log
+    pieces, offset = [], log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 30, max_offset=log.log_end_offset).records
+        assert data, f"no batch at {offset} below LEO {log.log_end_offset}"
+        pieces.append(data)
+        offset = max(header.next_offset for _, header in iter_headers(data))
+    return b"".join(pieces)

@@ -1,0 +1,253 @@
+"""Three real Brokers over loopback HTTP with a fake quorum: the data path end to end.
+
+Method: each test starts a cluster (tests/node/broker_harness.py), creates a topic with a fixed
+assignment, and drives produce and fetch through the brokers' HTTP routes. Waits are on events
+(a long-poll answer, a partition change on a broker); timeouts are only safety nets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from client import protocol
+from node.broker import Broker
+from replication.ready import Role
+from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
+from storage.log_manager import CLEAN_SHUTDOWN_FILE
+from storage.records import build_batch_from_values, iter_headers
+from tests.node.broker_harness import TIMEOUT_S, Cluster, log_bytes, until, wall_clock_ms
+
+TOPIC = "orders"
+TP = TopicPartition(TOPIC, 0)
+ACKS_ALL = -1
+
+
+def batch(*values: bytes, timestamp_ms: int | None = None) -> bytes:
+    return build_batch_from_values(list(values), timestamp_ms=wall_clock_ms() if timestamp_ms is None else timestamp_ms)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    cluster = Cluster(tmp_path)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+def base_offsets(records: bytes) -> list[int]:
+    return [header.base_offset for _, header in iter_headers(records)]
+
+
+async def test_acks_all_produce_is_read_back_from_every_follower_with_identical_bytes(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    first = await cluster.produce(0, TP, batch(b"a", b"b", b"c"))
+    second = await cluster.produce(0, TP, batch(b"d"))
+    assert (first.error_code, first.base_offset) == (ErrorCode.NONE, 0)
+    assert (second.error_code, second.base_offset) == (ErrorCode.NONE, 3)
+    on_leader = await cluster.fetch(0, TP, 0)
+    assert on_leader.error_code == ErrorCode.NONE
+    assert on_leader.high_watermark == 4
+    assert base_offsets(on_leader.records) == [0, 3]
+    for follower in (1, 2):
+        # The follower serves consumers up to its own HW, which its next fetch from the leader
+        # brings up: a long poll until the bytes are there.
+        answer = await cluster.fetch(follower, TP, 0, max_wait_ms=TIMEOUT_S * 1000,
+                                     min_bytes=len(on_leader.records))
+        assert answer.error_code == ErrorCode.NONE
+        assert answer.records == on_leader.records
+        assert answer.high_watermark == 4
+        assert log_bytes(cluster.broker(follower), TP) == log_bytes(cluster.broker(0), TP)
+
+
+async def test_follower_high_watermark_catches_up_after_acks_1_produce(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    answer = await cluster.produce(0, TP, batch(b"a", b"b"), acks=1)
+    assert answer.error_code == ErrorCode.NONE
+    for follower in (1, 2):
+        broker = cluster.broker(follower)
+        log = broker.hosts[TP].partition.log
+        await until(broker, TP, lambda log=log: log.high_watermark == 2)
+        assert log.log_end_offset == 2
+    assert cluster.broker(0).hosts[TP].partition.log.high_watermark == 2
+
+
+async def test_long_poll_fetch_wakes_on_produce(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    leader = cluster.broker(0)
+    request = protocol.FetchRequest(partitions=(protocol.FetchPartition(TOPIC, 0, 0),), max_wait_ms=60_000,
+                                    min_bytes=1)
+    poll = asyncio.create_task(leader.fetch(request))
+    await asyncio.sleep(0)  # one turn of the loop: the fetch reads nothing and parks
+    assert not poll.done()
+    produced = await cluster.produce(0, TP, batch(b"x"))
+    assert produced.error_code == ErrorCode.NONE
+    async with asyncio.timeout(TIMEOUT_S):
+        response = await poll
+    (answer,) = response.partitions
+    assert answer.error_code == ErrorCode.NONE
+    assert base_offsets(answer.records) == [0]
+
+
+async def test_multi_partition_fetch_answers_when_any_partition_has_data(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2), 1: (0, 2, 1)})
+    leader = cluster.broker(0)
+    partitions = (protocol.FetchPartition(TOPIC, 0, 0), protocol.FetchPartition(TOPIC, 1, 0))
+    poll = asyncio.create_task(leader.fetch(protocol.FetchRequest(partitions=partitions, max_wait_ms=60_000)))
+    await asyncio.sleep(0)
+    assert not poll.done()
+    await cluster.produce(0, TopicPartition(TOPIC, 1), batch(b"y"))
+    async with asyncio.timeout(TIMEOUT_S):
+        response = await poll
+    first, second = response.partitions
+    assert (first.error_code, first.records) == (ErrorCode.NONE, b"")
+    assert base_offsets(second.records) == [0]
+
+
+async def test_errors_name_unknown_partitions_and_point_to_the_leader(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1)})
+    unknown_topic = await cluster.fetch(0, TopicPartition("nope", 0), 0)
+    assert unknown_topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    unknown_partition = await cluster.produce(0, TopicPartition(TOPIC, 7), batch(b"a"))
+    assert unknown_partition.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    not_hosted = await cluster.fetch(2, TP, 0)
+    assert not_hosted.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert not_hosted.current_leader == protocol.LeaderIdAndEpoch(0, 0)
+    to_follower = await cluster.produce(1, TP, batch(b"a"))
+    assert to_follower.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    future_epoch = await cluster.produce(0, TP, batch(b"a"), current_leader_epoch=5)
+    assert future_epoch.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+async def test_leader_change_truncates_the_old_leaders_unreplicated_tail(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    assert (await cluster.produce(0, TP, batch(b"a", b"b", b"c"))).error_code == ErrorCode.NONE
+    for follower in (1, 2):
+        log = cluster.broker(follower).hosts[TP].partition.log
+        await until(cluster.broker(follower), TP, lambda log=log: log.log_end_offset == 3)
+    # Cut the leader off from its followers; it appends with acks=1 what nobody else gets.
+    cluster.nodes[0].cut = True
+    tail = await cluster.produce(0, TP, batch(b"lost-1", b"lost-2"), acks=1)
+    assert (tail.error_code, tail.base_offset) == (ErrorCode.NONE, 3)
+    # The controller fails the partition over to broker 1 (epoch 1) without broker 0 in the ISR.
+    state = cluster.quorum.move_leader(TOPIC, 0, leader=1, isr=(1, 2))
+    assert state.leader_epoch == 1
+    assert cluster.broker(1).hosts[TP].partition.role == Role.LEADER
+    assert cluster.broker(0).hosts[TP].partition.role == Role.FOLLOWER
+    cluster.nodes[0].cut = False
+    new = await cluster.produce(1, TP, batch(b"d", b"e", b"f"))
+    assert (new.error_code, new.base_offset) == (ErrorCode.NONE, 3)
+    old_leader = cluster.broker(0)
+    log = old_leader.hosts[TP].partition.log
+    await until(old_leader, TP, lambda: log.log_end_offset == 6 and log.high_watermark == 6)
+    assert log_bytes(old_leader, TP) == log_bytes(cluster.broker(1), TP)
+    # A request in the old epoch is fenced, and told who leads now.
+    stale = await cluster.fetch(1, TP, 0, current_leader_epoch=0)
+    assert stale.error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert stale.current_leader == protocol.LeaderIdAndEpoch(1, 1)
+    # The old leader rejoins the ISR through AlterPartition.
+    await until(old_leader, TP, lambda: 0 in cluster.quorum.partition(TOPIC, 0).isr)
+
+
+async def test_consumer_fetch_from_leader_names_a_preferred_replica_in_the_consumers_rack(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    await cluster.produce(0, TP, batch(b"a"))
+    nearest = await cluster.fetch(0, TP, 0, rack_id="rack-2")
+    assert (nearest.error_code, nearest.preferred_read_replica, nearest.records) == (ErrorCode.NONE, 2, b"")
+    local = await cluster.fetch(0, TP, 0, rack_id="rack-0")
+    assert local.preferred_read_replica == -1
+    assert base_offsets(local.records) == [0]
+
+
+async def test_retention_on_the_leader_moves_log_start_offset_on_followers(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, log_retention_check_interval_ms=50)
+    await cluster.start()
+    try:
+        await cluster.create_topic(TOPIC, {0: (0, 1, 2)}, {"retention.ms": "60000", "segment.bytes": "200"})
+        old_ms = wall_clock_ms() - 3_600_000
+        for value in (b"a", b"b", b"c"):
+            assert (await cluster.produce(0, TP, batch(value * 100, timestamp_ms=old_ms))).error_code == ErrorCode.NONE
+        fresh = await cluster.produce(0, TP, batch(b"fresh"))
+        assert (fresh.error_code, fresh.base_offset) == (ErrorCode.NONE, 3)
+        leader_log = cluster.broker(0).hosts[TP].partition.log
+        await until(cluster.broker(0), TP, lambda: leader_log.log_start_offset == 3)
+        for follower in (1, 2):
+            log = cluster.broker(follower).hosts[TP].partition.log
+            await until(cluster.broker(follower), TP, lambda log=log: log.log_start_offset == 3)
+            assert log.log_end_offset == 4
+    finally:
+        await cluster.stop()
+
+
+async def test_delete_records_raises_the_low_watermark_on_every_replica(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    await cluster.produce(0, TP, batch(b"a", b"b", b"c"))
+    request = protocol.DeleteRecordsRequest((protocol.DeleteRecordsPartition(TOPIC, 0, 2),), timeout_ms=10_000)
+    response = await cluster.call(0, protocol.Api.DELETE_RECORDS, request, protocol.DeleteRecordsResponse)
+    (answer,) = response.partitions
+    assert (answer.error_code, answer.low_watermark) == (ErrorCode.NONE, 2)
+    earliest = protocol.ListOffsetsRequest((protocol.ListOffsetsPartition(TOPIC, 0, protocol.EARLIEST_TIMESTAMP),),
+                                           from_follower=True)
+    for broker_id in (0, 1, 2):
+        listed = await cluster.call(broker_id, protocol.Api.LIST_OFFSETS, earliest, protocol.ListOffsetsResponse)
+        assert (listed.partitions[0].error_code, listed.partitions[0].offset) == (ErrorCode.NONE, 2)
+
+
+async def test_list_offsets_and_offsets_for_leader_epoch(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    await cluster.produce(0, TP, batch(b"a", b"b"))
+    latest = protocol.ListOffsetsRequest((protocol.ListOffsetsPartition(TOPIC, 0, protocol.LATEST_TIMESTAMP),))
+    listed = await cluster.call(0, protocol.Api.LIST_OFFSETS, latest, protocol.ListOffsetsResponse)
+    assert (listed.partitions[0].error_code, listed.partitions[0].offset) == (ErrorCode.NONE, 2)
+    on_follower = await cluster.call(1, protocol.Api.LIST_OFFSETS, latest, protocol.ListOffsetsResponse)
+    assert on_follower.partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    request = protocol.OffsetsForLeaderEpochRequest((protocol.OffsetForLeaderPartition(TOPIC, 0, 0),))
+    response = await cluster.call(0, protocol.Api.OFFSETS_FOR_LEADER_EPOCH, request,
+                                  protocol.OffsetsForLeaderEpochResponse)
+    answer = response.partitions[0]
+    assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.NONE, 0, 2)
+
+
+async def test_describe_replicas_and_metrics_report_each_hosted_replica(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    await cluster.produce(0, TP, batch(b"a"))
+    leader = cluster.broker(0)
+    (replica,) = leader.describe_replicas(protocol.DescribeReplicasRequest()).replicas
+    assert (replica.role, replica.leader_id, replica.log_end_offset, replica.high_watermark) == ("leader", 0, 1, 1)
+    assert replica.isr == (0, 1, 2)
+    (metrics,) = leader.replica_metrics()
+    assert metrics.is_leader
+    assert (metrics.isr_size, metrics.under_replicated, metrics.under_min_isr) == (3, False, False)
+    (follower_metrics,) = cluster.broker(1).replica_metrics()
+    assert not follower_metrics.is_leader
+
+
+async def test_deleted_topic_stops_the_replicas_and_deletes_their_logs(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    await cluster.produce(0, TP, batch(b"a"))
+    directories = [cluster.broker(broker_id).hosts[TP].partition.log.directory for broker_id in (0, 1, 2)]
+    await cluster.delete_topic(TOPIC)
+    for broker_id, directory in enumerate(directories):
+        assert TP not in cluster.broker(broker_id).hosts
+        assert not directory.exists()
+    gone = await cluster.fetch(0, TP, 0)
+    assert gone.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_controlled_stop_hands_over_leadership_and_writes_the_clean_shutdown_marker(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    await cluster.produce(0, TP, batch(b"a"))
+    stopping: Broker = cluster.broker(0)
+    await stopping.stop(controlled=True)
+    assert (cluster.nodes[0].directory / CLEAN_SHUTDOWN_FILE).exists()
+    state = cluster.quorum.partition(TOPIC, 0)
+    assert state.leader in (1, 2)
+    assert 0 not in state.isr
+    after = await cluster.produce(state.leader, TP, batch(b"b"))
+    assert (after.error_code, after.base_offset) == (ErrorCode.NONE, 1)
