@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from client import dump_log
+from client import cli_cluster, cli_consume, cli_perf, cli_produce, cli_topics, dump_log
+from client.cli_support import add_global_bootstrap
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
@@ -29,7 +30,7 @@ class Subcommand(Protocol):
     def register(self, subcommands: Any) -> None: ...
 
 
-SUBCOMMANDS: tuple[Subcommand, ...] = (dump_log,)
+SUBCOMMANDS: tuple[Subcommand, ...] = (cli_topics, cli_produce, cli_consume, cli_cluster, cli_perf, dump_log)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tributary",
         description="Tributary command line: inspect and operate a Tributary cluster.",
     )
+    add_global_bootstrap(parser)
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for subcommand in SUBCOMMANDS:
         subcommand.register(subcommands)

@@ -79,6 +79,7 @@ class Producer:
         self._clock = clock
         self._wall_clock = wall_clock
         self._in_flight: dict[int, set[asyncio.Task[None]]] = {}
+        self._in_flight_batches: dict[asyncio.Task[None], list[ProducerBatch]] = {}
         self._wakeup = asyncio.Event()
         self._space = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
@@ -222,7 +223,9 @@ class Producer:
             for node, batches in self.accumulator.drain(nodes, now_ms, self.metadata.leader_for).items():
                 task = asyncio.create_task(self._produce(node, batches))
                 self._in_flight.setdefault(node, set()).add(task)
+                self._in_flight_batches[task] = batches
                 task.add_done_callback(self._in_flight[node].discard)
+                task.add_done_callback(self._in_flight_batches.pop)
             if self._closed and not self.accumulator.has_unsent() and not any(self._in_flight.values()):
                 return
             self._wakeup.clear()
@@ -308,12 +311,13 @@ class Producer:
     # -- flush and close ----------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Send everything queued now, at once (ignoring linger.ms), and wait for the answers."""
+        """Send everything queued now, at once (ignoring linger.ms), and wait until each record is
+        acknowledged or has failed (retries included)."""
         self.accumulator.flushing += 1
         try:
-            pending = [future for queue in self.accumulator.batches.values() for batch in queue
-                       for future in _futures_of(batch)]
-            pending += [future for tasks in self._in_flight.values() for future in tasks]
+            batches = [batch for queue in self.accumulator.batches.values() for batch in queue]
+            batches += [batch for sent in self._in_flight_batches.values() for batch in sent]
+            pending = [future for batch in batches for future in _futures_of(batch) if not future.done()]
             self._wakeup.set()
             if pending:
                 await asyncio.wait(pending)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -402,3 +403,56 @@ class FakeCluster:
             OffsetFetchPartitionResponse(topic, partition, ErrorCode.NONE, committed.get((topic, partition), -1))
             for topic, partition in wanted
         ))
+
+
+class FakeClusterThread:
+    """A FakeCluster on its own event loop in a thread, for code that runs its own loop (the CLI's
+    `asyncio.run`). `call(function)` runs `function(cluster)` on the cluster's loop."""
+
+    def __init__(self, directory: Path, nodes: int = 3) -> None:
+        self.directory = directory
+        self.nodes = nodes
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.cluster: FakeCluster | None = None
+
+    def __enter__(self) -> FakeCluster:
+        self.thread.start()
+        self.cluster = self._run(self._start())
+        return self.cluster
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.cluster is not None, "entered"
+        self._run(self.cluster.__aexit__(None, None, None))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+    async def _start(self) -> FakeCluster:
+        return await FakeCluster(self.directory, self.nodes).__aenter__()
+
+    def _run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=30)
+
+    def call(self, function):
+        async def on_loop():
+            return function(self.cluster)
+
+        return self._run(on_loop())
+
+
+async def serve_forever(directory: Path, nodes: int, topics: list[str]) -> None:
+    """`python -m tests.client.fake_node DIR TOPIC:PARTITIONS...`: a fake cluster for manual runs
+    and perf measurements; prints its bootstrap address."""
+    async with FakeCluster(directory, nodes) as cluster:
+        for spec in topics:
+            name, _, partitions = spec.partition(":")
+            cluster.create_topic(name, int(partitions or 1))
+        print(cluster.bootstrap, flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    asyncio.run(serve_forever(Path(sys.argv[1]), 3, sys.argv[2:]))
