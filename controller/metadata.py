@@ -501,9 +501,9 @@ def check_invariants(metadata: ClusterMetadata) -> list[str]:
     Checked: names and ids map one to one; names are legal; configs parse; replicas are distinct
     registered brokers; the ISR is a non-empty subset of the replicas; the leader is an ISR member
     or -1; a fenced or shutting-down broker leads nothing; epochs are not negative; broker epochs
-    are offsets already applied. Every prefix of a controller's record
-    batch passes (a topic may briefly have fewer partitions than created, if Raft commits a batch
-    in parts), so the checker may run after any applied record.
+    are offsets already applied. Every prefix of a controller's record batch passes too (a topic
+    may have fewer partitions than created), so the checker may run after any applied record,
+    although Raft commits and applies a controller's batch whole (`ProposeBatch`).
     """
     problems: list[str] = []
     for broker in metadata.brokers():

@@ -14,9 +14,10 @@ Contract with the owner (the node's controller driver):
   only after the Raft leader has committed an entry of its own term, so that `committed` holds
   every record of earlier terms; `next_offset` is the Raft log end offset, where the next record
   will land.
-- Append `result.records` at once, contiguously, from `result.base_offset`. If Raft refuses or
-  places them elsewhere (leadership lost), call `reset_to` with the committed state; uncommitted
-  records of a deposed controller are discarded by Raft and by the speculative copy alike.
+- Append `result.records` at once, as ONE Raft batch (`ProposeBatch`, one entry per record),
+  from `result.base_offset`. If Raft refuses or places them elsewhere (leadership lost), call
+  `reset_to` with the committed state; uncommitted records of a deposed controller are discarded
+  by Raft and by the speculative copy alike.
 - Send `result.response` after the records commit (immediately if there are none).
 - Call `tick(now_ms)` periodically (e.g. every `broker.heartbeat.interval.ms` / 4).
 
@@ -36,12 +37,12 @@ active (unfenced, not shutting down), with leader_epoch + 1. If no such replica 
   returns (unfences) it leads again. Unfencing a broker, a `tick`, and turning unclean election
   on all elect leaders for offline partitions where that became possible.
 
-Partial commits. Raft replicates one record per entry, so a new leader may hold, and commit, only
-a prefix of a result's records. Every prefix leaves valid metadata: ISR and leader changes precede
-the FenceBroker / BrokerRegistrationChange that needs them, UnfenceBroker precedes the elections it
-enables (and `tick` finishes them), and a broker whose request was cut short retries it. A topic
-creation cut short leaves the topic with fewer partitions than asked for; appending a result as
-one Raft batch (Kafka's atomic append) closes that gap, and the driver should do so.
+Atomic results. The driver proposes a result's records as one Raft batch (`ProposeBatch`, Kafka's
+atomic append of a controller result, KIP-868): they replicate, survive crashes, are truncated and
+commit together, so a failover never commits a prefix of a request (the simulator checks this on
+every step, tests/sim/checker.py). The records are still ordered so that every prefix would leave
+valid metadata — ISR and leader changes precede the FenceBroker / BrokerRegistrationChange that
+needs them, UnfenceBroker precedes the elections it enables — as a second line of defence.
 
 Validation follows Kafka's order and error codes; every error message names the values and the
 way out. A rejected request yields no records and leaves the state untouched.
@@ -447,8 +448,9 @@ class QuorumController:
             raise _Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current = self._metadata.topic_configs(name)
         updated = _apply_config_ops(current, resource.configs)
-        # A topic whose creation committed only in part (see the module docstring) may have no
-        # partition yet; then there is no replication factor to hold min.insync.replicas against.
+        # A topic whose creation committed only in part (a log not written in atomic batches, see
+        # the module docstring) may have no partition; then there is no replication factor to hold
+        # min.insync.replicas against.
         factors = [len(state.replicas) for state in self._metadata.partitions(topic_id)]
         _check_topic_configs(updated, min(factors, default=None))
         if validate_only:

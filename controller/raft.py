@@ -212,7 +212,7 @@ class Raft:
     Built from the node id, the static `QuorumConfig`, the opened `RaftLog`, the persisted
     `ElectionState`, a seeded random source and the current time. Mutated only by `handle`.
     Readable state for drivers, tests and the simulator: `role`, `epoch`, `leader_id`,
-    `voted_id`, `high_watermark`, `applied_offset`, `election_state`."""
+    `voted_id`, `high_watermark`, `applied_offset`, `leader_ready`, `election_state`."""
 
     def __init__(self, node_id: int, config: QuorumConfig, log: RaftLog, election_state: ElectionState,
                  rng: RandomSource, now_ms: int) -> None:
@@ -268,6 +268,13 @@ class Raft:
     @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
+
+    @property
+    def leader_ready(self) -> bool:
+        """This node leads and has applied its own epoch's first entry (the LeaderChange record):
+        every entry of earlier epochs is committed and applied, so an active controller may take
+        office on top of the state machine now (KRaft's controller waits for the same point)."""
+        return self._leader is not None and self._applied_offset > self._leader.epoch_start_offset
 
     @property
     def applied_offset(self) -> int:
