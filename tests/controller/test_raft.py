@@ -26,6 +26,7 @@ from controller.raft_messages import (
     MessageBody,
     OffsetAndEpoch,
     Propose,
+    ProposeBatch,
     RaftError,
     Ready,
     Role,
@@ -34,6 +35,7 @@ from controller.raft_messages import (
     VoteRequest,
     VoteResponse,
 )
+from storage.records import iter_headers
 
 ELECTION_TIMEOUT_MS = 100
 FETCH_TIMEOUT_MS = 200
@@ -186,6 +188,49 @@ def test_leader_replicates_and_commits_a_proposal(tmp_path: Path) -> None:
     for node in cluster.nodes.values():
         assert node.high_watermark == 2
         assert node.applied_offset == 2
+
+
+def test_batch_proposal_is_one_batch_that_commits_and_applies_together(tmp_path: Path) -> None:
+    """Goal: the records of one controller request are one RecordBatch, replicated whole even when it
+    exceeds the fetch size (KIP-74), applied in one Ready and acknowledged once with its first offset.
+    Method: elect 1, propose three records as a batch with a 64-byte fetch limit, run."""
+    cluster = Cluster(tmp_path, fetch_bytes_max=64)
+    cluster.elect(1)
+    ready = cluster.handle(1, ProposeBatch(9, (b"topic" * 10, b"partition-0" * 5, b"partition-1" * 5)))
+    assert ready.must_sync
+    readys = cluster.run(50)
+    completions = [completion for ready in readys for completion in ready.completions]
+    assert [(c.proposal_id, c.error, c.offset) for c in completions] == [(9, RaftError.NONE, 1)]
+    applied = [[entry.offset for entry in ready.committed if not entry.control] for ready in readys]
+    assert [offsets for offsets in applied if offsets] == [[1, 2, 3]] * 3, "each node applies the batch at once"
+    for node in cluster.nodes.values():
+        assert node.high_watermark == 4
+        batches = list(iter_headers(node.log.read(1, 1 << 20)))
+        assert [(header.base_offset, header.last_offset) for _, header in batches] == [(1, 3)]
+
+
+def test_uncommitted_batch_is_truncated_whole_by_the_next_leader(tmp_path: Path) -> None:
+    """Goal: a failover commits none of a request's records if the batch did not reach a majority
+    (never a prefix). Method: leader 1 appends a three-record batch that no follower fetches, then 2
+    is elected while 1 is cut off; 1 rejoins as a follower, truncates the whole batch, and no node
+    ever applies one of its records; the proposal fails with NOT_LEADER_OR_FOLLOWER."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    cluster.run(20)
+    records = (b"register", b"fence", b"partition-change")
+    cluster.handle(1, ProposeBatch(9, records))
+    assert cluster.nodes[1].log.log_end_offset == 4
+    cluster.outbox.clear()
+    cut_off = cluster.nodes.pop(1)
+    cluster.elect(2)
+    cluster.nodes[1] = cut_off
+    readys = cluster.run(100)
+    completions = [completion for ready in readys for completion in ready.completions]
+    assert [(c.proposal_id, c.error) for c in completions] == [(9, RaftError.NOT_LEADER_OR_FOLLOWER)]
+    assert not [entry for ready in readys for entry in ready.committed if entry.data in records]
+    assert cut_off.role is Role.FOLLOWER
+    assert cut_off.log.end_offset_and_epoch() == cluster.nodes[2].log.end_offset_and_epoch()
+    assert cut_off.log.log_end_offset == 2, "1's LeaderChange, then 2's; the batch is gone"
 
 
 def test_pre_vote_refused_while_the_leader_is_heard(tmp_path: Path) -> None:
