@@ -21,6 +21,14 @@ the committed entries in offset order, as the first node to apply each offset sa
 - Commit index: within one incarnation a node's high watermark never falls; a restarted node starts
   from its durable state, where the high watermark is its latest snapshot's end offset, which
   must not exceed the high watermark it had before the crash.
+- Atomic requests: a proposal's records (one controller request) are one batch and commit all
+  together or not at all. Every node's high watermark sits on a batch boundary of its log, every
+  committed batch is exactly the records of one proposal, and an acknowledged proposal's records
+  are the committed batch at the offset it was acknowledged with.
+- Metadata (with a controller spec, DESIGN §6.4): after every step that applied something, the
+  node's `ClusterMetadata` passes `check_invariants` (ISR within the replicas, a fenced broker
+  leads nothing, ...) and `MetadataHistory` (epochs only grow on each node; one leader per
+  partition and leader epoch, one state per partition epoch, across all nodes and all time).
 
 A violation raises `SafetyViolation` naming the property, the node and the values.
 """
@@ -30,6 +38,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from controller.metadata import ClusterMetadata, MetadataHistory, check_invariants
 from controller.raft import Raft
 from controller.raft_messages import CommittedEntry, Ready, Role, SnapshotCreated
 from storage.log import Log
@@ -50,6 +59,7 @@ class LogMirror:
     truncation_count: int
     last_epoch: int
     batches: dict[int, tuple[int, int]] = field(default_factory=dict)
+    ends: set[int] = field(default_factory=set)  # next offsets of the batches read: where a HW may be
     segment_base: int = -1  # the segment file that holds `end` (-1: look it up) and where in it
     position: int = 0
 
@@ -73,6 +83,10 @@ class SafetyChecker:
         self.snapshots: dict[int, bytes] = {}
         self.commit_epochs: list[int] = []  # commit_epochs[offset]: epoch of the leader that committed it
         self.checks = 0
+        self.proposed: set[tuple[bytes, ...]] = set()  # the records of every proposal
+        self.batch_last_offsets: dict[tuple[int, int], int] = {}  # (base offset, epoch) -> last offset
+        self.grouped_end = 0  # canonical entries below it are known to form whole proposed batches
+        self.metadata_history = MetadataHistory()
 
     def fail(self, prop: str, message: str) -> None:
         raise SafetyViolation(f"{prop}: {message}")
@@ -91,6 +105,7 @@ class SafetyChecker:
         self.high_watermarks[node_id] = raft.high_watermark
         self.expected[node_id] = start
         self.mirrors.pop(node_id, None)
+        self.metadata_history.forget(node_id)  # a fresh state machine: it restores an older snapshot
         self.after_step(node_id, raft)
 
     # -- after every step ---------------------------------------------------------------------
@@ -103,6 +118,11 @@ class SafetyChecker:
             self.fail("commit index", f"node {node_id} HW fell {self.high_watermarks[node_id]} -> {high_watermark}")
         self.high_watermarks[node_id] = high_watermark
         self._update_mirror(node_id, raft)
+        mirror = self.mirrors[node_id]
+        if high_watermark > mirror.start and high_watermark not in mirror.ends:
+            self.fail("atomic requests", f"node {node_id} HW {high_watermark} is inside a batch of its log")
+        if self.grouped_end < len(self.canonical):
+            self._check_committed_batches()
         if raft.role is Role.LEADER and high_watermark > len(self.commit_epochs):
             self.commit_epochs.extend([raft.epoch] * (high_watermark - len(self.commit_epochs)))
         if raft.role is Role.LEADER and self.leaders.get(raft.epoch) is None:
@@ -134,7 +154,9 @@ class SafetyChecker:
             self.fail("leader completeness", f"node {node_id} leads epoch {raft.epoch} with log end "
                                              f"{raft.log.log_end_offset} < committed end {committed_end}")
         if last.offset >= mirror.start:
-            held = mirror.batches.get(last.offset)
+            # The batch holding the last committed offset (a batch may hold several records).
+            held = next(((epoch, base) for base, (epoch, last_offset) in mirror.batches.items()
+                         if base <= last.offset <= last_offset), None)
             if held is None or held[0] != last.epoch:
                 self.fail("leader completeness", f"node {node_id} leads epoch {raft.epoch} holding {held} at "
                                                  f"committed offset {last.offset} of epoch {last.epoch}")
@@ -156,6 +178,7 @@ class SafetyChecker:
         elif mirror.start != log.log_start_offset:
             mirror.start = log.log_start_offset
             mirror.batches = {base: batch for base, batch in mirror.batches.items() if base >= mirror.start}
+            mirror.ends = {end for end in mirror.ends if end > mirror.start}
             if mirror.end < mirror.start:
                 # Appended, committed and snapshotted within one step: those entries are in the snapshot.
                 snapshot = log.snapshots.latest_id()
@@ -181,6 +204,8 @@ class SafetyChecker:
                     self.fail("log matching", f"node {node_id} holds batch {key} with (crc, previous epoch) "
                                               f"{value}, another log held {known}")
                 mirror.batches[header.base_offset] = (epoch, header.last_offset)
+                mirror.ends.add(header.next_offset)
+                self.batch_last_offsets.setdefault(key, header.last_offset)
                 mirror.last_epoch = epoch
                 mirror.end = header.next_offset
                 mirror.position += header.size_in_bytes
@@ -210,6 +235,28 @@ class SafetyChecker:
         mirror.segment_base = segment.base_offset
         return segment.read_bytes(mirror.position, segment.size - mirror.position)
 
+    def _check_committed_batches(self) -> None:
+        """Canonical entries come in whole batches, each the records of one proposal (or Raft's own
+        control record). Entries whose batch no mirror has read yet wait for a later step."""
+        canonical = self.canonical
+        while self.grouped_end < len(canonical):
+            first = canonical[self.grouped_end]
+            last_offset = self.batch_last_offsets.get((first.offset, first.epoch))
+            if last_offset is None or last_offset >= len(canonical):
+                return
+            group = canonical[first.offset : last_offset + 1]
+            if any(entry.epoch != first.epoch for entry in group):
+                self.fail("atomic requests", f"committed batch [{first.offset}, {last_offset}] mixes epochs")
+            if not first.control and tuple(entry.data for entry in group) not in self.proposed:
+                self.fail("atomic requests", f"committed batch [{first.offset}, {last_offset}] of epoch "
+                                             f"{first.epoch} is not the records of one proposal")
+            self.grouped_end = last_offset + 1
+
+    def on_propose(self, records: tuple[bytes, ...]) -> None:
+        """A proposal's records, about to be handed to Raft as one batch."""
+        assert records, "a proposal without records"
+        self.proposed.add(records)
+
     # -- what the node applied ----------------------------------------------------------------
 
     def on_ready(self, node_id: int, ready: Ready, follow_up: object, state_machine: object) -> None:
@@ -224,8 +271,17 @@ class SafetyChecker:
             if digest != self.digests[end]:
                 self.fail("state machine safety", f"node {node_id} state after offset {end - 1} differs from "
                                                   f"the canonical history's")
+        if (ready.restore is not None or ready.committed) and self.spec.controller:
+            self._check_metadata(node_id, state_machine)
         if isinstance(follow_up, SnapshotCreated):
             self._check_snapshot_bytes(node_id, follow_up.snapshot_id.offset, follow_up.data)
+
+    def _check_metadata(self, node_id: int, state_machine: object) -> None:
+        assert isinstance(state_machine, ClusterMetadata), type(state_machine)
+        problems = check_invariants(state_machine) + self.metadata_history.observe(node_id, state_machine)
+        if problems:
+            self.fail("metadata invariants", f"node {node_id} at offset {state_machine.last_applied_offset}: "
+                                             + "; ".join(problems))
 
     def _check_restore(self, node_id: int, offset: int, epoch: int, data: bytes) -> None:
         if offset > len(self.canonical):
@@ -264,11 +320,17 @@ class SafetyChecker:
                                               f"{len(self.canonical)} it could not have seen")
         self.expected[node_id] = entry.offset + 1
 
-    def check_completion(self, node_id: int, offset: int, epoch: int, data: bytes) -> None:
-        """A proposal was acknowledged: its record must be the committed one at `offset`."""
-        if offset >= len(self.canonical):
-            self.fail("acknowledged write", f"node {node_id} acknowledged offset {offset} before it was applied")
-        committed = self.canonical[offset]
-        if committed.epoch != epoch or committed.data != data or committed.control:
-            self.fail("acknowledged write", f"node {node_id} acknowledged ({offset}, {epoch}, {data!r}) but "
-                                            f"{committed} is committed there")
+    def check_completion(self, node_id: int, offset: int, epoch: int, records: tuple[bytes, ...]) -> None:
+        """A proposal was acknowledged: its records must be the committed batch from `offset`."""
+        end = offset + len(records)
+        if end > len(self.canonical):
+            self.fail("acknowledged write", f"node {node_id} acknowledged [{offset}, {end}) before it was applied")
+        for position, data in enumerate(records):
+            committed = self.canonical[offset + position]
+            if committed.epoch != epoch or committed.data != data or committed.control:
+                self.fail("acknowledged write", f"node {node_id} acknowledged ({offset + position}, {epoch}, "
+                                                f"{data!r}) but {committed} is committed there")
+        last_offset = self.batch_last_offsets.get((offset, epoch))
+        if last_offset is not None and last_offset != end - 1:
+            self.fail("atomic requests", f"node {node_id} acknowledged [{offset}, {end}) but the batch there "
+                                         f"ends at {last_offset}")

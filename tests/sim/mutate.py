@@ -1,7 +1,7 @@
 """Mutation check of the simulator: plant a known Raft bug, run seeds, expect a failure.
 
 A simulator that never fails proves little unless it fails on broken code. Each mutation below
-breaks one rule the theory of operation in controller/raft.py depends on; the run reports, per
+breaks one rule the theory of operation in controller/raft.py (or quorum_controller.py) depends on; the run reports, per
 mutation, how many of the seeds failed and the first failing seed (the one to replay with
 `--mutation NAME --seed N`). Mutations are applied in the parent before the worker processes fork.
 
@@ -15,10 +15,14 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable
+from typing import Any
 
-from controller import leader_state, raft, raft_log
+from controller import leader_state, quorum_controller, raft, raft_log
+from controller.metadata_records import FenceBroker
 from controller.quorum_state import ElectionState
 from controller.raft_messages import Event, Ready, Role, VoteRequest
+from storage.log import LogAppendInfo
+from storage.records import build_batch_from_values
 from tests.sim.run import run_seeds
 
 
@@ -95,6 +99,26 @@ def _truncate_to_leader_end() -> None:
     raft_log.RaftLog.truncate_to_end_offset = truncate  # type: ignore[method-assign]
 
 
+def _split_batches() -> None:
+    """Each record of a controller request is its own batch: a failover can commit a prefix of a
+    request, which the atomic-requests check must catch."""
+    def append_batch(self: raft_log.RaftLog, values: tuple[bytes, ...], epoch: int, now_ms: int) -> LogAppendInfo:
+        infos = [self.log.append_as_leader(build_batch_from_values([value], timestamp_ms=now_ms), epoch, now_ms)
+                 for value in values]
+        self._refresh()
+        return dataclasses.replace(infos[-1], first_offset=infos[0].first_offset)
+
+    raft_log.RaftLog.append_batch_as_leader = append_batch  # type: ignore[method-assign]
+
+
+def _fence_keeps_leadership() -> None:
+    """The controller fences a broker without moving its leaderships: a fenced broker leads."""
+    def fence(self: quorum_controller.QuorumController, batch: Any, broker: Any) -> None:
+        batch.append(FenceBroker(broker.broker_id, broker.broker_epoch))
+
+    quorum_controller.QuorumController._fence = fence  # type: ignore[method-assign]
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
     "grant_any_log": _grant_any_log,
     "commit_old_epochs": _commit_old_epochs,
@@ -102,6 +126,8 @@ MUTATIONS: dict[str, Callable[[], None]] = {
     "forget_votes_on_crash": _forget_votes_on_crash,
     "ack_before_flush": _ack_before_flush,
     "truncate_to_leader_end": _truncate_to_leader_end,
+    "split_batches": _split_batches,
+    "fence_keeps_leadership": _fence_keeps_leadership,
 }
 
 

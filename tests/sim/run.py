@@ -3,7 +3,10 @@
     .venv/bin/python -m tests.sim.run --seed 12345 [--trace]      # replay one seed
     .venv/bin/python -m tests.sim.run --seeds 100000 --jobs 2     # seeds 0..99999
     .venv/bin/python -m tests.sim.run --regressions               # every seed that ever failed
-    .venv/bin/python -m tests.sim.run --seeds 1000 --spec my.module:SPEC  # another state machine
+    .venv/bin/python -m tests.sim.run --seeds 1000 --spec tests.sim.state_machines:HASH_LIST  # opaque payloads
+
+The default state machine is the cluster metadata (`ClusterMetadata` applied on every node, a
+`QuorumController` on the active one: tests/sim/metadata_workload.py).
 
 A run prints `seed=` and its options first; a failure prints the property, the message and the
 one-line command that replays it, and (many seeds) is appended to tests/sim/regressions.txt. The
@@ -27,7 +30,7 @@ from typing import TypeVar
 
 from tests.sim.options import SimOptions
 from tests.sim.simulator import Simulation
-from tests.sim.state_machines import HASH_LIST, StateMachineSpec
+from tests.sim.state_machines import METADATA, StateMachineSpec
 
 REGRESSIONS = Path(__file__).with_name("regressions.txt")
 Number = TypeVar("Number", int, float)
@@ -50,9 +53,9 @@ def replay_command(seed: int) -> str:
 
 
 def load_spec(path: str) -> StateMachineSpec:
-    """`module:attribute` naming a StateMachineSpec (default: the hash-list state machine)."""
+    """`module:attribute` naming a StateMachineSpec (default: the cluster metadata, `METADATA`)."""
     if not path:
-        return HASH_LIST
+        return METADATA
     module_name, _, attribute = path.partition(":")
     spec = getattr(importlib.import_module(module_name), attribute)
     assert isinstance(spec, StateMachineSpec), f"{path} is a {type(spec).__name__}, not a StateMachineSpec"
@@ -191,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--no-record", action="store_true", help="do not append failing seeds to regressions.txt")
     parser.add_argument("--progress", type=int, default=1000, help="print progress every N seeds (0: never)")
-    parser.add_argument("--spec", default="", help="module:attribute of a StateMachineSpec (default: hash list)")
+    parser.add_argument("--spec", default="", help="module:attribute of a StateMachineSpec (default: cluster "
+                        "metadata; tests.sim.state_machines:HASH_LIST for opaque payloads)")
     args = parser.parse_args(argv)
     if args.seed is not None:
         return run_one(args.seed, args.trace, args.spec)

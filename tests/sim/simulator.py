@@ -34,15 +34,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from pathlib import Path
+from typing import Any
 
+from controller.controller_api import ControllerTick
+from controller.metadata import ClusterMetadata, check_invariants
 from controller.quorum_config import QuorumConfig, VoterEndpoint
+from controller.quorum_controller import ControllerConfig
 from controller.raft_log import metadata_log_config
-from controller.raft_messages import Event, Message, ProposalCompletion, Propose, RaftError, Ready, Role, Tick
-from tests.sim.checker import SafetyChecker
+from controller.raft_messages import (
+    Event,
+    Message,
+    ProposalCompletion,
+    Propose,
+    ProposeBatch,
+    RaftError,
+    Ready,
+    Role,
+    Tick,
+)
+from tests.sim.checker import SafetyChecker, SafetyViolation
+from tests.sim.metadata_workload import ActiveController, ControllerRequest, MetadataWorkload, encode_records
 from tests.sim.network import SimNetwork
 from tests.sim.node import SimNode
 from tests.sim.options import SimOptions
-from tests.sim.state_machines import HASH_LIST, StateMachineSpec
+from tests.sim.state_machines import METADATA, StateMachineSpec
 
 LIVENESS_PROPOSALS = 5
 PROBE_INTERVAL_MS = 5
@@ -62,6 +77,7 @@ class Kind(IntEnum):
     PROBE = 6
     CLIENT_TIMEOUT = 7
     RETRY = 8
+    CONTROLLER_TICK = 9
 
 
 class LivenessFailure(AssertionError):
@@ -77,6 +93,8 @@ class Proposal:
     node_id: int
     liveness: bool
     attempts: int = 1
+    request: Any = None  # the metadata workload's controller request (payload is then empty)
+    response: Any = None  # the controller's answer, sent once its records commit
 
 
 @dataclass(slots=True)
@@ -120,7 +138,7 @@ class Simulation:
     """One seeded run (see the module docstring). `run()` returns a SimResult or raises
     SafetyViolation or LivenessFailure; the temp directory goes either way."""
 
-    def __init__(self, seed: int, spec: StateMachineSpec = HASH_LIST, trace: Callable[[str], None] | None = None,
+    def __init__(self, seed: int, spec: StateMachineSpec = METADATA, trace: Callable[[str], None] | None = None,
                  root: Path | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -136,7 +154,6 @@ class Simulation:
         self.sequence = 0
         self.nodes = self._build_nodes()
         self.proposals: dict[int, Proposal] = {}
-        self.payloads: dict[int, bytes] = {}
         self.next_proposal_id = 1
         self.payload_sequence = 0
         self.leader_hint: int | None = None
@@ -149,6 +166,19 @@ class Simulation:
         self.done = False
         self.same_time_ticks = 0
         self.last_tick_ms = -1
+        self.records: dict[int, tuple[bytes, ...]] = {}  # proposal id -> the records it proposed
+        self.controllers: dict[int, ActiveController] = {}
+        self.workload: MetadataWorkload | None = None
+        if spec.controller:
+            options = self.options
+            # Brokers heartbeat a few times per fetch timeout and are fenced after several
+            # fetch timeouts of silence: an election (about one to three fetch timeouts) may or may
+            # not cost them their session, as with Kafka's 2 s / 9 s against a 2 s fetch timeout.
+            self.controller_config = ControllerConfig(broker_session_timeout_ms=4 * options.fetch_timeout_ms,
+                                                      num_partitions=2, default_replication_factor=2)
+            self.workload = MetadataWorkload(self.rng, broker_count=self.rng.randint(2, 5),
+                                             heartbeat_interval_ms=max(1, options.fetch_timeout_ms // 2),
+                                             broker_down_max_ms=8 * options.fetch_timeout_ms)
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -190,6 +220,8 @@ class Simulation:
                 self._start(node, restarted=False)
             self._schedule(self.options.chaos_interval_ms, Kind.CHAOS, None)
             self._schedule(1, Kind.PROPOSE, None)
+            if self.workload is not None:
+                self._schedule(self._controller_tick_interval_ms, Kind.CONTROLLER_TICK, None)
             self._schedule(self.options.safety_duration_ms, Kind.HEAL, None)
             while self.queue and not self.done:
                 time_ms, _, kind, data = heapq.heappop(self.queue)
@@ -234,6 +266,8 @@ class Simulation:
             self._client_timeout(data)  # type: ignore[arg-type]
         elif kind is Kind.RETRY:
             self._submit(data)  # type: ignore[arg-type]
+        elif kind is Kind.CONTROLLER_TICK:
+            self._controller_tick()
 
     def _schedule(self, time_ms: int, kind: Kind, data: object) -> None:
         self.sequence += 1
@@ -251,10 +285,13 @@ class Simulation:
                   f"epoch={node.raft.epoch} voted={node.raft.voted_id} log=[{node.raft.log.log_start_offset}, "
                   f"{node.raft.log.log_end_offset}) role={node.raft.role.value}")
         self.checker.on_start(node.node_id, node.raft, restarted)
+        if self.workload is not None:
+            self.controllers[node.node_id] = ActiveController(node.node_seed, self.controller_config)
         self._step(node, Tick())
 
     def _crash(self, node: SimNode) -> None:
         cuts = node.crash(self.rng, self.options.tear_probability)
+        self.controllers.pop(node.node_id, None)
         self.result.crashes += 1
         self._log(f"{self.now_ms:9d} n{node.node_id} crash cuts={cuts}")
 
@@ -266,13 +303,22 @@ class Simulation:
             return
         self._step(node, event)
 
-    def _step(self, node: SimNode, event: Event) -> None:
+    def _step(self, node: SimNode, event: Event | ControllerRequest) -> None:
         driver = node.driver
         assert driver is not None, f"step on a down node {node.node_id}"
         if self.trace is not None:
             self._log(f"{self.now_ms:9d} n{node.node_id} <- {describe(event)}")
+        if isinstance(event, ControllerRequest):
+            self._controller_request(node, event)
+            return
         completions = driver.step(event, self.now_ms)
         self.checker.after_step(node.node_id, driver.raft)
+        active = self.controllers.get(node.node_id)
+        if active is not None:
+            if any(completion.error is not RaftError.NONE for completion in completions):
+                active.resign()
+            assert isinstance(driver.state_machine, ClusterMetadata), type(driver.state_machine)
+            active.refresh(driver.raft, driver.state_machine, self.now_ms)
         for completion in completions:
             self._on_completion(node.node_id, completion)
         self._schedule_tick(node, driver.next_tick_ms)
@@ -322,15 +368,43 @@ class Simulation:
     def _propose_workload(self) -> None:
         if self.liveness_started_ms is not None:
             return
+        if self.workload is not None:
+            self._broker_heartbeats()
         # Like a real client, stop producing while no leader is known and the last try failed.
         if len(self.proposals) < OUTSTANDING_MAX and self.now_ms >= self.client_backoff_until_ms:
             self._new_proposal(liveness=False)
         self._schedule(self.now_ms + self.rng.randint(1, self.options.proposal_interval_max_ms), Kind.PROPOSE, None)
 
     def _new_proposal(self, liveness: bool) -> None:
-        self.payload_sequence += 1
-        payload = self.spec.payload(self.rng, self.payload_sequence)
-        self._submit(Proposal(payload, 0, 0, liveness))
+        if self.workload is None:
+            self.payload_sequence += 1
+            payload = self.spec.payload(self.rng, self.payload_sequence)
+            self._submit(Proposal(payload, 0, 0, liveness))
+            return
+        if liveness:
+            self._submit(Proposal(b"", 0, 0, liveness, request=self.workload.liveness_request()))
+            return
+        request = self.workload.next_request(self.now_ms, self._client_view())
+        if request is not None:
+            self._submit(Proposal(b"", 0, 0, liveness, request=request))
+
+    def _broker_heartbeats(self) -> None:
+        """Every live broker's heartbeat (or registration) that is due; a broker does not wait for an
+        admin client's backoff, but its requests are bounded too (one per broker per interval)."""
+        assert self.workload is not None, "heartbeats without brokers"
+        for request in self.workload.heartbeats(self.now_ms, self._client_view()):
+            self._submit(Proposal(b"", 0, 0, False, request=request))
+
+    def _client_view(self) -> ClusterMetadata:
+        """The metadata a client or broker works from: the copy of the node it talks to (maybe stale)."""
+        up = [node for node in self.nodes.values() if node.up]
+        hinted = self.nodes.get(self.leader_hint) if self.leader_hint is not None else None
+        node = hinted if hinted is not None and hinted.up else (up[0] if up else None)
+        if node is None or node.driver is None:
+            return ClusterMetadata()
+        state_machine = node.driver.state_machine
+        assert isinstance(state_machine, ClusterMetadata), type(state_machine)
+        return state_machine
 
     def _submit(self, proposal: Proposal) -> None:
         if not proposal.liveness and (self.liveness_started_ms is not None or proposal.attempts > ATTEMPTS_MAX):
@@ -345,16 +419,66 @@ class Simulation:
         proposal.node_id = target
         self.next_proposal_id += 1
         self.proposals[proposal.proposal_id] = proposal
-        self.payloads[proposal.proposal_id] = proposal.payload
         self._schedule(self.now_ms + 4 * self.options.fetch_timeout_ms, Kind.CLIENT_TIMEOUT, proposal.proposal_id)
+        if proposal.request is not None:
+            self._deliver(self.nodes[target], ControllerRequest(proposal.proposal_id, proposal.request))
+            return
+        self.records[proposal.proposal_id] = (proposal.payload,)
+        self.checker.on_propose((proposal.payload,))
         self._deliver(self.nodes[target], Propose(proposal.proposal_id, proposal.payload))
+
+    def _controller_request(self, node: SimNode, event: ControllerRequest) -> None:
+        """The node's active controller handles a request; its records go to Raft as one batch."""
+        raft = node.raft
+        active = self.controllers[node.node_id]
+        result = active.handle(event.request, self.now_ms, raft.log.log_end_offset)
+        if result is None:
+            leader_id = raft.leader_id
+            self._on_completion(node.node_id, ProposalCompletion(event.proposal_id, RaftError.NOT_LEADER_OR_FOLLOWER,
+                                                                 leader_id=leader_id, leader_epoch=raft.epoch))
+            return
+        assert active.controller is not None, "a result without a controller"
+        problems = check_invariants(active.controller.metadata)
+        if problems:
+            raise SafetyViolation(f"metadata invariants: node {node.node_id}'s controller after {event.request}: "
+                                  + "; ".join(problems))
+        proposal = self.proposals.get(event.proposal_id)
+        if proposal is not None:
+            proposal.response = result.response
+        if not result.records:
+            self._respond(node.node_id, event.proposal_id)
+            return
+        records = encode_records(result)
+        self.records[event.proposal_id] = records
+        self.checker.on_propose(records)
+        self._step(node, ProposeBatch(event.proposal_id, records))
+
+    def _respond(self, node_id: int, proposal_id: int) -> None:
+        """The controller's response reaches the client (its records, if any, are committed)."""
+        self.leader_hint = node_id
+        proposal = self.proposals.pop(proposal_id, None)
+        if proposal is not None and self.workload is not None:
+            self.workload.on_response(proposal.request, proposal.response)
+
+    @property
+    def _controller_tick_interval_ms(self) -> int:
+        return max(1, self.options.fetch_timeout_ms // 4)
+
+    def _controller_tick(self) -> None:
+        """Every active controller fences silent brokers and elects leaders (not a client request)."""
+        for node in self.nodes.values():
+            active = self.controllers.get(node.node_id)
+            if node.up and node.paused_until_ms < 0 and active is not None and active.controller is not None:
+                proposal_id = self.next_proposal_id
+                self.next_proposal_id += 1
+                self._step(node, ControllerRequest(proposal_id, ControllerTick()))
+        self._schedule(self.now_ms + self._controller_tick_interval_ms, Kind.CONTROLLER_TICK, None)
 
     def _on_completion(self, node_id: int, completion: ProposalCompletion) -> None:
         if completion.error is RaftError.NONE:
             self.checker.check_completion(node_id, completion.offset, completion.epoch,
-                                          self.payloads[completion.proposal_id])
-            self.leader_hint = node_id
-            self.proposals.pop(completion.proposal_id, None)
+                                          self.records[completion.proposal_id])
+            self._respond(node_id, completion.proposal_id)
             return
         self.leader_hint = completion.leader_id
         backoff_ms = self.options.retry_backoff_ms

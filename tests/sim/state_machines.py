@@ -4,9 +4,10 @@ The Raft-level checks need only the committed entries; a spec adds a state machi
 to, a payload generator for the workload, and optionally a cheap digest that the checker compares
 against the digest of the canonical history at the same offset (after every apply and restore).
 
-`HASH_LIST` is the default: an append-only list of payloads with a running SHA-256 over
-(offset, payload). The metadata engineer can pass another spec (ClusterMetadata with a workload of
-metadata records) to `Simulation`.
+`METADATA` (the default) is the cluster-metadata state machine, `ClusterMetadata`, fed by the
+active controller's `QuorumController` (tests/sim/metadata_workload.py). `HASH_LIST` (`--spec
+tests.sim.state_machines:HASH_LIST`) is an append-only list of opaque payloads with a running
+SHA-256 over (offset, payload), which the checker compares after every apply.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from controller.metadata import ClusterMetadata
 from controller.raft import StateMachine
 
 EMPTY_DIGEST = b"\x00" * 32
@@ -71,13 +73,16 @@ class StateMachineSpec:
     """What a simulation applies: a factory, the workload's payloads, an optional digest of a state
     machine that must equal `chain_digest` over the canonical history (None: not checked), and whether
     two nodes' snapshots at one offset must be the same bytes (False if a snapshot records, say, the
-    offset of the last record applied, which a restored node knows only as the snapshot's end)."""
+    offset of the last record applied, which a restored node knows only as the snapshot's end).
+    `controller`: the state machine is `ClusterMetadata` and the workload is controller requests
+    (the payload function is not used); the checker also checks the metadata invariants."""
 
     name: str
     factory: Callable[[], StateMachine]
     payload: Callable[[random.Random, int], bytes]
     digest: Callable[[StateMachine], bytes] | None
     identical_snapshots: bool = True
+    controller: bool = False
 
 
 def _hash_list_digest(state_machine: StateMachine) -> bytes:
@@ -86,3 +91,10 @@ def _hash_list_digest(state_machine: StateMachine) -> bytes:
 
 
 HASH_LIST = StateMachineSpec("hash-list", HashListStateMachine, hash_list_payload, _hash_list_digest)
+
+
+def _no_payload(rng: random.Random, sequence: int) -> bytes:
+    raise AssertionError("the metadata workload proposes controller records, not payloads")
+
+
+METADATA = StateMachineSpec("metadata", ClusterMetadata, _no_payload, None, identical_snapshots=True, controller=True)
