@@ -1,0 +1,140 @@
+"""The controller channel: controller requests between nodes, their routes and their error answers.
+
+Kafka's forwarding (KIP-590) in our protocol. Broker requests (BrokerRegistration, BrokerHeartbeat,
+ControlledShutdown, AlterPartition) travel in an `Envelope(type=<controller_api class name>, body)`
+on their node-to-node route, and are answered with an Envelope of the response. Topic admin
+requests (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are forwarded in their wire form on
+their public route, as a client would send them to the active controller: the route's handler
+converts them (node/admin.py) and runs them through `QuorumService.controller_request`, so the
+admin routes take one shape only.
+
+A node that is not the active controller answers NOT_CONTROLLER in the response's own error
+fields (`error_response`), and the sender tries again at the controller it learns of next.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from client import protocol
+from client.connection import Connections, RequestRejectedError
+from client.protocol import Api, Envelope, ProtocolError, decode, encode
+from controller.controller_api import (
+    AlterConfigsResourceResult,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    ControlledShutdownRequest,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from storage.error_codes import ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerApi:
+    """Where a controller request goes and what comes back. `wire`: forwarded in its
+    client/protocol form on a public route (topic admin), not in an Envelope."""
+
+    api: Api
+    response_type: type
+    wire: bool = False
+
+
+CONTROLLER_APIS: dict[type, ControllerApi] = {
+    BrokerRegistrationRequest: ControllerApi(Api.BROKER_REGISTRATION, BrokerRegistrationResponse),
+    BrokerHeartbeatRequest: ControllerApi(Api.BROKER_HEARTBEAT, BrokerHeartbeatResponse),
+    ControlledShutdownRequest: ControllerApi(Api.CONTROLLED_SHUTDOWN, BrokerHeartbeatResponse),
+    AlterPartitionRequest: ControllerApi(Api.ALTER_PARTITION, AlterPartitionResponse),
+    CreateTopicsRequest: ControllerApi(Api.CREATE_TOPICS, CreateTopicsResponse, wire=True),
+    DeleteTopicsRequest: ControllerApi(Api.DELETE_TOPICS, DeleteTopicsResponse, wire=True),
+    IncrementalAlterConfigsRequest: ControllerApi(Api.INCREMENTAL_ALTER_CONFIGS, IncrementalAlterConfigsResponse,
+                                                  wire=True),
+}
+REQUEST_TYPES: dict[str, type] = {cls.__name__: cls for cls in CONTROLLER_APIS}
+
+
+def request_from_envelope(api: Api, envelope: Envelope) -> Any:
+    """The controller request in `envelope`, received on `api`; ProtocolError names what is wrong."""
+    request_type = REQUEST_TYPES.get(envelope.type)
+    if request_type is None:
+        raise ProtocolError(f"Envelope.type {envelope.type!r} is not a controller request; known: "
+                            f"{sorted(REQUEST_TYPES)}")
+    if CONTROLLER_APIS[request_type].api is not api:
+        raise ProtocolError(f"{envelope.type} does not go to {api.path}; send it to "
+                            f"{CONTROLLER_APIS[request_type].api.path}")
+    return decode(request_type, envelope.body)
+
+
+def error_response(request: Any, code: ErrorCode, message: str) -> Any:
+    """The response to `request` that carries `code` everywhere it has an error field."""
+    if isinstance(request, BrokerRegistrationRequest):
+        return BrokerRegistrationResponse(code, message)
+    if isinstance(request, (BrokerHeartbeatRequest, ControlledShutdownRequest)):
+        return BrokerHeartbeatResponse(code, message)
+    if isinstance(request, AlterPartitionRequest):
+        return AlterPartitionResponse(code, message)
+    if isinstance(request, CreateTopicsRequest):
+        return CreateTopicsResponse(tuple(CreatableTopicResult(topic.name, code, message) for topic in request.topics))
+    if isinstance(request, DeleteTopicsRequest):
+        return DeleteTopicsResponse(
+            tuple(DeletableTopicResult(name, None, code, message) for name in request.topic_names)
+            + tuple(DeletableTopicResult(None, topic_id, code, message) for topic_id in request.topic_ids)
+        )
+    assert isinstance(request, IncrementalAlterConfigsRequest), f"not a controller request: {request!r}"
+    return IncrementalAlterConfigsResponse(tuple(
+        AlterConfigsResourceResult(resource.resource_type, resource.resource_name, code, message)
+        for resource in request.resources
+    ))
+
+
+def is_not_controller(response: Any) -> bool:
+    """True if `response` says its node was not the active controller (retry elsewhere). Per-item
+    responses carry the code in every item; an empty one cannot say."""
+    for items_field in ("topics", "responses"):
+        items = getattr(response, items_field, None)
+        if items is not None:
+            return any(item.error_code is ErrorCode.NOT_CONTROLLER for item in items)
+    return response.error_code is ErrorCode.NOT_CONTROLLER
+
+
+async def forward(connections: Connections, address: str, request: Any, timeout_ms: int, source_id: int,
+                  source_address: str) -> Any:
+    """Send `request` to the node at `address` and return its response. NodeUnavailableError if it
+    cannot be reached; a refusal (4xx) becomes an error response with the refusal's code."""
+    route = CONTROLLER_APIS[type(request)]
+    try:
+        if route.wire:
+            return await _forward_wire(connections, address, request, route, timeout_ms)
+        envelope = Envelope(type(request).__name__, encode(request), source_id, source_address)
+        answer = await connections.call(address, route.api, envelope, Envelope, timeout_ms)
+        if answer.type != route.response_type.__name__:
+            raise ProtocolError(f"the answer is a {answer.type}, expected {route.response_type.__name__}")
+        return decode(route.response_type, answer.body)
+    except RequestRejectedError as error:
+        return error_response(request, error.code, f"{address} refused the request: {error.message}")
+    except ProtocolError as error:
+        return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR, f"{address} answered badly: {error}")
+
+
+async def _forward_wire(connections: Connections, address: str, request: Any, route: ControllerApi,
+                        timeout_ms: int) -> Any:
+    """A topic admin request in its client/protocol form (same field names), with the caller's timeout."""
+    wire_type = protocol.REQUESTS[route.api]
+    data = encode(request)
+    if "timeout_ms" in {field.name for field in dataclasses.fields(wire_type)}:
+        data["timeout_ms"] = timeout_ms
+    answer = await connections.call(address, route.api, decode(wire_type, data), protocol.RESPONSES[route.api],
+                                    timeout_ms)
+    return decode(route.response_type, encode(answer))

@@ -1,0 +1,110 @@
+"""RaftTransport: Raft messages between nodes, one-way over HTTP.
+
+Every Raft message is POSTed to the destination's `Api.RAFT` route as an
+`Envelope(type=<raft_messages class name>, body=encode(body), source_id, source_address)`, and the
+route answers at once with an empty `Envelope(type="Ack")`: a response (a vote, a fetch answer) is
+another one-way message, sent when the core produces it. So a fetch parked at the leader holds no
+HTTP request open, and the send timeout can be short.
+
+Sending is fire-and-forget: a failed or timed-out send is dropped, because the Raft core retries
+whatever matters (fetches, votes, BeginQuorumEpoch) on its own timers; a retry here would only
+duplicate messages. Addresses: voters' from `controller.quorum.voters`; observers' (broker-only
+nodes) are learned from the `source_address` of what they send, as a KRaft leader learns an
+observer's endpoint from its Fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+
+from client.connection import Connections, NodeUnavailableError, RequestRejectedError
+from client.protocol import Api, Envelope, ProtocolError, decode, encode
+from controller.raft_messages import (
+    BeginQuorumEpoch,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from node.config import NodeConfig
+
+log = logging.getLogger(__name__)
+
+RAFT_MESSAGE_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest, FetchResponse, FetchSnapshotRequest,
+                FetchSnapshotResponse)
+}
+ACK = Envelope(type="Ack", body={})
+SENDS_IN_FLIGHT_MAX = 256  # beyond it a message is dropped (Raft resends); bounds tasks under a slow peer
+OBSERVER_ADDRESSES_MAX = 1024  # the leader's view of observers, least recently heard dropped first
+
+
+def to_envelope(message: Message, source_address: str) -> Envelope:
+    return Envelope(type(message.body).__name__, encode(message.body), message.source_id, source_address)
+
+
+def from_envelope(envelope: Envelope, destination_id: int) -> Message:
+    """The Raft message in `envelope`, for this node; ProtocolError names what is wrong."""
+    body_type = RAFT_MESSAGE_TYPES.get(envelope.type)
+    if body_type is None:
+        known = ", ".join(sorted(RAFT_MESSAGE_TYPES))
+        raise ProtocolError(f"Envelope.type {envelope.type!r} is not a Raft message; known: {known}")
+    if envelope.source_id < 0 or envelope.source_id == destination_id:
+        raise ProtocolError(f"Envelope.source_id {envelope.source_id} is not another node's id")
+    return Message(envelope.source_id, destination_id, decode(body_type, envelope.body))
+
+
+class RaftTransport:
+    """Sends one node's Raft messages (see the module docstring). Owner: the QuorumService; `send`
+    is called from its task, synchronously, while a Ready is performed."""
+
+    def __init__(self, config: NodeConfig, connections: Connections) -> None:
+        self._config = config
+        self._connections = connections
+        self._source_address = config.advertised_address(config.inter_broker_listener_name)
+        self._timeout_ms = config.quorum.request_timeout_ms
+        self._observer_addresses: OrderedDict[int, str] = OrderedDict()
+        self._sends: set[asyncio.Task[None]] = set()
+
+    def learn(self, node_id: int, address: str) -> None:
+        """Remember where observer `node_id` listens (voters' addresses are configured)."""
+        if self._config.quorum.is_voter(node_id) or not address:
+            return
+        self._observer_addresses[node_id] = address
+        self._observer_addresses.move_to_end(node_id)
+        if len(self._observer_addresses) > OBSERVER_ADDRESSES_MAX:
+            self._observer_addresses.popitem(last=False)
+
+    def address_of(self, node_id: int) -> str | None:
+        if self._config.quorum.is_voter(node_id):
+            return self._config.voter_address(node_id)
+        return self._observer_addresses.get(node_id)
+
+    def send(self, message: Message) -> None:
+        address = self.address_of(message.destination_id)
+        if address is None or len(self._sends) >= SENDS_IN_FLIGHT_MAX:
+            return  # an observer not heard from yet, or too much in flight: Raft retries
+        task = asyncio.get_running_loop().create_task(self._post(address, to_envelope(message, self._source_address)))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _post(self, address: str, envelope: Envelope) -> None:
+        try:
+            await self._connections.call(address, Api.RAFT, envelope, Envelope, self._timeout_ms)
+        except NodeUnavailableError:
+            pass  # dropped, like a lost packet
+        except RequestRejectedError as error:
+            log.warning("node %s refused Raft %s from us: %s", address, envelope.type, error)
+
+    async def close(self) -> None:
+        """Cancel every send in flight."""
+        sends = list(self._sends)
+        for task in sends:
+            task.cancel()
+        await asyncio.gather(*sends, return_exceptions=True)

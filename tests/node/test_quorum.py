@@ -1,0 +1,282 @@
+"""QuorumService over real HTTP on loopback: three nodes elect a leader, controller requests sent
+to any node reach the active controller, every node applies the same metadata, the quorum
+survives the loss of its leader, and a restarted node catches up from its own directories.
+
+Method: each node is a QuorumService behind a small aiohttp app built here (the Raft route, the
+broker routes in Envelopes, the topic admin routes in their wire form through node/admin.py's
+conversion), on 127.0.0.1 with a port chosen by the OS. Raft timeouts are small. The tests await
+futures and metadata listeners with bounded timeouts; they never sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from client import protocol
+from client.connection import Connections
+from client.protocol import Api, Envelope, ProtocolError, pack, unpack
+from controller.controller_api import (
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreatableTopic,
+    CreateTopicsRequest,
+)
+from node import admin
+from node.config import NodeConfig
+from node.quorum import QuorumService
+from node.raft_transport import ACK
+from storage.error_codes import ErrorCode
+
+TIMEOUT_S = 20
+REQUEST_TIMEOUT_MS = 10_000
+FAST_RAFT = {
+    "controller.quorum.election.timeout.ms": "150",
+    "controller.quorum.election.backoff.max.ms": "100",
+    "controller.quorum.fetch.timeout.ms": "500",
+    "controller.quorum.request.timeout.ms": "500",
+    "controller.quorum.fetch.max.wait.ms": "100",
+    "controller.quorum.retry.backoff.ms": "10",
+    "broker.heartbeat.interval.ms": "100",
+    "broker.session.timeout.ms": "60000",
+}
+BROKER_ROUTES = (Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION)
+ADMIN_ROUTES = (Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.INCREMENTAL_ALTER_CONFIGS)
+
+
+def clock_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def build_app(service: QuorumService) -> web.Application:
+    """The routes node/server.py serves for the quorum, reduced to what these tests need."""
+
+    async def raft(request: web.Request) -> web.Response:
+        await service.handle_raft(unpack(Envelope, await request.read()))
+        return web.Response(body=pack(ACK), content_type=protocol.CONTENT_TYPE)
+
+    def broker_route(api: Api) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            answer = await service.handle_controller(api, unpack(Envelope, await request.read()))
+            return web.Response(body=pack(answer), content_type=protocol.CONTENT_TYPE)
+
+        return handle
+
+    def admin_route(api: Api) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            wire_request = unpack(protocol.REQUESTS[api], await request.read())
+            controller_request, timeout_ms = admin.to_controller(wire_request)
+            response = await service.controller_request(controller_request, timeout_ms)
+            return web.Response(body=pack(admin.from_controller(wire_request, response)),
+                                content_type=protocol.CONTENT_TYPE)
+
+        return handle
+
+    app = web.Application()
+    app.router.add_post(Api.RAFT.path, raft)
+    for api in BROKER_ROUTES:
+        app.router.add_post(api.path, broker_route(api))
+    for api in ADMIN_ROUTES:
+        app.router.add_post(api.path, admin_route(api))
+    return app
+
+
+def bound_socket(port: int = 0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    return sock
+
+
+class TestNode:
+    """One node: its socket (kept across restarts), config, service and app runner."""
+
+    __test__ = False
+
+    def __init__(self, node_id: int, sock: socket.socket, root: Path) -> None:
+        self.node_id = node_id
+        self.sock = sock
+        self.port = sock.getsockname()[1]
+        self.root = root
+        self.config: NodeConfig | None = None
+        self.service: QuorumService | None = None
+        self.connections: Connections | None = None
+        self.runner: web.AppRunner | None = None
+        self.incarnation = 0
+
+    async def start(self) -> None:
+        assert self.config is not None
+        self.incarnation += 1
+        self.connections = Connections()
+        rng = random.Random(self.node_id * 1000 + self.incarnation)
+        self.service = QuorumService(self.config, self.connections, clock_ms, rng)
+        self.runner = web.AppRunner(build_app(self.service), access_log=None)
+        await self.runner.setup()
+        await web.SockSite(self.runner, self.sock).start()
+        await self.service.start()
+
+    async def stop(self) -> None:
+        assert self.service is not None and self.runner is not None and self.connections is not None
+        await self.service.stop()
+        await self.runner.cleanup()  # closes the socket: a restart binds the same port again
+        await self.connections.close()
+        self.sock = bound_socket(self.port)
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int, **extra: str) -> None:
+        self.nodes = {node_id: TestNode(node_id, bound_socket(), root / f"node-{node_id}")
+                      for node_id in range(1, size + 1)}
+        voters = ",".join(f"{node.node_id}@127.0.0.1:{node.port}" for node in self.nodes.values())
+        for node in self.nodes.values():
+            node.config = NodeConfig.from_properties({
+                "node.id": str(node.node_id), "controller.quorum.voters": voters,
+                "listeners": f"PLAINTEXT://127.0.0.1:{node.port}", "log.dirs": str(node.root / "data"),
+                **FAST_RAFT, **extra,
+            })
+
+    def service(self, node_id: int) -> QuorumService:
+        service = self.nodes[node_id].service
+        assert service is not None, f"node {node_id} is not running"
+        return service
+
+    async def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.service is not None and node.runner is not None:
+                await node.stop()
+            node.sock.close()
+
+
+async def wait_for_metadata(service: QuorumService, predicate: Callable[[], bool]) -> None:
+    """Until `predicate()` holds after some applied metadata (or already)."""
+    if predicate():
+        return
+    reached = asyncio.Event()
+    service.add_listener(lambda: reached.set() if predicate() else None)
+    async with asyncio.timeout(TIMEOUT_S):
+        await reached.wait()
+
+
+async def register(service: QuorumService, broker_id: int) -> int:
+    endpoints = {"PLAINTEXT": f"127.0.0.1:{9000 + broker_id}"}
+    request = BrokerRegistrationRequest(broker_id, f"incarnation-{broker_id}", endpoints)
+    response = await service.controller_request(request, REQUEST_TIMEOUT_MS)
+    assert response.error_code is ErrorCode.NONE, response
+    await wait_for_metadata(service, lambda: service.metadata.broker(broker_id) is not None)
+    return response.broker_epoch
+
+
+async def heartbeat(service: QuorumService, broker_id: int, broker_epoch: int) -> None:
+    request = BrokerHeartbeatRequest(broker_id, broker_epoch, service.metadata_offset)
+    response = await service.controller_request(request, REQUEST_TIMEOUT_MS)
+    assert response.error_code is ErrorCode.NONE, response
+    assert response.is_caught_up and not response.is_fenced, response
+
+
+async def create_topic(service: QuorumService, name: str, partitions: int, replication_factor: int) -> None:
+    request = CreateTopicsRequest((CreatableTopic(name, partitions, replication_factor),))
+    response = await service.controller_request(request, REQUEST_TIMEOUT_MS)
+    assert [result.error_code for result in response.topics] == [ErrorCode.NONE], response
+
+
+async def converged(services: list[QuorumService], offset: int) -> None:
+    """Every service has applied up to `offset`, and all hold equal metadata."""
+    for service in services:
+        await wait_for_metadata(service, lambda service=service: service.metadata_offset >= offset)
+    first = services[0].metadata
+    for service in services[1:]:
+        assert service.metadata == first, f"{service.metadata} != {first}"
+
+
+def other_than(cluster: Cluster, node_id: int | None) -> int:
+    return next(candidate for candidate, node in cluster.nodes.items()
+                if candidate != node_id and node.service is not None)
+
+
+@pytest.mark.parametrize("snapshot_interval", ["20000", "3"], ids=["log", "snapshots"])
+async def test_cluster_elects_forwards_fails_over_and_a_restarted_node_catches_up(
+    tmp_path: Path, snapshot_interval: str
+) -> None:
+    """With a snapshot every 3 records, the restarted node's position falls below the leader's log
+    start and it catches up by FetchSnapshot."""
+    cluster = Cluster(tmp_path, 3, **{"metadata.log.max.records.between.snapshots": snapshot_interval})
+    try:
+        for node in cluster.nodes.values():
+            await node.start()
+        first_epoch = await register(cluster.service(1), 1)  # waits for a leader, wherever it is
+        leader = cluster.service(1).active_controller_id
+        assert leader is not None
+        assert cluster.service(leader).is_active_controller
+        follower = cluster.service(other_than(cluster, leader))
+        assert follower.active_controller_id == leader and not follower.is_active_controller
+
+        epochs = {1: first_epoch, 2: await register(follower, 2), 3: await register(follower, 3)}
+        for broker_id, broker_epoch in epochs.items():
+            await heartbeat(follower, broker_id, broker_epoch)
+        await create_topic(follower, "orders", 3, 3)
+        await converged([cluster.service(node_id) for node_id in cluster.nodes],
+                        cluster.service(leader).metadata_offset)
+        topic_id = follower.metadata.topic_id("orders")
+        assert topic_id is not None
+        assert [len(state.isr) for state in follower.metadata.partitions(topic_id)] == [3, 3, 3]
+
+        await cluster.nodes[leader].stop()
+        survivor = cluster.service(other_than(cluster, leader))
+        await create_topic(survivor, "payments", 2, 3)
+        new_leader = survivor.active_controller_id
+        assert new_leader is not None and new_leader != leader
+        survivors = [cluster.service(node_id) for node_id in cluster.nodes if node_id != leader]
+        await converged(survivors, cluster.service(new_leader).metadata_offset)
+
+        await cluster.nodes[leader].start()
+        restarted = cluster.service(leader)
+        await converged([*survivors, restarted], cluster.service(new_leader).metadata_offset)
+        assert restarted.metadata.topic_id("payments") is not None
+        assert not restarted.is_active_controller
+    finally:
+        await cluster.stop()
+
+
+async def test_non_leader_answers_not_controller_and_bad_envelopes_are_refused(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 3)
+    try:
+        for node in cluster.nodes.values():
+            await node.start()
+        await register(cluster.service(1), 1)
+        leader = cluster.service(1).active_controller_id
+        follower = cluster.service(other_than(cluster, leader))
+        request = BrokerRegistrationRequest(7, "x", {"PLAINTEXT": "127.0.0.1:9"})
+        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 7, "127.0.0.1:9")
+        answer = await follower.handle_controller(Api.BROKER_REGISTRATION, envelope)
+        assert answer.type == "BrokerRegistrationResponse"
+        assert answer.body["error_code"] == ErrorCode.NOT_CONTROLLER.value
+        with pytest.raises(ProtocolError, match="does not go to /v1/broker_heartbeat"):
+            await follower.handle_controller(Api.BROKER_HEARTBEAT, envelope)
+        with pytest.raises(ProtocolError, match="'Nonsense' is not a Raft message"):
+            await follower.handle_raft(Envelope("Nonsense", {}, 2, ""))
+        with pytest.raises(ProtocolError, match="VoteRequest is missing the required field"):
+            await follower.handle_raft(Envelope("VoteRequest", {"epoch": 1}, 2, ""))
+    finally:
+        await cluster.stop()
+
+
+async def test_without_a_quorum_a_request_times_out_with_a_named_error(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 3)
+    try:
+        await cluster.nodes[1].start()  # one voter of three can never win an election
+        request = CreateTopicsRequest((CreatableTopic("orders", 1, 1),))
+        started = clock_ms()
+        response = await cluster.service(1).controller_request(request, 300)
+        assert clock_ms() - started < TIMEOUT_S * 1000
+        assert response.topics[0].error_code is ErrorCode.REQUEST_TIMED_OUT
+        assert "within 300 ms" in (response.topics[0].error_message or "")
+    finally:
+        await cluster.stop()
