@@ -104,6 +104,10 @@ class Broker:
         await self.lifecycle.wait_unfenced()
 
     @property
+    def is_stopped(self) -> bool:
+        return self._stopped
+
+    @property
     def is_unfenced(self) -> bool:
         """Registered and unfenced by the controller: may lead partitions and join ISRs."""
         return not self.lifecycle.is_fenced

@@ -59,6 +59,7 @@ class FakeQuorum:
         config = ControllerConfig(broker_session_timeout_ms=600_000)
         self.controller = QuorumController(ClusterMetadata(), random.Random(seed), clock(), 0, config)
         self.listeners: list[Callable[[], None]] = []
+        self._waiters: list[tuple[Callable[[ClusterMetadata], bool], asyncio.Future[None]]] = []
 
     @property
     def metadata(self) -> ClusterMetadata:
@@ -81,6 +82,21 @@ class FakeQuorum:
     def _publish(self) -> None:
         for listener in list(self.listeners):
             listener()
+        for predicate, future in list(self._waiters):
+            if not future.done() and predicate(self.metadata):
+                future.set_result(None)
+
+    async def until(self, predicate: Callable[[ClusterMetadata], bool]) -> None:
+        """Wait until the committed metadata satisfies `predicate`."""
+        if predicate(self.metadata):
+            return
+        waiter = (predicate, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                await waiter[1]
+        finally:
+            self._waiters.remove(waiter)
 
     def write(self, *records: MetadataRecord) -> None:
         """Commit `records` as another active controller would, and publish them."""
@@ -117,6 +133,7 @@ class BrokerNode:
         self.runner: web.AppRunner | None = None
         self.address = ""
         self.cut = False
+        self.replica_fetches: list[protocol.FetchRequest] = []
 
     @property
     def log_manager(self) -> LogManager:
@@ -147,6 +164,8 @@ class BrokerNode:
 
     async def _fetch(self, request: protocol.FetchRequest) -> protocol.FetchResponse | None:
         is_replica = request.replica_id >= 0
+        if is_replica:
+            self.replica_fetches.append(request)
         if is_replica and self.cut:
             return None
         response = await self._broker().fetch(request)
@@ -199,15 +218,27 @@ class Cluster:
     async def start(self) -> None:
         for node in self.nodes:
             await node.serve()
-            settings = BrokerSettings(node_id=node.broker_id, advertised_endpoints={LISTENER: node.address},
-                                      inter_broker_listener_name=LISTENER, broker_rack=f"rack-{node.broker_id}",
-                                      **self.settings)
-            log_manager = LogManager([node.directory], self.log_config, wall_clock_ms())
-            node.broker = Broker(settings, self.quorum, self.connections, wall_clock_ms, log_manager)
-            await node.broker.start()
+            await self._start_broker(node)
         async with asyncio.timeout(TIMEOUT_S):
             for node in self.nodes:
                 await self.broker(node.broker_id).wait_unfenced()
+
+    async def _start_broker(self, node: BrokerNode) -> None:
+        settings = BrokerSettings(node_id=node.broker_id, advertised_endpoints={LISTENER: node.address},
+                                  inter_broker_listener_name=LISTENER, broker_rack=f"rack-{node.broker_id}",
+                                  **self.settings)
+        log_manager = LogManager([node.directory], self.log_config, wall_clock_ms())
+        node.broker = Broker(settings, self.quorum, self.connections, wall_clock_ms, log_manager)
+        await node.broker.start()
+
+    async def restart(self, broker_id: int) -> Broker:
+        """A new broker process on the stopped broker's directory and address; returns it unfenced."""
+        node = self.nodes[broker_id]
+        assert node.broker is not None and node.broker.is_stopped, f"broker {broker_id} is running"
+        await self._start_broker(node)
+        async with asyncio.timeout(TIMEOUT_S):
+            await self.broker(broker_id).wait_unfenced()
+        return self.broker(broker_id)
 
     async def stop(self) -> None:
         for node in self.nodes:

@@ -1,0 +1,78 @@
+"""Replica fetchers: one per leader with all its partitions, moved on leader change, backing off
+when the leader is unreachable. Method: a three-broker cluster (broker_harness) whose test apps
+record the replica fetches they receive."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
+from storage.records import build_batch_from_values
+from tests.node.broker_harness import Cluster, until, wall_clock_ms
+
+TOPIC = "orders"
+P0, P1, P2 = (TopicPartition(TOPIC, index) for index in range(3))
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    cluster = Cluster(tmp_path)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+def batch(value: bytes) -> bytes:
+    return build_batch_from_values([value], timestamp_ms=wall_clock_ms())
+
+
+async def test_one_fetcher_per_leader_carries_all_its_partitions_in_one_request(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2), 1: (0, 2, 1), 2: (2, 1, 0)})
+    fetchers = cluster.broker(1).replicas.fetchers.fetchers
+    assert {leader: set(fetcher.partitions) for leader, fetcher in fetchers.items()} == {0: {P0, P1}, 2: {P2}}
+    # Data on both partitions of leader 0 arrives; each of broker 1's fetches names both.
+    await cluster.produce(0, P0, batch(b"a"), acks=1)
+    await cluster.produce(0, P1, batch(b"b"), acks=1)
+    follower = cluster.broker(1)
+    for topic_partition in (P0, P1):
+        log = follower.hosts[topic_partition].partition.log
+        await until(follower, topic_partition, lambda log=log: log.log_end_offset == 1)
+    from_broker_1 = [request for request in cluster.nodes[0].replica_fetches if request.replica_id == 1]
+    assert from_broker_1
+    for request in from_broker_1:
+        assert {(part.topic, part.partition) for part in request.partitions} == {(TOPIC, 0), (TOPIC, 1)}
+        assert request.broker_epoch == follower.lifecycle.broker_epoch
+        assert request.max_wait_ms == cluster.settings["replica_fetch_wait_max_ms"]
+
+
+async def test_leader_change_moves_the_partition_to_the_new_leaders_fetcher(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2), 1: (2, 1, 0)})
+    fetchers = cluster.broker(1).replicas.fetchers.fetchers
+    assert set(fetchers) == {0, 2}
+    cluster.quorum.move_leader(TOPIC, 1, leader=0, isr=(0, 1, 2))
+    assert {leader: set(fetcher.partitions) for leader, fetcher in fetchers.items()} == {0: {P0, P1}}
+    produced = await cluster.produce(0, P1, batch(b"c"))
+    assert produced.error_code == ErrorCode.NONE
+    log = cluster.broker(1).hosts[P1].partition.log
+    await until(cluster.broker(1), P1, lambda: log.high_watermark == 1)
+
+
+async def test_unreachable_leader_backs_off_then_replication_resumes(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    cluster.nodes[0].cut = True
+    produced = await cluster.produce(0, P0, batch(b"a"), acks=1)
+    assert produced.error_code == ErrorCode.NONE
+    follower = cluster.broker(1)
+    fetcher = follower.replicas.fetchers.fetchers[0]
+    log = follower.hosts[P0].partition.log
+    # The cut refuses the follower's fetches: the partition waits out a backoff, still at LEO 0.
+    await until(follower, P0, lambda: fetcher.partitions[P0] > 0)
+    assert log.log_end_offset == 0
+    cluster.nodes[0].cut = False
+    await until(follower, P0, lambda: log.log_end_offset == 1 and log.high_watermark == 1)
