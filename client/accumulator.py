@@ -60,6 +60,11 @@ class RecordAccumulator:
         self.buffered_bytes += batch.size_in_bytes
         return True
 
+    def would_open_batch(self, tp: TopicPartition, size: int) -> bool:
+        """Whether a record of `size` bytes would need a new batch of `tp` (it has none open, or no room)."""
+        queue = self.batches.get(tp)
+        return not queue or queue[-1].closed or not queue[-1].has_room_for(size)
+
     def append_many(
         self, tp: TopicPartition, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
         timestamp: int, make_future: Callable[[], asyncio.Future[BatchMetadata]], now_ms: int,

@@ -20,7 +20,7 @@ from client.connection import Connections, NodeUnavailableError, RequestRejected
 from client.errors import TributaryError, error_for
 from client.metadata import Metadata, TopicPartition
 from client.partitioner import StickyPartitioner, partition_for_key
-from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordMetadata
+from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordMetadata, record_size
 from client.protocol import Api, ErrorCode, ProducePartition, ProduceRequest, ProduceResponse
 from storage.records import Compression
 
@@ -106,10 +106,15 @@ class Producer:
         """Queue one record; the future resolves once the leader acknowledges it (per `acks`)."""
         await self._wait_for_space()
         tp = await self._partition(topic, key, partition)
+        sticky = key is None and partition is None
+        if sticky and self.accumulator.would_open_batch(tp, record_size(key, value, headers)):
+            # KIP-480's onNewBatch: the record that would open a batch opens it on the next partition.
+            tp = TopicPartition(topic, self._move_sticky(tp))
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         timestamp = self._wall_clock() if timestamp_ms is None else timestamp_ms
         opened = self.accumulator.append(tp, key, value, timestamp, headers, future, self._clock())
-        self._after_append(tp, key is None and partition is None, opened)
+        if opened:
+            self._wakeup.set()  # a full batch to send, or a new one whose linger the sender must time
         return future
 
     async def send_and_wait(self, topic: str, value: bytes | None, **kwargs: object) -> RecordMetadata:
@@ -136,7 +141,10 @@ class Producer:
                 tp, part_values, part_keys, timestamp, loop.create_future, now_ms
             )
             futures.extend(runs)
-            self._after_append(tp, keys is None and partition is None, opened > 0)
+            if opened:
+                if keys is None and partition is None:
+                    self._move_sticky(tp)  # the run filled the sticky batch: the next run goes elsewhere
+                self._wakeup.set()
         return asyncio.ensure_future(_gather(futures))
 
     async def _split(
@@ -155,16 +163,11 @@ class Producer:
             group[1].append(key)
         return [(TopicPartition(topic, number), group[0], group[1]) for number, group in groups.items()]
 
-    def _after_append(self, tp: TopicPartition, sticky: bool, opened: bool) -> None:
-        if opened:
-            if sticky:
-                # KIP-480: a new batch means the previous one is full: stick to another partition.
-                partitions = self.metadata.partitions_for(tp.topic) or {}
-                available = [p for p, info in partitions.items() if info.leader >= 0]
-                self.partitioner.next_partition(tp.topic, available, len(partitions), tp.partition)
-            self._wakeup.set()
-        elif self.accumulator.batches[tp][-1].closed:
-            self._wakeup.set()
+    def _move_sticky(self, tp: TopicPartition) -> int:
+        """KIP-480: the sticky partition's batch is full; stick to another partition."""
+        partitions = self.metadata.partitions_for(tp.topic) or {}
+        available = [p for p, info in partitions.items() if info.leader >= 0]
+        return self.partitioner.next_partition(tp.topic, available, len(partitions), tp.partition)
 
     async def _wait_for_space(self) -> None:
         if self._closed:

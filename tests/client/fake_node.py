@@ -100,6 +100,7 @@ class FakeState:
     follower_lag: int = 0
     requests: list[tuple[int, Api, object]] = field(default_factory=list)
     appended: asyncio.Condition = field(default_factory=asyncio.Condition)
+    fetch_parked: asyncio.Event = field(default_factory=asyncio.Event)  # a fetch is long-polling
 
 
 class FakeCluster:
@@ -248,6 +249,7 @@ class FakeCluster:
             if size >= request.min_bytes or errors or remaining <= 0:
                 return FetchResponse(tuple(answers))
             async with self.state.appended:
+                self.state.fetch_parked.set()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.state.appended.wait(), remaining)
 

@@ -1,0 +1,154 @@
+"""Producer against the fake cluster: offsets, partitioning, retries with metadata refresh,
+lost connections, named errors, delivery timeout, flush.
+
+Method: a FakeCluster of 3 nodes on loopback; faults are queued in the fake (injected error
+codes, dropped connections, a moved leader) before the send that meets them; tests await the
+producer's futures, never sleep.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from client.errors import ERRORS, TributaryError
+from client.partitioner import partition_for_key
+from client.producer import Producer
+from client.protocol import Api, ErrorCode, ProduceRequest
+from storage.records import decode_records
+from tests.client.fake_node import FakeCluster
+
+
+def values_in(cluster: FakeCluster, topic: str, partition: int) -> list[bytes | None]:
+    log = cluster.log(topic, partition)
+    data = log.read(log.log_start_offset, 1 << 30).records
+    values = []
+    position = 0
+    while position < len(data):
+        records = decode_records(data, position)
+        values.extend(record.value for record in records)
+        position += int.from_bytes(data[position + 8 : position + 12], "big") + 12
+    return values
+
+
+async def test_sends_resolve_to_consecutive_offsets(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, linger_ms=0) as producer:
+        futures = [await producer.send("t", b"v%d" % i, partition=1) for i in range(5)]
+        offsets = [(await future).offset for future in futures]
+    assert offsets == [0, 1, 2, 3, 4]
+    assert values_in(cluster, "t", 1) == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+
+
+async def test_keyed_records_land_on_kafkas_partition(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap) as producer:
+        for key in (b"21", b"foobar", b"abc", b"user-7"):
+            metadata = await producer.send_and_wait("t", b"x", key=key)
+            assert metadata.partition == partition_for_key(key, 3)
+
+
+async def test_null_keys_fill_one_partition_per_batch(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, batch_size=1000, linger_ms=1000) as producer:
+        futures = [await producer.send("t", b"x" * 100) for _ in range(40)]
+        await producer.flush()
+        partitions = [(await future).partition for future in futures]
+    runs = [p for i, p in enumerate(partitions) if i == 0 or partitions[i - 1] != p]
+    assert len(runs) < 10  # sticky: a run per batch of ~7 records, not a partition per record
+    assert len(set(partitions)) > 1  # and it moves on when a batch is full
+
+
+async def test_send_many_resolves_to_runs_covering_every_record(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, batch_size=2000) as producer:
+        future = await producer.send_many("t", [b"r%d" % i for i in range(100)], partition=2)
+        runs = await future
+    assert sum(run.record_count for run in runs) == 100
+    assert [run.base_offset for run in runs] == sorted(run.base_offset for run in runs)
+    assert values_in(cluster, "t", 2) == [b"r%d" % i for i in range(100)]
+
+
+async def test_not_leader_refreshes_metadata_and_retries_on_the_new_leader(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, retry_backoff_ms=10) as producer:
+        cluster.move_leader("t", 0, leader=2)  # the producer's metadata still says node 0
+        metadata = await producer.send_and_wait("t", b"moved", partition=0)
+    assert metadata.offset == 0
+    produce_nodes = [node for node, _ in cluster.requests_of(Api.PRODUCE)]
+    assert produce_nodes == [0, 2]
+    assert len(cluster.requests_of(Api.METADATA)) >= 2
+
+
+async def test_injected_retriable_errors_are_retried_until_success(cluster: FakeCluster) -> None:
+    cluster.inject(Api.PRODUCE, "t", 0, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS)
+    async with Producer(cluster.bootstrap, retry_backoff_ms=10) as producer:
+        metadata = await producer.send_and_wait("t", b"once", partition=0)
+    assert metadata.offset == 0
+    assert values_in(cluster, "t", 0) == [b"once"]
+
+
+async def test_a_lost_connection_is_retried(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, retry_backoff_ms=10) as producer:
+        cluster.disconnect(Api.PRODUCE)
+        metadata = await producer.send_and_wait("t", b"again", partition=0)
+    assert metadata.offset == 0
+    assert values_in(cluster, "t", 0) == [b"again"]
+
+
+async def test_a_non_retriable_error_raises_its_named_exception(cluster: FakeCluster) -> None:
+    cluster.inject(Api.PRODUCE, "t", 0, ErrorCode.MESSAGE_TOO_LARGE)
+    async with Producer(cluster.bootstrap) as producer:
+        future = await producer.send("t", b"big", partition=0)
+        with pytest.raises(ERRORS[ErrorCode.MESSAGE_TOO_LARGE]) as raised:
+            await future
+    assert raised.value.code is ErrorCode.MESSAGE_TOO_LARGE
+    assert type(raised.value).__name__ == "MessageTooLargeError"
+
+
+async def test_retries_run_out(cluster: FakeCluster) -> None:
+    cluster.inject(Api.PRODUCE, "t", 0, *[ErrorCode.NOT_ENOUGH_REPLICAS] * 3)
+    async with Producer(cluster.bootstrap, retries=1, retry_backoff_ms=1) as producer:
+        future = await producer.send("t", b"x", partition=0)
+        with pytest.raises(ERRORS[ErrorCode.NOT_ENOUGH_REPLICAS]):
+            await future
+    assert len(cluster.requests_of(Api.PRODUCE)) == 2
+
+
+async def test_delivery_timeout_fails_a_batch_that_keeps_failing(cluster: FakeCluster) -> None:
+    cluster.inject(Api.PRODUCE, "t", 0, *[ErrorCode.LEADER_NOT_AVAILABLE] * 1000)
+    async with Producer(cluster.bootstrap, delivery_timeout_ms=200, retry_backoff_ms=20) as producer:
+        future = await producer.send("t", b"x", partition=0)
+        with pytest.raises(TributaryError) as raised:
+            await future
+    assert raised.value.retriable
+
+
+async def test_an_unknown_topic_is_an_error_named_unknown_topic(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap) as producer:
+        with pytest.raises(ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION], match="tributary topics create"):
+            await producer.send("missing", b"x")
+
+
+async def test_flush_sends_without_waiting_for_linger(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, linger_ms=60_000) as producer:
+        future = await producer.send("t", b"now", partition=0)
+        await producer.flush()
+        assert future.done()
+
+
+async def test_one_request_per_leader_carries_all_its_partitions(cluster: FakeCluster) -> None:
+    cluster.move_leader("t", 1, leader=0)
+    async with Producer(cluster.bootstrap, linger_ms=60_000) as producer:
+        for partition in (0, 1):
+            await producer.send("t", b"x", partition=partition)
+        await producer.flush()
+    ((node, request),) = cluster.requests_of(Api.PRODUCE)
+    assert node == 0
+    assert isinstance(request, ProduceRequest)
+    assert sorted(p.partition for p in request.partitions) == [0, 1]
+    assert request.acks == -1
+
+
+async def test_no_reachable_node_fails_start_with_network_exception(cluster: FakeCluster) -> None:
+    with pytest.raises(ERRORS[ErrorCode.NETWORK_EXCEPTION], match="check that the cluster is running"):
+        await Producer("127.0.0.1:1", request_timeout_ms=1000).start()
+
+
+async def test_any_reachable_bootstrap_address_will_do(cluster: FakeCluster) -> None:
+    async with Producer(f"127.0.0.1:1,{cluster.bootstrap}") as producer:
+        assert (await producer.send_and_wait("t", b"x", partition=0)).offset == 0
