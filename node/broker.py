@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Callable, Iterable
 
 from client import protocol
@@ -56,6 +57,8 @@ from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
 
 __all__ = ["Broker", "BrokerSettings"]
+
+log = logging.getLogger(__name__)
 
 CONSUMER_REPLICA_ID = -1
 NO_PREFERRED_READ_REPLICA = -1
@@ -128,11 +131,16 @@ class Broker:
         self.log_manager.shutdown(self.now_ms())
 
     def _on_metadata(self) -> None:
-        """The quorum's listener (and the lifecycle's, after a registration)."""
+        """The quorum's listener (and the lifecycle's, after a registration). A failure (a log dir
+        that cannot be written) is logged; the next metadata change retries what is left."""
         if self._stopped:
             return
-        if self.replicas.apply_metadata():
-            self.lifecycle.set_ready_to_unfence()
+        try:
+            if self.replicas.apply_metadata():
+                self.lifecycle.set_ready_to_unfence()
+        except Exception:
+            log.exception("broker %s: applying metadata at offset %s failed", self.settings.node_id,
+                          self.quorum.metadata_offset)
         self.lifecycle.on_metadata()
 
     async def wait_for_change(self, topic_partitions: Iterable[TopicPartition], timeout_ms: int) -> bool:
@@ -210,9 +218,11 @@ class Broker:
             event: ConsumerFetch | FollowerFetch = ConsumerFetch(request_id, part.fetch_offset, max_bytes,
                                                                  part.current_leader_epoch)
         else:
-            event = FollowerFetch(request_id, request.replica_id, part.fetch_offset, part.last_fetched_epoch,
-                                  part.log_start_offset, part.current_leader_epoch, max_bytes,
-                                  request.broker_epoch, part.high_watermark)
+            event = FollowerFetch(request_id=request_id, replica_id=request.replica_id,
+                                  fetch_offset=part.fetch_offset, last_fetched_epoch=part.last_fetched_epoch,
+                                  log_start_offset=part.log_start_offset,
+                                  current_leader_epoch=part.current_leader_epoch, max_bytes=max_bytes,
+                                  broker_epoch=request.broker_epoch, high_watermark=part.high_watermark)
         future = host.submit(event)
         assert future.done(), f"fetch with max_wait_ms 0 parked on {host.topic_partition}"
         result = future.result()

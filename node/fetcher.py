@@ -77,20 +77,29 @@ class ReplicaFetcher:
             if not positions:
                 await self._idle()
                 continue
-            address = self._leader_address()
-            if address is None:
-                self._back_off(positions, f"broker {self.leader_id} has no {self.settings.inter_broker_listener_name} "
-                                          "endpoint in the metadata")
-                continue
             try:
-                response = await self._connections.call(
-                    address, protocol.Api.FETCH, self._request(positions), protocol.FetchResponse,
-                    self.settings.request_timeout_ms + self.settings.replica_fetch_wait_max_ms,
-                )
-            except (NodeUnavailableError, RequestRejectedError) as error:
-                self._back_off(positions, str(error))
-                continue
-            self._deliver(positions, response)
+                await self._fetch_once(positions)
+            except Exception as error:
+                # A bug (a core assertion): log it and keep the other partitions replicating.
+                log.exception("broker %s: fetching %s from broker %s failed", self.settings.node_id,
+                              sorted(positions), self.leader_id)
+                self._back_off(positions, f"{type(error).__name__}: {error}")
+
+    async def _fetch_once(self, positions: dict[TopicPartition, FollowerFetchPosition]) -> None:
+        address = self._leader_address()
+        if address is None:
+            self._back_off(positions, f"broker {self.leader_id} has no {self.settings.inter_broker_listener_name} "
+                                      "endpoint in the metadata")
+            return
+        try:
+            response = await self._connections.call(
+                address, protocol.Api.FETCH, self._request(positions), protocol.FetchResponse,
+                self.settings.request_timeout_ms + self.settings.replica_fetch_wait_max_ms,
+            )
+        except (NodeUnavailableError, RequestRejectedError) as error:
+            self._back_off(positions, str(error))
+            return
+        self._deliver(positions, response)
 
     def _positions(self, now_ms: int) -> dict[TopicPartition, FollowerFetchPosition]:
         """The fetch position of each partition due now (not backing off, still following this leader)."""
