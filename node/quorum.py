@@ -60,6 +60,7 @@ STEPS_PER_EVENT_MAX = CALLS_AWAITING_OFFICE_MAX + 2  # an event, then at most on
 FORWARD_ATTEMPTS_MAX = 1_000  # bounds the retry loop; the timeout normally ends it first
 RETRY_BACKOFF_MAX_MS = 1_000  # Kafka's retry.backoff.max.ms
 NEVER_MS = 2**62
+IDLE_WAIT_MAX_MS = 60_000  # the owner re-arms a far-away timer at least this often
 
 # RaftError of a refused proposal -> what the controller's caller is told.
 _PROPOSAL_ERRORS = {
@@ -165,7 +166,7 @@ class QuorumService:
         """Stop the owner and the sends, answer what is pending with NOT_CONTROLLER, flush and close."""
         if self._owner is not None:
             self._owner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # a failure was logged by `_run`
                 await self._owner
             self._owner = None
         await self._transport.close()
@@ -186,7 +187,7 @@ class QuorumService:
     async def handle_raft(self, envelope: Envelope) -> None:
         """A Raft message from a peer; ProtocolError if it does not decode. Dropped when the queue
         is full or the service is stopped: Raft resends what matters."""
-        message = from_envelope(envelope, self.config.node_id)
+        message = from_envelope(envelope, self.config.node_id, self.config.quorum.voter_ids)
         if self._owner is None:
             return
         self._transport.learn(envelope.source_id, envelope.source_address)
@@ -294,8 +295,9 @@ class QuorumService:
             return self._events.get_nowait()
         assert self._driver is not None, "the owner runs only while started"
         wake_ms = min(self._driver.next_tick_ms, self._next_controller_tick_ms)
+        wait_ms = min(max(0, wake_ms - self._now()), IDLE_WAIT_MAX_MS)
         try:
-            async with asyncio.timeout(max(0, wake_ms - self._now()) / 1000):
+            async with asyncio.timeout(wait_ms / 1000):
                 return await self._events.get()
         except TimeoutError:
             return None

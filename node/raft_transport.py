@@ -41,6 +41,9 @@ RAFT_MESSAGE_TYPES: dict[str, type] = {
                 FetchSnapshotResponse)
 }
 ACK = Envelope(type="Ack", body={})
+_FROM_ANY_NODE = frozenset({FetchRequest, FetchSnapshotRequest})
+_NON_NEGATIVE_FIELDS = ("epoch", "fetch_offset", "max_bytes", "position", "last_fetched_epoch", "last_epoch",
+                        "last_end_offset")
 SENDS_IN_FLIGHT_MAX = 256  # beyond it a message is dropped (Raft resends); bounds tasks under a slow peer
 OBSERVER_ADDRESSES_MAX = 1024  # the leader's view of observers, least recently heard dropped first
 
@@ -49,15 +52,27 @@ def to_envelope(message: Message, source_address: str) -> Envelope:
     return Envelope(type(message.body).__name__, encode(message.body), message.source_id, source_address)
 
 
-def from_envelope(envelope: Envelope, destination_id: int) -> Message:
-    """The Raft message in `envelope`, for this node; ProtocolError names what is wrong."""
+def from_envelope(envelope: Envelope, destination_id: int, voter_ids: frozenset[int]) -> Message:
+    """The Raft message in `envelope`, for this node; ProtocolError names what is wrong.
+
+    The core trusts its peers' messages as Raft peers; the edge checks what a confused or foreign
+    sender could get wrong: only voters vote, lead and answer fetches (an observer only fetches),
+    and epochs, offsets and sizes are not negative."""
     body_type = RAFT_MESSAGE_TYPES.get(envelope.type)
     if body_type is None:
         known = ", ".join(sorted(RAFT_MESSAGE_TYPES))
         raise ProtocolError(f"Envelope.type {envelope.type!r} is not a Raft message; known: {known}")
     if envelope.source_id < 0 or envelope.source_id == destination_id:
         raise ProtocolError(f"Envelope.source_id {envelope.source_id} is not another node's id")
-    return Message(envelope.source_id, destination_id, decode(body_type, envelope.body))
+    if body_type not in _FROM_ANY_NODE and envelope.source_id not in voter_ids:
+        raise ProtocolError(f"{envelope.type} from node {envelope.source_id}, which is not a voter "
+                            f"({sorted(voter_ids)}); check controller.quorum.voters on both nodes")
+    body = decode(body_type, envelope.body)
+    for name in _NON_NEGATIVE_FIELDS:
+        value = getattr(body, name, 0)
+        if value < 0:
+            raise ProtocolError(f"{envelope.type}.{name} is {value}; it must be 0 or more")
+    return Message(envelope.source_id, destination_id, body)
 
 
 class RaftTransport:

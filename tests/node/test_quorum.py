@@ -132,13 +132,16 @@ class TestNode:
 
 
 class Cluster:
-    def __init__(self, root: Path, size: int, **extra: str) -> None:
+    """`size` voters (ids 1..size, broker and controller) and `observers` broker-only nodes after them."""
+
+    def __init__(self, root: Path, size: int, observers: int = 0, **extra: str) -> None:
         self.nodes = {node_id: TestNode(node_id, bound_socket(), root / f"node-{node_id}")
-                      for node_id in range(1, size + 1)}
-        voters = ",".join(f"{node.node_id}@127.0.0.1:{node.port}" for node in self.nodes.values())
+                      for node_id in range(1, size + observers + 1)}
+        voters = ",".join(f"{node_id}@127.0.0.1:{self.nodes[node_id].port}" for node_id in range(1, size + 1))
         for node in self.nodes.values():
             node.config = NodeConfig.from_properties({
                 "node.id": str(node.node_id), "controller.quorum.voters": voters,
+                "process.roles": "broker,controller" if node.node_id <= size else "broker",
                 "listeners": f"PLAINTEXT://127.0.0.1:{node.port}", "log.dirs": str(node.root / "data"),
                 **FAST_RAFT, **extra,
             })
@@ -264,6 +267,10 @@ async def test_non_leader_answers_not_controller_and_bad_envelopes_are_refused(t
             await follower.handle_raft(Envelope("Nonsense", {}, 2, ""))
         with pytest.raises(ProtocolError, match="VoteRequest is missing the required field"):
             await follower.handle_raft(Envelope("VoteRequest", {"epoch": 1}, 2, ""))
+        with pytest.raises(ProtocolError, match="BeginQuorumEpoch from node 9, which is not a voter"):
+            await follower.handle_raft(Envelope("BeginQuorumEpoch", {"epoch": 99, "leader_id": 9}, 9, ""))
+        with pytest.raises(ProtocolError, match=r"BeginQuorumEpoch\.epoch is -1; it must be 0 or more"):
+            await follower.handle_raft(Envelope("BeginQuorumEpoch", {"epoch": -1, "leader_id": 2}, 2, ""))
     finally:
         await cluster.stop()
 
@@ -278,5 +285,61 @@ async def test_without_a_quorum_a_request_times_out_with_a_named_error(tmp_path:
         assert clock_ms() - started < TIMEOUT_S * 1000
         assert response.topics[0].error_code is ErrorCode.REQUEST_TIMED_OUT
         assert "within 300 ms" in (response.topics[0].error_message or "")
+    finally:
+        await cluster.stop()
+
+
+async def test_an_observer_follows_the_metadata_and_forwards_requests(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 3, observers=1)
+    try:
+        for node in cluster.nodes.values():
+            await node.start()
+        observer = cluster.service(4)
+        broker_epoch = await register(observer, 4)  # forwarded: an observer is never the controller
+        await heartbeat(observer, 4, broker_epoch)
+        await create_topic(observer, "orders", 2, 1)
+        leader = observer.active_controller_id
+        assert leader is not None and leader != 4
+        await converged([observer, cluster.service(leader)], cluster.service(leader).metadata_offset)
+        assert not observer.is_active_controller
+    finally:
+        await cluster.stop()
+
+
+async def test_silent_brokers_are_fenced_by_the_controller_tick(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 3, **{"broker.session.timeout.ms": "400"})
+    try:
+        for node in cluster.nodes.values():
+            await node.start()
+        service = cluster.service(1)
+        broker_epoch = await register(service, 1)
+        await heartbeat(service, 1, broker_epoch)
+        await wait_for_metadata(service, lambda: not service.metadata.broker(1).fenced)
+        await wait_for_metadata(service, lambda: service.metadata.broker(1).fenced)  # no more heartbeats
+    finally:
+        await cluster.stop()
+
+
+async def test_a_leader_cut_off_from_its_quorum_answers_pending_requests_not_controller(tmp_path: Path) -> None:
+    """The leader proposes, cannot commit without its followers, resigns by check-quorum, and the
+    pending request is answered NOT_CONTROLLER instead of waiting for its timeout."""
+    cluster = Cluster(tmp_path, 3, **{"request.timeout.ms": "15000"})
+    try:
+        for node in cluster.nodes.values():
+            await node.start()
+        await register(cluster.service(1), 1)
+        leader = cluster.service(1).active_controller_id
+        assert leader is not None
+        for node_id in cluster.nodes:
+            if node_id != leader:
+                await cluster.nodes[node_id].stop()
+        request = BrokerRegistrationRequest(2, "incarnation-2", {"PLAINTEXT": "127.0.0.1:9002"})
+        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 2, "127.0.0.1:9002")
+        started = clock_ms()
+        async with asyncio.timeout(TIMEOUT_S):
+            answer = await cluster.service(leader).handle_controller(Api.BROKER_REGISTRATION, envelope)
+        assert answer.body["error_code"] == ErrorCode.NOT_CONTROLLER.value, answer
+        assert clock_ms() - started < 15_000
+        assert not cluster.service(leader).is_active_controller
     finally:
         await cluster.stop()
