@@ -15,6 +15,7 @@ import pytest
 
 from client import protocol
 from node.broker import Broker
+from replication.config import ReplicationConfig
 from replication.ready import Role
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
@@ -251,3 +252,37 @@ async def test_controlled_stop_hands_over_leadership_and_writes_the_clean_shutdo
     assert 0 not in state.isr
     after = await cluster.produce(state.leader, TP, batch(b"b"))
     assert (after.error_code, after.base_offset) == (ErrorCode.NONE, 1)
+
+
+async def test_isr_shrinks_when_followers_are_cut_off_and_expands_when_they_return(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, replication=ReplicationConfig(replica_lag_time_max_ms=300))
+    await cluster.start()
+    try:
+        await cluster.create_topic(TOPIC, {0: (0, 1, 2)}, {"min.insync.replicas": "3"})
+        assert (await cluster.produce(0, TP, batch(b"a"))).error_code == ErrorCode.NONE
+        cluster.nodes[0].cut = True
+        assert (await cluster.produce(0, TP, batch(b"b"), acks=1)).error_code == ErrorCode.NONE
+        # Followers that cannot fetch fall out of the ISR after replica.lag.time.max.ms (the
+        # leader's tick timer), through AlterPartition to the controller.
+        await cluster.quorum.until(lambda metadata: cluster.quorum.partition(TOPIC, 0).isr == (0,))
+        refused = await cluster.produce(0, TP, batch(b"c"))
+        assert refused.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+        cluster.nodes[0].cut = False
+        await cluster.quorum.until(lambda metadata: cluster.quorum.partition(TOPIC, 0).isr == (0, 1, 2))
+        accepted = await cluster.produce(0, TP, batch(b"d"))
+        assert (accepted.error_code, accepted.base_offset) == (ErrorCode.NONE, 2)
+        for follower in (1, 2):
+            log = cluster.broker(follower).hosts[TP].partition.log
+            await until(cluster.broker(follower), TP, lambda log=log: log.log_end_offset == 3)
+    finally:
+        await cluster.stop()
+
+
+async def test_corrupt_batch_is_refused_and_leaves_the_log_unchanged(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    good = batch(b"a", b"b")
+    corrupt = good[:-1] + bytes([good[-1] ^ 0xFF])
+    answer = await cluster.produce(0, TP, corrupt)
+    assert answer.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert cluster.broker(0).hosts[TP].partition.log.log_end_offset == 0
+    assert (await cluster.produce(0, TP, good)).base_offset == 0
