@@ -650,8 +650,13 @@ def _decode(hint: Any, data: Any, where: str) -> Any:
     if origin is tuple or origin is list:
         if not isinstance(data, (list, tuple)):
             raise ProtocolError(f"{where} must be an array, not {type(data).__name__}")
-        (item,) = typing.get_args(hint)[:1]
-        items = [_decode(item, value, f"{where}[{i}]") for i, value in enumerate(data)]
+        args = typing.get_args(hint)
+        if origin is tuple and args[-1] is not Ellipsis:  # a fixed-length tuple such as tuple[str, int]
+            if len(data) != len(args):
+                raise ProtocolError(f"{where} must have {len(args)} items, not {len(data)}")
+            pairs = enumerate(zip(args, data, strict=True))
+            return tuple(_decode(item, value, f"{where}[{i}]") for i, (item, value) in pairs)
+        items = [_decode(args[0], value, f"{where}[{i}]") for i, value in enumerate(data)]
         return tuple(items) if origin is tuple else items
     if origin in (Mapping, dict):
         if not isinstance(data, dict):
