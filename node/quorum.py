@@ -235,8 +235,12 @@ class QuorumService:
         """The response of controller `leader`, or None if it could not be reached."""
         if leader == self.config.node_id:
             return await self._call_locally(request, timeout_ms)
+        # A paused controller loses its quorum within the fetch timeout; capping one attempt lets
+        # the next go to its successor instead of spending the caller's whole timeout on it.
+        quorum = self.config.quorum
+        attempt_timeout_ms = min(timeout_ms, quorum.fetch_timeout_ms + quorum.request_timeout_ms)
         try:
-            return await forward(self._connections, self.config.voter_address(leader), request, timeout_ms,
+            return await forward(self._connections, self.config.voter_address(leader), request, attempt_timeout_ms,
                                  self.config.node_id, self._source_address)
         except NodeUnavailableError as error:
             log.debug("node %s: controller %s unreachable: %s", self.config.node_id, leader, error)
