@@ -294,12 +294,15 @@ class QuorumService:
             raise
 
     async def _next_event(self) -> Message | _ControllerCall | None:
-        """The next queued event, or None when a timer is due."""
-        if not self._events.empty():
-            return self._events.get_nowait()
+        """The next queued event, or None when a timer is due (timers first, so a steady stream
+        of messages cannot starve elections and check-quorum)."""
         assert self._driver is not None, "the owner runs only while started"
         wake_ms = min(self._driver.next_tick_ms, self._next_controller_tick_ms)
         wait_ms = min(max(0, wake_ms - self._now()), IDLE_WAIT_MAX_MS)
+        if wait_ms == 0:
+            return None
+        if not self._events.empty():
+            return self._events.get_nowait()
         try:
             async with asyncio.timeout(wait_ms / 1000):
                 return await self._events.get()
