@@ -53,7 +53,10 @@ def strategy_for(hint: Any) -> st.SearchStrategy:
         return st.one_of(*(st.none() if option is type(None) else strategy_for(option)
                            for option in typing.get_args(hint)))
     if origin is tuple:
-        return st.lists(strategy_for(typing.get_args(hint)[0]), max_size=3).map(tuple)
+        args = typing.get_args(hint)
+        if args[-1] is not Ellipsis:
+            return st.tuples(*(strategy_for(arg) for arg in args))
+        return st.lists(strategy_for(args[0]), max_size=3).map(tuple)
     if origin in (Mapping, dict):
         key, value = typing.get_args(hint)
         return st.dictionaries(strategy_for(key), strategy_for(value), max_size=3)
@@ -159,3 +162,12 @@ def test_nested_errors_name_the_path() -> None:
 
 def test_a_protocol_error_is_an_invalid_request_by_default() -> None:
     assert ProtocolError("x").code is ErrorCode.INVALID_REQUEST
+
+
+def test_fixed_length_tuples_check_each_item_and_the_length() -> None:
+    cls = REQUESTS[Api.OFFSET_FETCH]
+    assert unpack(cls, msgpack.packb({"group_id": "g", "partitions": [["t", 0]]})).partitions == (("t", 0),)
+    with pytest.raises(ProtocolError, match=r"OffsetFetchRequest\.partitions\[0\] must have 2 items, not 3"):
+        unpack(cls, msgpack.packb({"group_id": "g", "partitions": [["t", 0, 1]]}))
+    with pytest.raises(ProtocolError, match=r"OffsetFetchRequest\.partitions\[0\]\[1\] must be an integer"):
+        unpack(cls, msgpack.packb({"group_id": "g", "partitions": [["t", "0"]]}))
