@@ -109,6 +109,7 @@ class BrokerLifecycleManager:
         """End the heartbeats (the controller fences the broker after its session timeout)."""
         if self.state != BrokerState.PENDING_CONTROLLED_SHUTDOWN:
             self.state = BrokerState.SHUTTING_DOWN
+        self._unfenced.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -25,14 +25,6 @@ class PartitionWatchers:
     def __init__(self) -> None:
         self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
 
-    def __len__(self) -> int:
-        """Waits in progress (Kafka's fetch purgatory size)."""
-        return len({id(future) for futures in self._watchers.values() for future in futures})
-
-    def watching(self, topic_partition: TopicPartition) -> int:
-        """Waits that include `topic_partition`."""
-        return len(self._watchers.get(topic_partition, ()))
-
     async def wait(self, topic_partitions: Iterable[TopicPartition], timeout_ms: int) -> bool:
         """Sleep until one of `topic_partitions` changes (True) or `timeout_ms` passes (False)."""
         keys = set(topic_partitions)
