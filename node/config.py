@@ -316,7 +316,11 @@ def load_config(path: str | None, environ: Mapping[str, str], overrides: Mapping
     `overrides`, and validate. OSError if the file cannot be read; ConfigException if bad."""
     properties: dict[str, str] = {}
     if path is not None:
-        properties.update(parse_properties(Path(path).read_text(encoding="utf-8"), path))
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigException(f"{path} is not UTF-8 text ({error}); save it as UTF-8") from None
+        properties.update(parse_properties(text, path))
     properties.update(environment_properties(environ))
     properties.update({key.strip(): str(value).strip() for key, value in overrides.items()})
     return NodeConfig.from_properties(properties)
@@ -463,7 +467,12 @@ def _parse_quorum(properties: Mapping[str, str]) -> QuorumConfig:
     try:
         return QuorumConfig.from_properties(quorum_properties)
     except QuorumConfigError as error:
-        raise ConfigException(str(error)) from None
+        message = str(error)
+        if not any(key in message for key in quorum_properties):
+            # QuorumConfig's own checks name its fields; say which keys set them.
+            given = ", ".join(f"{key}={value}" for key, value in sorted(quorum_properties.items()))
+            message = f"{message} (given {given})"
+        raise ConfigException(message) from None
 
 
 def _check_voter_role(node_id: int, roles: frozenset[ProcessRole], quorum: QuorumConfig) -> None:

@@ -182,6 +182,8 @@ def test_unknown_keys_are_reported_not_fatal() -> None:
         ({"controller.quorum.voters": None}, r"controller.quorum.voters is required"),
         ({"controller.quorum.voters": "1@h"}, r"'1@h' is not id@host:port"),
         ({"controller.quorum.election.timeout.ms": "soon"}, r"controller.quorum.election.timeout.ms='soon'"),
+        ({"controller.quorum.election.timeout.ms": "0"},
+         r"election_timeout_ms=0 must be >= 1 \(given controller.quorum.election.timeout.ms=0, "),
         ({"controller.quorum.typo": "1"}, r"unknown quorum config 'controller.quorum.typo'; known keys:"),
         ({"node.id": "9"}, r"node.id=9 is not in controller.quorum.voters=.*add it"),
         ({"process.roles": "broker"}, r"node.id=1 is in controller.quorum.voters=.*no controller"),
@@ -210,6 +212,13 @@ def test_bad_values_name_the_key_value_and_what_is_allowed(properties: dict[str,
             merged[key] = value
     with pytest.raises(ConfigException, match=expected):
         NodeConfig.from_properties(merged)
+
+
+def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "node.properties"
+    path.write_bytes(b"node.id=\xff\n")
+    with pytest.raises(ConfigException, match="is not UTF-8 text"):
+        load_config(str(path), {})
 
 
 def test_a_properties_line_without_separator_is_refused() -> None:
