@@ -1,0 +1,241 @@
+"""The `tributary` CLI: argument parsing, output formats, and every network subcommand end to
+end against a fake cluster running on its own loop in a thread (the CLI runs `asyncio.run`).
+
+Method: `client.cli.main` is called with argv, stdin is replaced by bytes, and stdout/stderr
+are captured; expected failures must print the Kafka error name, exit 1 and show no traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client.admin import ClusterDescription, NodeStatus, PartitionStatus
+from client.cli import build_parser, main
+from client.cli_cluster import status_json, status_table
+from client.cli_consume import format_record
+from client.cli_perf import LatencyStats, produce_summary
+from client.cli_produce import producer_settings
+from client.fetched_batch import ConsumerRecord
+from client.metadata import BrokerInfo, PartitionInfo
+from client.protocol import ReplicaState
+from tests.client.fake_node import FakeCluster, FakeClusterThread
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
+    with FakeClusterThread(tmp_path_factory.mktemp("cli")) as cluster:
+        yield cluster
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str], stdin: bytes = b"") -> tuple[int, str, str]:
+    original = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin))
+    try:
+        status = main(argv)
+    finally:
+        sys.stdin = original
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return status, captured.out, captured.err
+
+
+# -- parsing and formatting (no cluster) ----------------------------------------------------
+
+
+def test_bootstrap_defaults_to_the_environment_then_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRIBUTARY_BOOTSTRAP", raising=False)
+    assert build_parser().parse_args(["topics", "list"]).bootstrap == "127.0.0.1:9092"
+    monkeypatch.setenv("TRIBUTARY_BOOTSTRAP", "h1:1,h2:2")
+    assert build_parser().parse_args(["topics", "list"]).bootstrap == "h1:1,h2:2"
+
+
+def test_bootstrap_may_come_before_or_after_the_subcommand() -> None:
+    assert build_parser().parse_args(["--bootstrap", "a:1", "topics", "list"]).bootstrap == "a:1"
+    assert build_parser().parse_args(["topics", "list", "--bootstrap", "b:2"]).bootstrap == "b:2"
+    assert build_parser().parse_args(["topics", "list", "--bootstrap-server", "c:3"]).bootstrap == "c:3"
+
+
+def test_topics_create_takes_kafkas_flags() -> None:
+    arguments = build_parser().parse_args([
+        "topics", "create", "--topic", "orders", "--partitions", "6", "--replication-factor", "3",
+        "--config", "retention.ms=1000", "--config", "cleanup.policy=compact",
+    ])
+    assert (arguments.topic, arguments.partitions, arguments.replication_factor) == ("orders", 6, 3)
+    assert arguments.config == ["retention.ms=1000", "cleanup.policy=compact"]
+
+
+def test_consume_start_options_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["consume", "t", "--from-beginning", "--offset", "3"])
+    assert exited.value.code == 2
+    capsys.readouterr()
+
+
+def test_producer_props_map_kafka_names_to_settings() -> None:
+    assert producer_settings({"linger.ms": "7", "compression.type": "lz4", "bootstrap.servers": "x:1"}) == {
+        "linger_ms": 7, "compression_type": "lz4"
+    }
+    with pytest.raises(ValueError, match="unknown producer property 'linger'"):
+        producer_settings({"linger": "1"})
+
+
+def test_records_print_like_kafka_console_consumer() -> None:
+    record = ConsumerRecord("t", 2, 41, 0, None, b"hello")
+    assert format_record(record, print_key=False, print_offset=False) == "hello"
+    assert format_record(record, print_key=True, print_offset=True) == "Partition:2\tOffset:41\tnull\thello"
+
+
+def test_latency_percentiles_weigh_each_sample_by_its_records() -> None:
+    stats = LatencyStats()
+    stats.add(1.0, 98)
+    stats.add(50.0, 1)
+    stats.add(100.0, 1)
+    assert stats.percentiles((50, 99, 99.9)) == {50: 1.0, 99: 50.0, 99.9: 100.0}
+    assert "1000 records sent" in produce_summary(1000, 0.5, 100, stats)
+    assert "2000.0 records/sec" in produce_summary(1000, 0.5, 100, stats)
+
+
+def description() -> ClusterDescription:
+    def state(node: int, leo: int) -> ReplicaState:
+        return ReplicaState("t", 0, "leader" if node == 0 else "follower", 0, 3, 5, leo, 8, (0, 1))
+
+    return ClusterDescription(
+        "c1", 0,
+        (NodeStatus(BrokerInfo(0, "h", 9092), "online"), NodeStatus(BrokerInfo(1, "h", 9093), "online"),
+         NodeStatus(BrokerInfo(2, "h", 9094), "unreachable", "down")),
+        (PartitionStatus(PartitionInfo("t", 0, 0, 3, (0, 1, 2), (0, 1)), {0: state(0, 10), 1: state(1, 8)}),),
+    )
+
+
+def test_status_json_has_the_documented_shape() -> None:
+    assert status_json(description()) == {
+        "nodes": [
+            {"id": 0, "host": "h", "port": 9092, "state": "online"},
+            {"id": 1, "host": "h", "port": 9093, "state": "online"},
+            {"id": 2, "host": "h", "port": 9094, "state": "unreachable"},
+        ],
+        "controller": 0,
+        "partitions": [{
+            "topic": "t", "partition": 0, "leader": 0, "leaderEpoch": 3, "replicas": [0, 1, 2], "isr": [0, 1],
+            "highWatermark": 8, "logStartOffset": 5, "logEndOffsets": {"0": 10, "1": 8},
+        }],
+    }
+
+
+def test_status_table_shows_lag_per_replica() -> None:
+    table = status_table(description())
+    assert "active controller: 0" in table
+    assert "unreachable (down)" in table
+    assert "0:10(0) 1:8(2) 2:?" in table
+
+
+# -- end to end against the fake cluster ----------------------------------------------------
+
+
+def test_topics_create_list_describe_alter_delete(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    assert run([*b, "topics", "create", "--topic", "orders", "--partitions", "2", "--replication-factor", "3",
+                "--config", "retention.ms=1000"], capsys)[:2] == (0, "Created topic orders.\n")
+    assert "orders" in run([*b, "topics", "list"], capsys)[1].split()
+    status, out, _ = run([*b, "topics", "describe", "--topic", "orders"], capsys)
+    assert status == 0
+    assert "Topic: orders\tPartitionCount: 2\tReplicationFactor: 3\tConfigs: retention.ms=1000" in out
+    assert "\tTopic: orders\tPartition: 1\tLeader: 1\tLeaderEpoch: 0\tReplicas: 1,2,0\tIsr: 1,2,0" in out
+    assert run([*b, "topics", "alter-config", "--topic", "orders", "--config", "retention.ms=5"], capsys)[0] == 0
+    assert fake.state.configs["orders"] == {"retention.ms": "5"}
+    status, _, err = run([*b, "topics", "create", "--topic", "orders"], capsys)
+    assert status == 1
+    assert err.startswith("Error: TOPIC_ALREADY_EXISTS: ")
+    assert run([*b, "topics", "create", "--topic", "orders", "--if-not-exists"], capsys)[0] == 0
+    assert run([*b, "topics", "delete", "--topic", "orders"], capsys)[:2] == (0, "Deleted topic orders.\n")
+
+
+def test_produce_then_consume_with_keys_and_offsets(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "lines", "--partitions", "1"], capsys)
+    status, _, _ = run([*b, "produce", "lines", "--key-separator", ":"], capsys, stdin=b"k1:one\nk2:two\nthree\n")
+    assert status == 0
+    status, out, err = run([*b, "consume", "lines", "--from-beginning", "--print-key", "--print-offset",
+                            "--max-records", "3"], capsys)
+    assert status == 0
+    assert out.splitlines() == [
+        "Partition:0\tOffset:0\tk1\tone", "Partition:0\tOffset:1\tk2\ttwo", "Partition:0\tOffset:2\tnull\tthree",
+    ]
+    assert "Processed a total of 3 messages" in err
+    out = run([*b, "consume", "lines", "--offset", "1", "--from-follower", "--timeout-ms", "300"], capsys)[1]
+    assert out.splitlines() == ["two", "three"]
+
+
+def test_consume_with_a_group_commits_and_resumes(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "grouped", "--partitions", "1"], capsys)
+    run([*b, "produce", "grouped"], capsys, stdin=b"a\nb\nc\n")
+    first = run([*b, "consume", "grouped", "--group", "g", "--from-beginning", "--max-records", "2"], capsys)[1]
+    assert first.splitlines() == ["a", "b"]
+    rest = run([*b, "consume", "grouped", "--group", "g", "--timeout-ms", "300"], capsys)[1]
+    assert rest.splitlines() == ["c"]
+
+
+def test_consume_from_a_timestamp(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "timed", "--partitions", "1"], capsys)
+    run([*b, "produce", "timed"], capsys, stdin=b"old\n")
+    assert run([*b, "consume", "timed", "--timestamp", str(2**42), "--timeout-ms", "200"], capsys)[1] == ""
+    assert run([*b, "consume", "timed", "--timestamp", "0", "--timeout-ms", "200"], capsys)[1] == "old\n"
+
+
+def test_delete_records_and_cluster_status(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "trimmed", "--partitions", "1", "--replication-factor", "3"], capsys)
+    run([*b, "produce", "trimmed"], capsys, stdin=b"1\n2\n3\n4\n")
+    status, out, _ = run([*b, "delete-records", "--topic", "trimmed", "--partition", "0", "--offset", "2"], capsys)
+    assert (status, out) == (0, "partition: trimmed-0\tlow_watermark: 2\n")
+    status, out, _ = run([*b, "cluster", "status", "--json"], capsys)
+    assert status == 0
+    document = json.loads(out)
+    assert [node["state"] for node in document["nodes"]] == ["online"] * 3
+    (trimmed,) = [p for p in document["partitions"] if p["topic"] == "trimmed"]
+    assert trimmed["highWatermark"] == 4
+    assert trimmed["logStartOffset"] == 2
+    assert trimmed["logEndOffsets"] == {"0": 4, "1": 4, "2": 4}
+    assert "REPLICAS LEO (LAG)" in run([*b, "cluster", "status"], capsys)[1]
+
+
+def test_perf_tools_print_kafka_style_summaries(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "perf", "--partitions", "2"], capsys)
+    status, out, _ = run([*b, "perf-produce", "--topic", "perf", "--num-records", "3000", "--record-size", "50",
+                          "--throughput", "-1", "--producer-props", "linger.ms=1", "batch.size=4096"], capsys)
+    assert status == 0
+    assert out.startswith("3000 records sent, ")
+    assert "ms 99.9th." in out
+    status, out, _ = run([*b, "perf-consume", "--topic", "perf", "--messages", "3000", "--from-follower"], capsys)
+    assert status == 0
+    assert out.startswith("3000 records received, ")
+
+
+def test_expected_errors_print_the_kafka_name_and_exit_1(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    status, _, err = run([*b, "consume", "nope", "--timeout-ms", "100"], capsys)
+    assert status == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in err
+    assert "tributary topics create --topic nope" in err
+    status, _, err = run([*b, "produce", "nope"], capsys, stdin=b"x\n")
+    assert (status, err.split(":")[0:2]) == (1, ["Error", " UNKNOWN_TOPIC_OR_PARTITION"])
+    status, _, err = run(["--bootstrap", "127.0.0.1:1", "cluster", "status"], capsys)
+    assert status == 1
+    assert "NETWORK_EXCEPTION" in err
+    assert "check that the cluster is running" in err
+    status, _, err = run(["--bootstrap", "nonsense", "topics", "list"], capsys)
+    assert status == 2
+    assert "is not host:port" in err
+
+
+def test_dump_log_is_still_registered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_parser().parse_args(["dump-log", str(tmp_path / "x.log")]).files == [str(tmp_path / "x.log")]
