@@ -343,3 +343,21 @@ async def test_a_leader_cut_off_from_its_quorum_answers_pending_requests_not_con
         assert not cluster.service(leader).is_active_controller
     finally:
         await cluster.stop()
+
+
+async def test_a_single_voter_is_its_own_active_controller(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 1)
+    try:
+        await cluster.nodes[1].start()
+        service = cluster.service(1)
+        broker_epoch = await register(service, 1)
+        await heartbeat(service, 1, broker_epoch)
+        await create_topic(service, "orders", 2, 1)
+        assert service.active_controller_id == 1 and service.is_active_controller
+        await cluster.nodes[1].stop()
+        await cluster.nodes[1].start()  # re-elects itself, then commits and applies its log again
+        restarted = cluster.service(1)
+        await wait_for_metadata(restarted, lambda: restarted.metadata.topic_id("orders") is not None)
+        await create_topic(restarted, "payments", 1, 1)
+    finally:
+        await cluster.stop()
