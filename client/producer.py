@@ -22,6 +22,7 @@ from client.metadata import Metadata, TopicPartition
 from client.partitioner import StickyPartitioner, partition_for_key
 from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordMetadata, record_size
 from client.protocol import Api, ErrorCode, ProducePartition, ProduceRequest, ProduceResponse
+from storage.errors import StorageError
 from storage.records import Compression
 
 COMPRESSION_TYPES = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -212,6 +213,15 @@ class Producer:
     # -- the sender ---------------------------------------------------------------------
 
     async def _run_sender(self) -> None:
+        try:
+            await self._send_loop()
+        except Exception as error:
+            # A bug must not leave futures pending forever: fail every queued record with it.
+            self.accumulator.abort_all(error)
+            self._space.set()
+            raise
+
+    async def _send_loop(self) -> None:
         while True:
             now_ms = self._clock()
             self._expire(now_ms)
@@ -249,13 +259,9 @@ class Producer:
         for batch in batches:
             batch.attempts += 1
             by_tp.setdefault(batch.tp, []).append(batch)
-        request = ProduceRequest(self.acks, self.request_timeout_ms, tuple(
-            ProducePartition(tp.topic, tp.partition, b"".join(b.encode(self.compression) for b in tp_batches),
-                             self._leader_epoch(tp))
-            for tp, tp_batches in by_tp.items()
-        ))
         address = self.metadata.address_of(node)
         try:
+            request = self._produce_request(by_tp)
             if address is None:
                 raise NodeUnavailableError(f"node {node} is not in the metadata")
             response = await self.connections.call(
@@ -268,6 +274,10 @@ class Producer:
         except RequestRejectedError as error:
             for tp_batches in by_tp.values():
                 self._handle_error(tp_batches, error.code, error.message)
+        except (TypeError, ValueError, StorageError) as error:
+            for tp_batches in by_tp.values():  # records the codec refused: values must be bytes or None
+                for batch in tp_batches:
+                    self._finish(batch, error_for(ErrorCode.INVALID_RECORD, f"{batch.tp}: {error}"))
         else:
             answered = {TopicPartition(p.topic, p.partition): p for p in response.partitions}
             for tp, tp_batches in by_tp.items():
@@ -287,6 +297,13 @@ class Producer:
             for tp in by_tp:
                 self.accumulator.unmute(tp)
             self._wakeup.set()
+
+    def _produce_request(self, by_tp: dict[TopicPartition, list[ProducerBatch]]) -> ProduceRequest:
+        return ProduceRequest(self.acks, self.request_timeout_ms, tuple(
+            ProducePartition(tp.topic, tp.partition, b"".join(b.encode(self.compression) for b in tp_batches),
+                             self._leader_epoch(tp))
+            for tp, tp_batches in by_tp.items()
+        ))
 
     def _leader_epoch(self, tp: TopicPartition) -> int:
         info = self.metadata.partition_info(tp)

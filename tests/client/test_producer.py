@@ -152,3 +152,11 @@ async def test_no_reachable_node_fails_start_with_network_exception(cluster: Fak
 async def test_any_reachable_bootstrap_address_will_do(cluster: FakeCluster) -> None:
     async with Producer(f"127.0.0.1:1,{cluster.bootstrap}") as producer:
         assert (await producer.send_and_wait("t", b"x", partition=0)).offset == 0
+
+
+async def test_a_value_the_codec_refuses_fails_its_future_and_not_the_producer(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap) as producer:
+        bad = await producer.send_many("t", ["not bytes"], partition=0)  # type: ignore[list-item]
+        with pytest.raises(ERRORS[ErrorCode.INVALID_RECORD]):
+            await bad
+        assert (await producer.send_and_wait("t", b"fine", partition=0)).offset == 0
