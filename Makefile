@@ -1,17 +1,21 @@
-# Tributary: the two commands a fresh machine needs are `make run` (later: the local cluster)
+# Tributary: the two commands a fresh machine needs are `make run` (a local 3-node cluster)
 # and `make test`. Both create .venv and install the project into it first.
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint bench clean
+.PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+## run: a local 3-node cluster on 127.0.0.1:9092-9094 (RUN_ARGS="--data-dir DIR --base-port N")
+run: $(STAMP)
+	$(VENV)/bin/tributary-node dev $(RUN_ARGS)
 
 ## test: lint, then the whole test suite (add PYTEST_ARGS="-k name" to narrow it)
 test: $(STAMP)

@@ -61,10 +61,10 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         try:
             message = unpack(request_type, body)
             _check_non_negative(message, request_type.__name__)
+            answer = await node.dispatch(api, message, _listener_of(node, request))
         except ProtocolError as error:
             node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
             return _refuse(400, error.code, f"{api.value}: {error}")
-        answer = await node.dispatch(api, message, _listener_of(node, request))
         node.metrics.observe_request(api.value, "NONE", time.perf_counter() - started)
         return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
 

@@ -1,0 +1,80 @@
+"""`tributary-node`: run one node (`--config FILE`) or a local dev cluster (`dev`).
+
+SIGTERM or SIGINT stops a node with a controlled shutdown (leadership moves away first, then
+flush, checkpoints and the clean-shutdown marker); kill -9 is recovered by storage recovery on
+the next start. Configuration errors and a log dir of another cluster end the process with a
+message that says what to change, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from node import dev
+from node.config import ConfigException, load_config
+from node.node import Node
+from storage.errors import StorageError
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["dev"]:
+        return _dev(argv[1:])
+    parser = argparse.ArgumentParser(prog="tributary-node", description=__doc__.split("\n")[0],
+                                     epilog="`tributary-node dev --help`: the local cluster")
+    parser.add_argument("--config", help="Kafka-style .properties file (TRIBUTARY_<KEY> env vars override it)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config key over file and environment (repeatable)")
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--override {item!r}: expected KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    try:
+        config = load_config(args.config, dict(os.environ), overrides)
+    except (ConfigException, OSError) as error:
+        print(f"tributary-node: configuration error: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(_serve(Node(config)))
+    except StorageError as error:
+        print(f"tributary-node: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+
+
+async def _serve(node: Node) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await node.start()
+    logging.getLogger(__name__).info("node %s started; listening on %s", node.config.node_id,
+                                     ", ".join(node.config.listener_addresses()))
+    await stop.wait()
+    logging.getLogger(__name__).info("controlled shutdown")
+    await node.stop(controlled=True)
+    return 0
+
+
+def _dev(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tributary-node dev", description=dev.__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    parser.add_argument("--data-dir", default=dev.DEFAULT_DATA_DIR, help=f"default {dev.DEFAULT_DATA_DIR}")
+    parser.add_argument("--base-port", type=int, default=9092, help="node i listens on base-port + i - 1")
+    args = parser.parse_args(argv)
+    if args.nodes < 1:
+        parser.error("--nodes must be at least 1")
+    return dev.run(args.nodes, args.data_dir, args.base_port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Node: one process's parts wired together — config, quorum service, broker, group offsets, HTTP.
+
+Start order: claim the log dirs (meta.properties: refuse a dir of another cluster), open the logs
+(storage recovery), listen (peers need the Raft route before anyone can be elected), start the
+quorum, then the broker (it registers with the active controller). Stop order is the reverse; a
+controlled stop first moves leadership away through the controller.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from client import protocol
+from client.connection import Connections, NodeUnavailableError, RequestRejectedError
+from client.protocol import Api, Envelope, ErrorCode
+from controller.controller_api import CreatableTopic, CreateTopicsRequest
+from node import admin
+from node.broker import Broker
+from node.config import NodeConfig
+from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
+from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
+from node.quorum import QuorumService
+from node.server import build_app
+from storage import meta_properties
+from storage.config import LogConfig
+from storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC = "__cluster_metadata"
+OFFSETS_TOPIC_SEGMENT_BYTES = 104857600  # Kafka's offsets.topic.segment.bytes
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Node:
+    def __init__(self, config: NodeConfig, clock: Any = wall_clock_ms, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.connections = Connections()
+        self.quorum = QuorumService(config, self.connections, clock, self.rng)
+        self.metrics = NodeMetrics(self._replica_metrics, self._quorum_metrics)
+        self.log_manager: LogManager | None = None
+        self.broker: Broker | None = None
+        self.group_offsets: GroupOffsets | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        for log_dir in self.config.log_dirs:
+            meta_properties.ensure(Path(log_dir), self.config.node_id, self.config.cluster_id)
+        self.log_manager = LogManager([Path(d) for d in self.config.log_dirs], self._log_config, self.clock(),
+                                      skip_topics=frozenset({METADATA_TOPIC}))
+        self.broker = Broker(self.config.broker_settings(), self.quorum, self.connections, self.clock,
+                             self.log_manager)
+        self.group_offsets = GroupOffsets(
+            self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
+            self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self._forward,
+            self._create_offsets_topic, self.clock, self.config.request_timeout_ms,
+        )
+        self._runner = web.AppRunner(build_app(self), access_log=None)
+        await self._runner.setup()
+        for host, port in self.config.listener_binds():
+            await web.TCPSite(self._runner, host, port).start()
+        await self.quorum.start()
+        await self.broker.start()
+
+    async def stop(self, controlled: bool) -> None:
+        if self.broker is not None:
+            await self.broker.stop(controlled)
+        await self.quorum.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.connections.close()
+
+    def _log_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_properties(self.quorum.metadata.topic_configs(topic), base=self.config.log_config())
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    async def dispatch(self, api: Api, message: Any, listener: str) -> Any:
+        """The answer to one decoded request that arrived on `listener`."""
+        broker = self.broker
+        if broker is None:
+            raise web.HTTPServiceUnavailable(reason="node starting")
+        match api:
+            case Api.PRODUCE:
+                return await broker.produce(message)
+            case Api.FETCH:
+                return await broker.fetch(message)
+            case Api.LIST_OFFSETS:
+                return await broker.list_offsets(message)
+            case Api.OFFSETS_FOR_LEADER_EPOCH:
+                return await broker.offsets_for_leader_epoch(message)
+            case Api.DELETE_RECORDS:
+                return await broker.delete_records(message)
+            case Api.DESCRIBE_REPLICAS:
+                return broker.describe_replicas(message)
+            case Api.METADATA:
+                return admin.metadata_response(self.quorum.metadata, message, listener, self.config.cluster_id,
+                                               self.quorum.active_controller_id)
+            case Api.DESCRIBE_CONFIGS:
+                return admin.describe_configs(self.quorum.metadata, message, self.config.log_config())
+            case Api.CREATE_TOPICS | Api.DELETE_TOPICS | Api.INCREMENTAL_ALTER_CONFIGS:
+                request, timeout_ms = admin.to_controller(message)
+                return admin.from_controller(message, await self.quorum.controller_request(request, timeout_ms))
+            case Api.OFFSET_COMMIT:
+                assert self.group_offsets is not None
+                return await self.group_offsets.commit(message)
+            case Api.OFFSET_FETCH:
+                assert self.group_offsets is not None
+                return await self.group_offsets.fetch(message)
+            case Api.RAFT:
+                await self.quorum.handle_raft(message)
+                return Envelope("Ack", {})
+            case _:
+                return await self.quorum.handle_controller(api, message)
+
+    async def _forward(self, address: str, api: Api, request: Any, response_type: type) -> Any:
+        try:
+            return await self.connections.call(address, api, request, response_type, self.config.request_timeout_ms)
+        except (NodeUnavailableError, RequestRejectedError) as error:
+            log.info("forwarding %s to %s failed: %s", api.value, address, error)
+            if api is Api.OFFSET_FETCH:
+                return protocol.OffsetFetchResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
+            return protocol.OffsetCommitResponse(tuple(
+                protocol.OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                       str(error))
+                for p in request.partitions))
+
+    # ---- __consumer_offsets --------------------------------------------------------------------
+
+    def _offsets_leader(self, partition: int) -> int | None:
+        metadata = self.quorum.metadata
+        topic_id = metadata.topic_id(OFFSETS_TOPIC)
+        state = metadata.partition(topic_id, partition) if topic_id is not None else None
+        return state.leader if state is not None else None
+
+    def _offsets_coordinator_address(self, partition: int) -> str | None:
+        leader = self._offsets_leader(partition)
+        broker = self.quorum.metadata.broker(leader) if leader is not None and leader >= 0 else None
+        return broker.endpoints.get(self.config.inter_broker_listener_name) if broker is not None else None
+
+    async def _create_offsets_topic(self) -> ErrorCode:
+        live = sum(1 for broker in self.quorum.metadata.brokers() if broker.active)
+        factor = max(1, min(self.config.offsets_topic_replication_factor, live))
+        topic = CreatableTopic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, factor,
+                               configs={"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)})
+        response = await self.quorum.controller_request(CreateTopicsRequest((topic,)), self.config.request_timeout_ms)
+        return response.topics[0].error_code if response.topics else ErrorCode.UNKNOWN_SERVER_ERROR
+
+    # ---- health and metrics --------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """Healthy: the quorum knows its leader and the broker is registered and unfenced."""
+        leader = self.quorum.active_controller_id
+        registered = self.broker is not None and self.broker.is_unfenced
+        return {
+            "healthy": leader is not None and registered,
+            "node_id": self.config.node_id,
+            "active_controller": leader,
+            "metadata_offset": self.quorum.metadata_offset,
+            "broker_unfenced": registered,
+        }
+
+    def _replica_metrics(self) -> list[ReplicaMetrics]:
+        return self.broker.replica_metrics() if self.broker is not None else []
+
+    def _quorum_metrics(self) -> QuorumMetrics:
+        leader = self.quorum.active_controller_id
+        return QuorumMetrics(self.config.node_id, leader if leader is not None else -1, self.quorum.epoch,
+                             self.quorum.metadata_offset, leader == self.config.node_id)
