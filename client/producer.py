@@ -95,7 +95,12 @@ class Producer:
 
     async def start(self) -> None:
         """Fetch metadata once (failing fast if no node answers) and start the sender."""
-        await self.metadata.refresh()
+        try:
+            await self.metadata.refresh()
+        except BaseException:
+            if self._own_connections:
+                await self.connections.close()
+            raise
         self._sender = asyncio.create_task(self._run_sender(), name="tributary-producer-sender")
 
     # -- sending ------------------------------------------------------------------------
