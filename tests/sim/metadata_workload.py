@@ -232,9 +232,17 @@ class MetadataWorkload:
         broker = self.brokers.get(state.leader)
         if broker is None or broker.broker_epoch is None or not broker.alive:
             return None
+        # Shrink when every replica is in sync, otherwise mostly expand (a follower caught up), so
+        # that most requests change something; sometimes a random set, which may name a fenced broker.
         others = [replica for replica in state.replicas if replica != state.leader]
-        new_isr = tuple(replica for replica in state.replicas
-                        if replica == state.leader or (replica in others and rng.random() < 0.6))
+        if set(state.isr) == set(state.replicas) and others:
+            dropped = rng.choice(others)
+            chosen = [replica for replica in state.replicas if replica != dropped]
+        elif rng.random() < 0.7:
+            chosen = list(state.replicas)
+        else:
+            chosen = [replica for replica in others if rng.random() < 0.5] + [state.leader]
+        new_isr = tuple(replica for replica in state.replicas if replica in chosen)
         data = AlterPartitionData(topic_id, index, state.leader_epoch, state.partition_epoch, new_isr)
         return AlterPartitionRequest(state.leader, broker.broker_epoch, (data,))
 

@@ -94,7 +94,10 @@ def _truncate_to_leader_end() -> None:
         offset = min(diverging.offset, self.log.log_end_offset)
         if self.log.truncate_to(offset, now_ms):
             self.truncation_count += 1
-        return self.log.log_end_offset
+            self._refresh()
+        end = self.log.log_end_offset
+        self._tail = {base: entries for base, entries in self._tail.items() if entries[-1].offset < end}
+        return end
 
     raft_log.RaftLog.truncate_to_end_offset = truncate  # type: ignore[method-assign]
 
