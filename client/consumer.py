@@ -21,8 +21,9 @@ import asyncio
 import contextlib
 import dataclasses
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
@@ -47,6 +48,7 @@ from client.protocol import (
     OffsetFetchResponse,
 )
 
+T = TypeVar("T")
 READ_FROM = ("leader", "follower", "nearest")
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
 
@@ -452,25 +454,45 @@ class Consumer:
         request = OffsetCommitRequest(group, tuple(
             OffsetCommitPartition(as_tp(tp).topic, as_tp(tp).partition, offset) for tp, offset in chosen.items()
         ))
-        response = await self.metadata.request(Api.OFFSET_COMMIT, request, OffsetCommitResponse)
-        for p in response.partitions:
-            if p.error_code is not ErrorCode.NONE:
-                raise error_for(p.error_code, p.error_message or f"committing {p.topic}-{p.partition} for {group}")
+
+        async def attempt() -> None:
+            response = await self.metadata.request(Api.OFFSET_COMMIT, request, OffsetCommitResponse)
+            for p in response.partitions:
+                if p.error_code is not ErrorCode.NONE:
+                    raise error_for(p.error_code, p.error_message or f"committing {p.topic}-{p.partition} for {group}")
+
+        await self._retrying(attempt)
 
     async def committed(self, tps: Iterable[TopicPartition | tuple[str, int]]) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None: nothing committed)."""
         group = self._require_group()
         wanted = [as_tp(tp) for tp in tps]
         request = OffsetFetchRequest(group, tuple((tp.topic, tp.partition) for tp in wanted))
-        response = await self.metadata.request(Api.OFFSET_FETCH, request, OffsetFetchResponse)
-        if response.error_code is not ErrorCode.NONE:
-            raise error_for(response.error_code, response.error_message or f"fetching offsets of {group}")
-        found: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
-        for p in response.partitions:
-            if p.error_code is not ErrorCode.NONE:
-                raise error_for(p.error_code, f"fetching the offset of {p.topic}-{p.partition} for {group}")
-            found[TopicPartition(p.topic, p.partition)] = p.committed_offset if p.committed_offset >= 0 else None
-        return found
+
+        async def attempt() -> dict[TopicPartition, int | None]:
+            response = await self.metadata.request(Api.OFFSET_FETCH, request, OffsetFetchResponse)
+            if response.error_code is not ErrorCode.NONE:
+                raise error_for(response.error_code, response.error_message or f"fetching offsets of {group}")
+            found: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+            for p in response.partitions:
+                if p.error_code is not ErrorCode.NONE:
+                    raise error_for(p.error_code, f"fetching the offset of {p.topic}-{p.partition} for {group}")
+                found[TopicPartition(p.topic, p.partition)] = p.committed_offset if p.committed_offset >= 0 else None
+            return found
+
+        return await self._retrying(attempt)
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()` again after retriable errors (a coordinator loading or moving), within
+        request.timeout.ms; the last error is raised when time runs out."""
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_ms / 1000
+        while True:
+            try:
+                return await attempt()
+            except TributaryError as error:
+                if not error.retriable or asyncio.get_running_loop().time() >= deadline:
+                    raise
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
 
     def _require_group(self) -> str:
         if self.group_id is None:

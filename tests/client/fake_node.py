@@ -158,7 +158,8 @@ class FakeCluster:
         fake.leader_epoch += 1
 
     def inject(self, api: Api, topic: str, partition: int, *codes: ErrorCode) -> None:
-        """The next answers of `api` for the partition carry `codes`, one per request."""
+        """The next answers of `api` for the partition carry `codes`, one per request (group APIs:
+        `topic` is the group id and `partition` -1)."""
         self.state.injected[(api, topic, partition)].extend(codes)
 
     def disconnect(self, api: Api, times: int = 1) -> None:
@@ -391,6 +392,11 @@ class FakeCluster:
         return DescribeReplicasResponse(node_id, tuple(replicas))
 
     async def _offset_commit(self, node_id: int, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        code = self._injected(Api.OFFSET_COMMIT, request.group_id, -1)
+        if code is not None:
+            return OffsetCommitResponse(tuple(
+                OffsetCommitPartitionResponse(p.topic, p.partition, code) for p in request.partitions
+            ))
         committed = self.state.committed[request.group_id]
         for p in request.partitions:
             committed[(p.topic, p.partition)] = p.committed_offset
@@ -399,6 +405,9 @@ class FakeCluster:
         ))
 
     async def _offset_fetch(self, node_id: int, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        code = self._injected(Api.OFFSET_FETCH, request.group_id, -1)
+        if code is not None:
+            return OffsetFetchResponse(code, error_message=f"injected {code.name}")
         committed = self.state.committed.get(request.group_id, {})
         wanted = list(committed) if request.partitions is None else list(request.partitions)
         return OffsetFetchResponse(ErrorCode.NONE, tuple(

@@ -229,3 +229,12 @@ async def test_an_unknown_topic_is_an_error_named_unknown_topic(cluster: FakeClu
         consumer.assign([("missing", 0)])
         with pytest.raises(ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]):
             await consumer.poll(timeout_ms=500)
+
+
+async def test_commit_and_committed_retry_while_the_coordinator_loads(cluster: FakeCluster) -> None:
+    cluster.inject(Api.OFFSET_COMMIT, "g", -1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    cluster.inject(Api.OFFSET_FETCH, "g", -1, ErrorCode.NOT_COORDINATOR)
+    async with Consumer(cluster.bootstrap, group_id="g", retry_backoff_ms=1) as consumer:
+        await consumer.commit({T0: 2})
+        assert await consumer.committed([T0]) == {T0: 2}
+    assert len(cluster.requests_of(Api.OFFSET_COMMIT)) == 2
