@@ -48,8 +48,9 @@ class SeedOutcome:
     fetch_timeout_ms: int = 0
 
 
-def replay_command(seed: int) -> str:
-    return f".venv/bin/python -m tests.sim.run --seed {seed}"
+def replay_command(seed: int, spec_path: str = "") -> str:
+    spec = f" --spec {spec_path}" if spec_path else ""
+    return f".venv/bin/python -m tests.sim.run --seed {seed}{spec}"
 
 
 def load_spec(path: str) -> StateMachineSpec:
@@ -95,11 +96,13 @@ def regression_seeds() -> list[int]:
     return seeds
 
 
-def record_regression(seed: int, failure: str) -> None:
+def record_regression(seed: int, failure: str, spec_path: str = "") -> None:
     if seed in regression_seeds():
         return
     exceptions = [line for line in failure.splitlines() if re.match(r"^[\w.]+(Error|Violation|Failure): ", line)]
     reason = exceptions[-1][:110] if exceptions else "failure"
+    if spec_path:
+        reason = f"--spec {spec_path}: {reason}"
     with open(REGRESSIONS, "a", encoding="utf-8") as file:
         file.write(f"{seed}  # {reason}\n")
 
@@ -158,9 +161,10 @@ def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int, spe
     for outcome in run_seeds(seeds, jobs, spec_path):
         summary.add(outcome)
         if outcome.failure is not None:
-            print(f"FAIL seed={outcome.seed}\n{outcome.failure}\nreplay: {replay_command(outcome.seed)}", flush=True)
+            print(f"FAIL seed={outcome.seed}\n{outcome.failure}\nreplay: {replay_command(outcome.seed, spec_path)}",
+                  flush=True)
             if record:
-                record_regression(outcome.seed, outcome.failure)
+                record_regression(outcome.seed, outcome.failure, spec_path)
         if progress_every and summary.seeds % progress_every == 0:
             print("... " + summary.report(time.monotonic() - started).replace("\n", "\n... "), flush=True)
     print(summary.report(time.monotonic() - started), flush=True)
@@ -175,7 +179,7 @@ def run_one(seed: int, trace: bool, spec_path: str = "") -> int:
     except AssertionError:
         traceback.print_exc()
         print(f"FAILED at simulated {simulation.now_ms} ms after {simulation.result.steps} steps\n"
-              f"replay: {replay_command(seed)} --trace", flush=True)
+              f"replay: {replay_command(seed, spec_path)} --trace", flush=True)
         return 1
     print(f"ok steps={result.steps} simulated_ms={result.simulated_ms} committed={result.committed} "
           f"elections={result.elections} crashes={result.crashes} messages={result.messages} "
