@@ -143,8 +143,8 @@ class FetchPartition:
 
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
-    """replica_id -1: a consumer. A consumer that sets `rack_id` is told the preferred replica
-    (KIP-392); one that sets `from_follower` may be served by a follower up to its HW."""
+    """replica_id -1: a consumer. Any replica serves a consumer up to its own HW (KIP-392); a
+    consumer that sets `rack_id` is also told the preferred replica in its rack."""
 
     partitions: tuple[FetchPartition, ...]
     replica_id: int = -1
