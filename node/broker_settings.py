@@ -20,7 +20,9 @@ class BrokerSettings:
     - `advertised_endpoints`: listener name -> "host:port" (`advertised.listeners`), registered
       with the controller; `inter_broker_listener_name` picks the one followers fetch from.
     - `replication`: the replication core's settings (`replica.lag.time.max.ms`, `replica.fetch.max.bytes`).
-    - `broker_heartbeat_interval_ms` (`broker.heartbeat.interval.ms`).
+    - `broker_heartbeat_interval_ms` (`broker.heartbeat.interval.ms`); `broker_session_timeout_ms`
+      (`broker.session.timeout.ms`): a controlled shutdown with no controller answering for this
+      long gives up, since a returning controller fences the broker anyway.
     - `replica_fetch_wait_max_ms`, `replica_fetch_min_bytes`, `replica_fetch_response_max_bytes`,
       `replica_fetch_backoff_ms`: the follower's long-poll fetch (`replica.fetch.*`).
     - `request_timeout_ms` (`request.timeout.ms`): controller requests and broker-to-broker calls.
@@ -43,6 +45,7 @@ class BrokerSettings:
     broker_rack: str | None = None
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     broker_heartbeat_interval_ms: int = 2_000
+    broker_session_timeout_ms: int = 9_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_min_bytes: int = 1
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024

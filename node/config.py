@@ -299,6 +299,7 @@ class NodeConfig:
             broker_rack=self.broker_rack,
             replication=self.replication_config(),
             broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms,
+            broker_session_timeout_ms=self.broker_session_timeout_ms,
             replica_fetch_wait_max_ms=self.replica_fetch_wait_max_ms,
             replica_fetch_min_bytes=self.replica_fetch_min_bytes,
             replica_fetch_response_max_bytes=self.replica_fetch_response_max_bytes,

@@ -194,18 +194,29 @@ class BrokerLifecycleManager:
         loop = asyncio.get_running_loop()
         deadline_s = loop.time() + timeout_ms / 1000
         interval_s = self.settings.broker_heartbeat_interval_ms / 1000
+        session_s = self.settings.broker_session_timeout_ms / 1000
+        last_answer_s = loop.time()
         try:
             while (remaining_s := deadline_s - loop.time()) > 0:
                 self._wakeup.clear()
                 request = ControlledShutdownRequest(self.settings.node_id, self.broker_epoch,
                                                     self._quorum.metadata_offset)
-                timeout_request_ms = max(1, min(self.settings.request_timeout_ms, int(remaining_s * 1000)))
+                timeout_request_ms = max(1, min(self.settings.request_timeout_ms, int(remaining_s * 1000),
+                                                self.settings.broker_session_timeout_ms))
                 response = await self._quorum.controller_request(request, timeout_request_ms)
                 if response.error_code == ErrorCode.NONE and response.should_shut_down:
                     log.info("broker %s: controlled shutdown complete", self.settings.node_id)
                     return True
                 if response.error_code in _REREGISTER_ERRORS:
                     return False  # the controller no longer knows this process: nothing to hand over
+                if response.error_code == ErrorCode.NONE:
+                    last_answer_s = loop.time()
+                elif loop.time() - last_answer_s >= session_s:
+                    # No controller for a whole session (the quorum is gone, e.g. every node is stopping):
+                    # any controller that comes back fences this broker anyway, so waiting gains nothing.
+                    log.warning("broker %s: no controller answered for %d ms; stopping without controlled "
+                                "shutdown", self.settings.node_id, self.settings.broker_session_timeout_ms)
+                    return False
                 try:
                     async with asyncio.timeout(min(interval_s, max(deadline_s - loop.time(), 0))):
                         await self._wakeup.wait()
