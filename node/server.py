@@ -102,12 +102,12 @@ def _errors(node: Node) -> Callable[..., Awaitable[web.StreamResponse]]:
     async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
         try:
             return await handler(request)
-        except web.HTTPRequestEntityTooLarge as error:
+        except web.HTTPRequestEntityTooLarge:
             return _refuse(
                 413,
                 ErrorCode.INVALID_REQUEST,
-                f"the request body is larger than socket.request.max.bytes ({error.max_size} bytes); "
-                "send smaller requests (fewer or smaller batches)",
+                f"the request body is larger than socket.request.max.bytes "
+                f"({node.config.socket_request_max_bytes} bytes); send smaller requests (fewer or smaller batches)",
             )
         except web.HTTPNotFound:
             return _refuse(404, ErrorCode.INVALID_REQUEST, f"no route {request.method} {request.path}; "

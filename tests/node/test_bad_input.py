@@ -1,0 +1,160 @@
+"""Bad input to every route of a real node process: a 4xx with a named Kafka error and a message,
+the node stays up, and no log changes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import aiohttp
+import msgpack
+import pytest
+
+from client.admin import Admin, NewTopic
+from client.producer import Producer
+from client.protocol import (
+    Api,
+    ErrorCode,
+    ErrorResponse,
+    ProducePartition,
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    pack,
+    unpack,
+)
+from node.dev import DevCluster, healthy
+from storage.records import build_batch
+from tests.node.cluster_harness import describe, start_cluster, stopped
+
+MAX_BYTES = 65536
+TOPIC = "guarded"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    yield from stopped(start_cluster(tmp_path_factory.mktemp("bad-input"), 1,
+                                     **{"socket.request.max.bytes": str(MAX_BYTES)}))
+
+
+async def post(cluster: DevCluster, path: str, body: bytes) -> tuple[int, ErrorResponse | bytes]:
+    async with aiohttp.ClientSession() as session, session.post(f"http://{cluster.nodes[1].address}{path}",
+                                                                 data=body) as response:
+        data = await response.read()
+        if response.status == 200:
+            return 200, data
+        return response.status, unpack(ErrorResponse, data)
+
+
+async def log_end_offset(cluster: DevCluster) -> int:
+    description = await describe(cluster.bootstrap)
+    (state,) = [p for p in description.partitions if p.info.topic == TOPIC]
+    return state.replica_states[1].log_end_offset
+
+
+async def create_topic(cluster: DevCluster) -> None:
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(TOPIC, 1, 1)])
+    async with Producer(cluster.bootstrap) as producer:
+        await (await producer.send(TOPIC, b"before"))
+
+
+@pytest.fixture(scope="module")
+def topic(node: DevCluster) -> str:
+    asyncio.run(create_topic(node))
+    return TOPIC
+
+
+def malformed_bodies(api: Api) -> dict[str, bytes]:
+    return {
+        "not msgpack": b"\xc1\xc1\xc1",
+        "empty body": b"",
+        "an array, not a map": pack([1, 2, 3]),
+        "unknown field": pack({"surprise": 1}),
+        "wrong type everywhere": pack({"partitions": "lots", "topics": 7, "type": 3, "group_id": 5,
+                                       "resources": None, "acks": "all"}),
+        "integer beyond 64 bits": msgpack.packb({"timeout_ms": 2**64 - 1}),
+        "nested garbage": pack({"partitions": [{"topic": None}], "topics": [[1]]}),
+    }
+
+
+@pytest.mark.parametrize("api", list(Api), ids=lambda api: api.value)
+async def test_every_route_refuses_malformed_bodies_with_a_named_error(node: DevCluster, topic: str, api: Api) -> None:
+    before = await log_end_offset(node)
+    for what, body in malformed_bodies(api).items():
+        status, answer = await post(node, api.path, body)
+        assert status == 400, (api, what, status)
+        assert isinstance(answer, ErrorResponse)
+        assert answer.error_code == ErrorCode.INVALID_REQUEST and answer.error == "INVALID_REQUEST", (api, what)
+        assert answer.message.startswith(api.value), answer.message
+    assert healthy(node.nodes[1].address)
+    assert await log_end_offset(node) == before
+
+
+@pytest.mark.parametrize(
+    ("api", "field", "value"),
+    [(Api.PRODUCE, "timeout_ms", -1), (Api.FETCH, "max_wait_ms", -5), (Api.FETCH, "max_bytes", -1),
+     (Api.PRODUCE, "partition", -3), (Api.FETCH, "partition", -3)],
+)
+async def test_negative_counts_and_durations_are_refused(
+    node: DevCluster, topic: str, api: Api, field: str, value: int
+) -> None:
+    partition = {"topic": TOPIC, "partition": 0, "records": b""} if api is Api.PRODUCE else {
+        "topic": TOPIC, "partition": 0, "fetch_offset": 0}
+    body = {"acks": -1, "timeout_ms": 1000} if api is Api.PRODUCE else {}
+    if field == "partition":
+        partition[field] = value
+    else:
+        body[field] = value
+    status, answer = await post(node, api.path, pack({**body, "partitions": [partition]}))
+    assert status == 400 and isinstance(answer, ErrorResponse), (api, field, status)
+    assert field in answer.message and "0 or more" in answer.message
+
+
+async def test_a_body_over_socket_request_max_bytes_is_refused_before_it_is_read(node: DevCluster, topic: str) -> None:
+    before = await log_end_offset(node)
+    big = pack(ProduceRequest(-1, 1000, (ProducePartition(TOPIC, 0, build_batch([(None, b"x" * MAX_BYTES)])),)))
+    status, answer = await post(node, Api.PRODUCE.path, big)
+    assert status == 413 and isinstance(answer, ErrorResponse)
+    assert "socket.request.max.bytes" in answer.message
+    assert await log_end_offset(node) == before
+    assert healthy(node.nodes[1].address)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("flip a byte inside the CRC's range", ErrorCode.CORRUPT_MESSAGE),
+        ("truncate the batch", ErrorCode.CORRUPT_MESSAGE),
+        ("not a batch at all", ErrorCode.CORRUPT_MESSAGE),
+    ],
+)
+async def test_corrupt_batches_are_refused_per_partition_and_change_nothing(
+    node: DevCluster, topic: str, damage: str, expected: ErrorCode
+) -> None:
+    batch = bytearray(build_batch([(b"k", b"v" * 50)]))
+    if damage.startswith("flip"):
+        batch[-5] ^= 0xFF
+    elif damage.startswith("truncate"):
+        batch = batch[:-7]
+    else:
+        batch = bytearray(b"hello, tributary" * 5)
+    before = await log_end_offset(node)
+    status, answer = await post(node, Api.PRODUCE.path,
+                                pack(ProduceRequest(-1, 1000, (ProducePartition(TOPIC, 0, bytes(batch)),))))
+    assert status == 200
+    assert isinstance(answer, bytes)
+    (result,) = unpack(ProduceResponse, answer).partitions
+    assert isinstance(result, ProducePartitionResponse)
+    assert result.error_code in (expected, ErrorCode.INVALID_RECORD), result
+    assert result.error_message
+    assert await log_end_offset(node) == before
+
+
+async def test_unknown_routes_and_methods_get_named_errors(node: DevCluster) -> None:
+    status, answer = await post(node, "/v1/no_such_api", pack({}))
+    assert status == 404 and isinstance(answer, ErrorResponse) and "produce" in answer.message
+    async with aiohttp.ClientSession() as session, session.get(
+            f"http://{node.nodes[1].address}{Api.PRODUCE.path}") as response:
+        assert response.status == 405
+        assert unpack(ErrorResponse, await response.read()).error_code == ErrorCode.INVALID_REQUEST
