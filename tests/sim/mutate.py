@@ -122,6 +122,12 @@ def _fence_keeps_leadership() -> None:
     quorum_controller.QuorumController._fence = fence  # type: ignore[method-assign]
 
 
+def _controller_never_takes_office() -> None:
+    """The leader never reports itself ready: no controller takes office, no request completes, and
+    the liveness phase must end in a LivenessFailure (the bound is asserted)."""
+    raft.Raft.leader_ready = property(lambda self: False)  # type: ignore[assignment, method-assign]
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
     "grant_any_log": _grant_any_log,
     "commit_old_epochs": _commit_old_epochs,
@@ -131,6 +137,7 @@ MUTATIONS: dict[str, Callable[[], None]] = {
     "truncate_to_leader_end": _truncate_to_leader_end,
     "split_batches": _split_batches,
     "fence_keeps_leadership": _fence_keeps_leadership,
+    "controller_never_takes_office": _controller_never_takes_office,
 }
 
 

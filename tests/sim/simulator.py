@@ -162,6 +162,9 @@ class Simulation:
         self.sequence = 0
         self.nodes = self._build_nodes()
         self.proposals: dict[int, Proposal] = {}
+        # Liveness requests not yet answered with success, wherever they are: in flight, or waiting
+        # to be retried (then they are in no dict), so that a retry loop cannot pass for convergence.
+        self.liveness_outstanding = 0
         self.next_proposal_id = 1
         self.payload_sequence = 0
         self.leader_hint: int | None = None
@@ -387,9 +390,11 @@ class Simulation:
         if self.workload is None:
             self.payload_sequence += 1
             payload = self.spec.payload(self.rng, self.payload_sequence)
+            self.liveness_outstanding += 1 if liveness else 0
             self._submit(Proposal(payload, 0, 0, liveness))
             return
         if liveness:
+            self.liveness_outstanding += 1
             self._submit(Proposal(b"", 0, 0, liveness, request=self.workload.liveness_request()))
             return
         request = self.workload.next_request(self.now_ms, self._client_view())
@@ -466,6 +471,9 @@ class Simulation:
         """The controller's response reaches the client (its records, if any, are committed)."""
         self.leader_hint = node_id
         proposal = self.proposals.pop(proposal_id, None)
+        if proposal is not None and proposal.liveness:
+            self.liveness_outstanding -= 1
+            assert self.liveness_outstanding >= 0, f"{self.liveness_outstanding} liveness requests outstanding"
         if proposal is not None and self.workload is not None:
             self.workload.on_response(proposal.request, proposal.response)
 
@@ -568,7 +576,7 @@ class Simulation:
     def _converged(self, leader: SimNode) -> bool:
         """Every node follows `leader` in its epoch and applied everything in its log."""
         raft = leader.raft
-        if raft.high_watermark != raft.log.log_end_offset or self.proposals:
+        if raft.high_watermark != raft.log.log_end_offset or self.proposals or self.liveness_outstanding:
             return False
         for node in self.nodes.values():
             other = node.raft
@@ -610,7 +618,8 @@ class Simulation:
 
     def _liveness_report(self) -> str:
         lines = [f"no convergence {self.liveness_bound_ms} ms after the heal at {self.liveness_started_ms} "
-                 f"(stage {self.stage}, {len(self.proposals)} proposals pending)"]
+                 f"(stage {self.stage}, {len(self.proposals)} proposals pending, "
+                 f"{self.liveness_outstanding} liveness requests unanswered)"]
         for node in self.nodes.values():
             if node.up:
                 raft = node.raft
