@@ -1,0 +1,71 @@
+"""A whole cluster stopped with SIGTERM and started again from its dirs: clean-shutdown markers,
+committed offsets and records survive; a node refuses a log dir of another cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+from client.admin import Admin, NewTopic
+from client.consumer import Consumer
+from client.metadata import TopicPartition
+from client.producer import Producer
+from node.dev import DevCluster
+from tests.node.cluster_harness import read_replica, start_cluster
+
+TOPIC = "durable"
+
+
+async def write_and_commit(cluster: DevCluster) -> None:
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(TOPIC, 2, 3)])
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await asyncio.gather(*[await producer.send(TOPIC, b"%d" % n, partition=n % 2) for n in range(40)])
+    consumer = Consumer(cluster.bootstrap, group_id="billing")
+    try:
+        await consumer.commit({TopicPartition(TOPIC, 0): 7, TopicPartition(TOPIC, 1): 19})
+    finally:
+        await consumer.close()
+
+
+async def committed(cluster: DevCluster) -> dict[TopicPartition, int | None]:
+    consumer = Consumer(cluster.bootstrap, group_id="billing")
+    try:
+        return await consumer.committed([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)])
+    finally:
+        await consumer.close()
+
+
+def test_a_restarted_cluster_keeps_records_and_committed_offsets(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path)
+    try:
+        asyncio.run(write_and_commit(cluster))
+        assert asyncio.run(committed(cluster)) == {TopicPartition(TOPIC, 0): 7, TopicPartition(TOPIC, 1): 19}
+        cluster.stop()
+        for node in cluster.nodes.values():
+            assert node.process is not None and node.process.returncode == 0, cluster.log_tail(node.node_id)
+            assert (node.directory / "data" / ".kafka_cleanshutdown").exists(), f"node {node.node_id}"
+            assert "controlled shutdown" in node.log_path.read_text()
+
+        cluster.start()
+        assert asyncio.run(committed(cluster)) == {TopicPartition(TOPIC, 0): 7, TopicPartition(TOPIC, 1): 19}
+        for node in cluster.nodes.values():
+            records, _ = asyncio.run(read_replica(node.address, TOPIC, 0))
+            assert [value for _, value in records] == [b"%d" % n for n in range(0, 40, 2)]
+            assert not (node.directory / "data" / ".kafka_cleanshutdown").exists(), "removed at start"
+    finally:
+        cluster.stop()
+
+
+def test_a_node_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path, 1)
+    cluster.stop()
+    config = tmp_path / "other.properties"
+    config.write_text(cluster.nodes[1].config_path.read_text() + "cluster.id=AnotherClusterAAAAAAAAA\n")
+    result = subprocess.run([sys.executable, "-m", "node.main", "--config", str(config)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "belongs to node 1 of cluster" in result.stderr and "AnotherClusterAAAAAAAAA" in result.stderr
+    assert "Traceback" not in result.stderr
