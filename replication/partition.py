@@ -79,7 +79,7 @@ from replication.replica_log import ReplicaLog
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.errors import StorageError
-from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log, LogStartOffsetIncrementReason
+from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
 
 ACKS_ALL = -1
@@ -440,7 +440,10 @@ class Partition:
         elif event.timestamp == LATEST_TIMESTAMP:
             offset, timestamp = log.high_watermark, -1
         else:
-            found = log.offset_for_timestamp(event.timestamp)
+            if event.timestamp == MAX_TIMESTAMP:
+                found = log.offset_for_max_timestamp()
+            else:
+                found = log.offset_for_timestamp(event.timestamp)
             if found is None or found.offset >= log.high_watermark:
                 out.completions.append(ListOffsetsResult(event.request_id, ErrorCode.NONE))
                 return

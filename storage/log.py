@@ -39,14 +39,17 @@ from storage.log_segments import LogSegments
 from storage.records import (
     BatchHeader,
     assign_offsets,
+    decode_records,
     read_header,
     validate_batch,
     with_log_append_time,
 )
 from storage.retention import SegmentDeletionReason, SegmentInfo, deletable_segments
+from storage.time_index import NO_TIMESTAMP
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3  # KIP-734: the record with the largest timestamp
 
 
 class LogStartOffsetIncrementReason(Enum):
@@ -347,6 +350,20 @@ class Log:
                 return found
         return None
 
+    def offset_for_max_timestamp(self) -> TimestampAndOffset | None:
+        """KIP-734's ListOffsets MAX_TIMESTAMP: the first record at or above logStartOffset with the
+        largest timestamp (None when there is none). Segments wholly above logStartOffset answer
+        from their kept maximum; the one holding logStartOffset from its batch headers, decoding
+        only a batch that straddles logStartOffset."""
+        start = self.log_start_offset
+        best: tuple[int, LogSegment] | None = None
+        for segment in self.segments.values_from(start):
+            largest = segment.max_timestamp_so_far if segment.base_offset >= start else _largest_timestamp_from(
+                segment, start)
+            if largest >= 0 and (best is None or largest > best[0]):
+                best = (largest, segment)
+        return None if best is None else best[1].find_offset_by_timestamp(best[0], start)
+
     # -- truncation ---------------------------------------------------------------------
 
     def truncate_to(self, offset: int, now_ms: int) -> bool:
@@ -458,3 +475,17 @@ class Log:
             f"Log({self.name}, start={self.log_start_offset}, hw={self.high_watermark}, "
             f"leo={self.log_end_offset}, segments={len(self.segments)})"
         )
+
+
+def _largest_timestamp_from(segment: LogSegment, start: int) -> int:
+    """The largest record timestamp at or above offset `start` in `segment` (NO_TIMESTAMP: none)."""
+    largest = NO_TIMESTAMP
+    for position, header in segment.iter_headers():
+        if header.last_offset < start:
+            continue
+        if header.base_offset >= start:
+            largest = max(largest, header.max_timestamp)
+        else:
+            records = decode_records(segment.read_bytes(position, header.size_in_bytes))
+            largest = max([largest] + [record.timestamp for record in records if record.offset >= start])
+    return largest

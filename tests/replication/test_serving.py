@@ -113,7 +113,10 @@ def test_list_offsets_earliest_latest_and_by_timestamp(brokers: Brokers) -> None
     assert list_offsets(-2).offset == 0
     assert list_offsets(-1).offset == 3, "latest is the HW, not the LEO"
     assert (list_offsets(150).offset, list_offsets(150).timestamp) == (1, 200)
+    assert list_offsets(-3).offset == -1, "the record with the max timestamp (3) is above the HW, as in Kafka"
     assert list_offsets(350).offset == -1, "offset 3 is above the HW"
+    catch_up(leader, [follower], now_ms=0)
+    assert (list_offsets(-3).offset, list_offsets(-3).timestamp) == (3, 400), "KIP-734 max timestamp"
     ready = follower.handle(ListOffsets(7, -1), now_ms=0)
     assert only(ready.completions, ListOffsetsResult).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
 

@@ -129,6 +129,11 @@ def check_reads(log: Log, segments: list[list[RefBatch]], data: st.DataObject) -
         assert log.offset_for_timestamp(target) == expected_for_timestamp(records, start, target), f"ts={target}"
     assert log.offset_for_timestamp(-2) == TimestampAndOffset(-1, start)
     assert log.offset_for_timestamp(-1) == TimestampAndOffset(-1, leo)
+    visible = [(ts, offset) for offset, ts, _, _ in records if offset >= start]
+    largest = max((ts for ts, _ in visible), default=None)
+    expected_max = None if largest is None else TimestampAndOffset(
+        largest, min(offset for ts, offset in visible if ts == largest))
+    assert log.offset_for_max_timestamp() == expected_max
 
 
 @settings(max_examples=50, deadline=None)
