@@ -94,8 +94,8 @@ def produce_summary(records: int, elapsed_s: float, record_size: int, stats: Lat
     mb_rate = rate * record_size / (1024 * 1024)
     p = stats.percentiles()
     return (f"{records} records sent, {rate:.1f} records/sec ({mb_rate:.2f} MB/sec), {stats.average():.2f} ms avg "
-            f"latency, {stats.maximum():.2f} ms max latency, {p[50]:.0f} ms 50th, {p[95]:.0f} ms 95th, "
-            f"{p[99]:.0f} ms 99th, {p[99.9]:.0f} ms 99.9th.")
+            f"latency, {stats.maximum():.2f} ms max latency, {p[50]:.1f} ms 50th, {p[95]:.1f} ms 95th, "
+            f"{p[99]:.1f} ms 99th, {p[99.9]:.1f} ms 99.9th.")
 
 
 def _progress(err: TextIO, label: str, total: int) -> Progress:
@@ -190,4 +190,4 @@ def consume_summary(records: int, size: int, elapsed_s: float, stats: LatencySta
     p = stats.percentiles()
     return (f"{records} records received, {rate:.1f} records/sec ({megabytes / elapsed_s if elapsed_s > 0 else 0:.2f}"
             f" MB/sec, {megabytes:.2f} MB in {elapsed_s:.2f} s), poll latency {stats.average():.2f} ms avg, "
-            f"{p[50]:.0f} ms 50th, {p[99]:.0f} ms 99th, {p[99.9]:.0f} ms 99.9th.")
+            f"{p[50]:.1f} ms 50th, {p[99]:.1f} ms 99th, {p[99.9]:.1f} ms 99.9th.")
