@@ -14,9 +14,10 @@ epoch. It decides; `Partition` reads and writes the log and answers requests.
   `replica.lag.time.max.ms`; both are AlterPartition proposals, and the controller's answer (or
   newer metadata) decides.
 - HW target: the lowest LEO over the *maximal* ISR (the leader's own included). The HW only moves up
-  (`Partition` applies it with `Log.maybe_increment_high_watermark`). Following Kafka, the HW moves
-  whatever the ISR size; acks=all checks `min.insync.replicas` itself (NOT_ENOUGH_REPLICAS before
-  the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the HW passes but the maximal ISR is too small).
+  (`Partition` applies it with `Log.maybe_increment_high_watermark`, and holds it while the committed
+  ISR is below `min.insync.replicas`, as Kafka does since KIP-966). acks=all also checks the ISR size
+  itself (NOT_ENOUGH_REPLICAS before the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the HW passes
+  but the maximal ISR is too small).
 """
 
 from __future__ import annotations

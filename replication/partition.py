@@ -517,7 +517,12 @@ class Partition:
             self._complete_delayed_fetches(now_ms, out)
 
     def _maybe_increment_leader_high_watermark(self) -> None:
+        """The HW holds while the committed ISR is below min.insync.replicas (Kafka's KIP-966): records
+        then reach no consumer until enough replicas hold them, so acks=1 writes to a shrunken ISR
+        cannot be read and then lost with the leader."""
         assert isinstance(self.state, Leader)
+        if len(self.state.isr_state.isr) < self.min_insync_replicas():
+            return
         self.replica_log.maybe_increment_high_watermark(self.state.high_watermark_target())
 
     def _complete_delayed_produces(self, leader: Leader, now_ms: int, out: Outbox) -> None:

@@ -119,7 +119,7 @@ def test_not_enough_replicas_is_refused_before_append(brokers: Brokers) -> None:
     assert results[0].error == ErrorCode.NONE, "acks=1 does not need the ISR"
 
 
-def test_not_enough_replicas_after_append_when_isr_shrinks_before_completion(brokers: Brokers) -> None:
+def test_hw_holds_and_acks_all_times_out_when_the_isr_shrinks_below_min_after_append(brokers: Brokers) -> None:
     leader, one, two = setup(brokers, **{"min.insync.replicas": "2"})
     catch_up(leader, [one, two], now_ms=0)
     request_id, _ = produce(leader, batch(b"a"), acks=-1, now_ms=10, timeout_ms=10 * LAG_MS)
@@ -130,11 +130,12 @@ def test_not_enough_replicas_after_append_when_isr_shrinks_before_completion(bro
     assert proposal.new_isr == (1,)
     assert produce_results(ready) == [], "the maximal ISR (pending shrink) still counts 2 and 3"
     ready = leader.handle(AlterPartitionResponse(proposal, ErrorCode.NONE, 1, 1, 1, (1,)), LAG_MS + 101)
-    assert produce_results(ready) == [
-        ProduceResult(request_id, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0,
-                      error_message=produce_results(ready)[0].error_message)
-    ]
-    assert leader.log.high_watermark == 1, "HW over the ISR {1} passes the record"
+    assert produce_results(ready) == []
+    assert leader.log.high_watermark == 0, "KIP-966: the HW holds while the ISR {1} is below min.insync.replicas"
+    ready = leader.handle(Tick(), now_ms=10 * LAG_MS + 10)
+    (result,) = produce_results(ready)
+    assert (result.request_id, result.error) == (request_id, ErrorCode.REQUEST_TIMED_OUT)
+    assert leader.log.high_watermark == 0
 
 
 def test_acks_all_times_out_on_tick(brokers: Brokers) -> None:
