@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,spark]'
 	touch $(STAMP)
 
 ## run: a local 3-node cluster on 127.0.0.1:9092-9094 (RUN_ARGS="--data-dir DIR --base-port N")
