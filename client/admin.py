@@ -193,8 +193,9 @@ class Admin:
 
     # -- cluster ------------------------------------------------------------------------
 
-    async def describe_cluster(self) -> ClusterDescription:
-        """Metadata plus every node's replica states, asked of all nodes at once."""
+    async def describe_cluster(self, include_internal: bool = False) -> ClusterDescription:
+        """Metadata plus every node's replica states, asked of all nodes at once. Internal topics
+        (`__consumer_offsets`) only with `include_internal`."""
         response = await self.metadata.refresh(all_topics=True)
         brokers = sorted(self.metadata.brokers.values(), key=lambda broker: broker.node_id)
         answers = await asyncio.gather(*(
@@ -215,6 +216,7 @@ class Admin:
         partitions = tuple(
             PartitionStatus(info, states.get((topic, number), {}))
             for topic in sorted(self.metadata.topics)
+            if include_internal or not topic.startswith("__")
             for number, info in sorted(self.metadata.topics[topic].items())
         )
         return ClusterDescription(response.cluster_id, response.controller_id, tuple(nodes), partitions)

@@ -21,12 +21,13 @@ def register(subcommands: Any) -> None:
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
     status = actions.add_parser("status", parents=[bootstrap_parent()], help="nodes, leaders, ISR, HW, LEO and lag")
     status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument("--include-internal", action="store_true", help="also show __consumer_offsets")
     status.set_defaults(run=run_command(cluster_status))
 
 
 async def cluster_status(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     async with Admin(arguments.bootstrap, request_timeout_ms=5000) as admin:
-        description = await admin.describe_cluster()
+        description = await admin.describe_cluster(arguments.include_internal)
     if arguments.json:
         print(json.dumps(status_json(description)), file=out)
     else:
