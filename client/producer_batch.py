@@ -2,8 +2,8 @@
 
 Records are kept as columns (keys, values, timestamps, headers) and encoded once, when the batch
 is drained, by `storage.records` (DESIGN §2: table-driven varints, one `bytes.join`). A batch whose
-records share one timestamp and have no headers takes the codec's fast path
-(`build_batch_from_values`, ~1.4M records/s on this machine); others the general `build_batch`.
+records have no headers takes the codec's fast path (`build_batch_from_values`, ~1.4M records/s on
+this machine, a run of equal timestamps at a time); others the general `build_batch`.
 `size_in_bytes` is an upper bound of the encoded size, so a batch never outgrows `batch.size`
 by more than its last record (Kafka's `estimateSizeInBytesUpperBound`).
 
@@ -14,8 +14,10 @@ the leader answers with the batch's base offset each resolves to its records' me
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from client.metadata import TopicPartition
 from storage.records import BATCH_HEADER_SIZE, Compression, build_batch, build_batch_from_values
@@ -111,16 +113,12 @@ class ProducerBatch:
         if self.closed:
             return 0
         room = self.batch_size - self.size_in_bytes
-        taken = 0
-        size = 0
-        for value in values:
-            record = RECORD_OVERHEAD_MAX + (0 if value is None else len(value))
-            if keys is not None and keys[taken] is not None:
-                record += len(keys[taken])
-            if (taken or self.values) and size + record > room:
-                break
-            size += record
-            taken += 1
+        if keys is None and None not in values:
+            taken, size = _fitting_values(values, room)
+        else:
+            taken, size = _fitting_records(values, keys, room)
+        if not taken and not self.values:  # the first record always fits
+            taken, size = 1, record_size(None if keys is None else keys[0], values[0], None)
         if not taken:
             return 0
         start = len(self.values)
@@ -139,10 +137,11 @@ class ProducerBatch:
         """The batch's RecordBatch v2 bytes (baseOffset 0: the leader assigns it). Encoded once."""
         if self._encoded is None:
             assert self.values, f"empty batch for {self.tp}"
-            keys = self.keys if any(key is not None for key in self.keys) else None
-            if self.uniform_timestamp and self.headers is None:
+            keys = None if self.keys.count(None) == len(self.keys) else self.keys
+            if self.headers is None:
                 self._encoded = build_batch_from_values(
-                    self.values, keys=keys, timestamp_ms=self.timestamps[0], compression=compression
+                    self.values, keys=keys, timestamp_ms=self.timestamps[0],
+                    timestamps=None if self.uniform_timestamp else self.timestamps, compression=compression,
                 )
             else:
                 headers = self.headers or [()] * len(self.values)
@@ -174,6 +173,31 @@ class ProducerBatch:
         for _, _, future in self.run_futures:
             if not future.done():
                 future.set_exception(error)
+
+
+def _fitting_values(values: Sequence[bytes], room: int) -> tuple[int, int]:
+    """How many of `values` (no keys, no nulls) fit in `room` bytes, and their size: sizes summed
+    by `accumulate` and the cut found by `bisect`, not a Python loop per record."""
+    ends = list(accumulate(map(len, values), initial=0))  # ends[k]: bytes of the first k values
+    taken = bisect_right(range(1, len(values) + 1), room, key=lambda count: ends[count] + count * RECORD_OVERHEAD_MAX)
+    return taken, ends[taken] + taken * RECORD_OVERHEAD_MAX
+
+
+def _fitting_records(
+    values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, room: int
+) -> tuple[int, int]:
+    """How many of the records fit in `room` bytes, and their size."""
+    taken = 0
+    size = 0
+    for value in values:
+        record = RECORD_OVERHEAD_MAX + (0 if value is None else len(value))
+        if keys is not None and keys[taken] is not None:
+            record += len(keys[taken])
+        if size + record > room:
+            break
+        size += record
+        taken += 1
+    return taken, size
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Headers | None) -> int:

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import groupby
 from typing import Any
 
 from crc32c import crc32c
@@ -708,6 +709,7 @@ def build_batch_from_values(
     *,
     keys: Sequence[bytes | None] | None = None,
     timestamp_ms: int = NO_TIMESTAMP,
+    timestamps: Sequence[int] | None = None,
     base_offset: int = 0,
     compression: Compression = Compression.NONE,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
@@ -717,21 +719,38 @@ def build_batch_from_values(
     timestamp_type: TimestampKind = TimestampKind.CREATE_TIME,
     is_transactional: bool = False,
 ) -> bytes:
-    """Fast path of `build_batch`: values (and optional keys) without headers, one timestamp
-    for all, offset deltas 0..n-1."""
+    """Fast path of `build_batch`: values (and optional keys) without headers, offset deltas
+    0..n-1, and `timestamp_ms` for all or, when given, `timestamps` (one per value; baseTimestamp
+    is the first, as in `build_batch`). A producer's batch holds few distinct timestamps: records
+    are encoded a run of equal timestamps at a time."""
     if not values:
         raise ValueError("a batch needs at least one record")
     if keys is not None and len(keys) != len(values):
         raise ValueError(f"{len(keys)} keys given for {len(values)} values")
     attributes = _attributes(compression, timestamp_type, is_transactional, False)
+    if timestamps is None:
+        pieces = _encode_plain_records(values, keys)
+        base_timestamp = max_timestamp = timestamp_ms
+    else:
+        if len(timestamps) != len(values):
+            raise ValueError(f"{len(timestamps)} timestamps given for {len(values)} values")
+        base_timestamp = timestamps[0]
+        max_timestamp = max(timestamps)
+        pieces = []
+        start = 0
+        for timestamp, run in groupby(timestamps):
+            end = start + len(list(run))
+            pieces += _encode_plain_records(values[start:end], None if keys is None else keys[start:end],
+                                            start, timestamp - base_timestamp)
+            start = end
     return _finish_batch(
-        _encode_plain_records(values, keys),
+        pieces,
         len(values),
         attributes=attributes,
         base_offset=base_offset,
         last_offset_delta=len(values) - 1,
-        base_timestamp=timestamp_ms,
-        max_timestamp=timestamp_ms,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
         producer=(producer_id, producer_epoch, base_sequence),
         partition_leader_epoch=partition_leader_epoch,
     )
@@ -793,19 +812,29 @@ def _check_offset_deltas(offset_deltas: list[int], base_offset: int) -> None:
         previous = delta
 
 
-def _encode_plain_records(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None):
-    """Record pieces for the common case: no headers, timestampDelta 0, offsetDelta = index.
+def _encode_plain_records(
+    values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, first_offset_delta: int = 0,
+    timestamp_delta: int = 0,
+) -> list[bytes]:
+    """Record pieces for the common case: no headers, one timestampDelta, offsetDelta counting
+    up from `first_offset_delta`.
 
-    Per record: length, attributes 0 + timestampDelta 0 (b"\\x00\\x00"), offsetDelta, key,
-    value, header count 0. Lengths are computed, not measured, so nothing is encoded twice.
+    Per record: length, attributes 0 + timestampDelta, offsetDelta, key, value, header count 0.
+    Lengths are computed, not measured, so nothing is encoded twice.
     """
+    prefix = b"\x00" + encode_varint(timestamp_delta)  # attributes, timestampDelta
+    count = len(values)
+    if keys is None and first_offset_delta + count < _VARINT_TABLE_LIMIT and None not in values:
+        lengths = list(map(len, values))
+        if max(lengths) < _PLAIN_VALUE_LENGTH_MAX:
+            return _encode_plain_values(values, lengths, first_offset_delta, prefix)
     varints = _VARINTS
     limit = _VARINT_TABLE_LIMIT
     pieces: list[bytes] = []
     append = pieces.append
-    for index, value in enumerate(values):
+    for index, value in enumerate(values, first_offset_delta):
         offset_piece = varints[index + 1] if index < limit else _encode_varint_slow(index)
-        key = None if keys is None else keys[index]
+        key = None if keys is None else keys[index - first_offset_delta]
         if key is None:
             key_piece = b"\x01"  # length -1: null
             key = b""
@@ -818,14 +847,70 @@ def _encode_plain_records(values: Sequence[bytes | None], keys: Sequence[bytes |
         else:
             length = len(value)
             value_piece = varints[length + 1] if length < limit else _encode_varint_slow(length)
-        body_size = 3 + len(offset_piece) + len(key_piece) + len(key) + len(value_piece) + len(value)
+        body_size = len(prefix) + 1 + len(offset_piece) + len(key_piece) + len(key) + len(value_piece) + len(value)
         append(varints[body_size + 1] if body_size < limit else _encode_varint_slow(body_size))
-        append(b"\x00\x00" + offset_piece + key_piece)
+        append(prefix + offset_piece + key_piece)
         append(key)
         append(value_piece)
         append(value)
         append(b"\x00")
     return pieces
+
+
+# Values shorter than this, at offset deltas under the varint table's limit, keep every length
+# in the table: the body adds at most 11 bytes of prefix, 3 of offsetDelta, 1 of null key, 2 of
+# value length and 1 of header count.
+_PLAIN_VALUE_LENGTH_MAX = _VARINT_TABLE_LIMIT - 32
+# attributes 0, timestampDelta 0 and offsetDelta i, for the first records of a batch.
+_UNTIMED_HEADS = tuple(b"\x00\x00" + _VARINTS[offset_delta + 1] for offset_delta in range(4096))
+
+
+def _encode_plain_values(
+    values: Sequence[bytes], lengths: list[int], first_offset_delta: int, prefix: bytes
+) -> list[bytes]:
+    """`_encode_plain_records` without keys or nulls, every varint from the table.
+
+    Five pieces per record: length; prefix and offsetDelta (the head); null key and value length
+    (the tail, one object when all values are as long); value; header count 0. Each column is
+    built by a comprehension and laid out by slice assignment, not appended piece by piece.
+    """
+    varints = _VARINTS
+    count = len(values)
+    end = first_offset_delta + count
+    if prefix == b"\x00\x00" and end <= len(_UNTIMED_HEADS):
+        heads: Sequence[bytes] = _UNTIMED_HEADS[first_offset_delta:end]
+    else:
+        heads = [prefix + offset_piece for offset_piece in varints[first_offset_delta + 1:end + 1]]
+    pieces = [b"\x00"] * (5 * count)  # every fifth piece stays a header count of 0
+    if min(lengths) == max(lengths):
+        tail = b"\x01" + varints[lengths[0] + 1]
+        tails: Sequence[bytes] = [tail] * count
+        pieces[0::5] = _uniform_record_lengths(first_offset_delta, end, len(prefix) + len(tail) + lengths[0] + 1)
+    else:
+        tails = [b"\x01" + varints[length + 1] for length in lengths]
+        # The body: head, tail, value and the header count's byte; the table is indexed by value + 1.
+        pieces[0::5] = [
+            varints[len(head) + len(tail) + length + 2]
+            for head, tail, length in zip(heads, tails, lengths, strict=True)
+        ]
+    pieces[1::5] = heads
+    pieces[2::5] = tails
+    pieces[3::5] = values
+    return pieces
+
+
+def _uniform_record_lengths(first_offset_delta: int, end: int, body_size_without_offset: int) -> list[bytes]:
+    """The length varints of records at offset deltas [first_offset_delta, end) whose bodies differ
+    only in their offsetDelta: a zigzag varint of 1 byte below 64, 2 below 8192, 3 below 2**20."""
+    assert end <= _VARINT_TABLE_LIMIT, f"offset delta {end} beyond the varint table"
+    lengths: list[bytes] = []
+    start = first_offset_delta
+    for offset_size, offset_limit in ((1, 64), (2, 8192), (3, _VARINT_TABLE_LIMIT)):
+        stop = min(end, offset_limit)
+        if start < stop:
+            lengths += [_VARINTS[body_size_without_offset + offset_size + 1]] * (stop - start)
+            start = stop
+    return lengths
 
 
 def _nullable_pieces(data: bytes | None) -> tuple[bytes, bytes]:

@@ -283,6 +283,32 @@ def test_values_fast_path_equals_general_builder(compression):
     assert decoded == [(7 + i, 123, keys[i], values[i], []) for i in range(201)]
 
 
+@pytest.mark.parametrize("with_keys", [False, True])
+def test_values_fast_path_with_timestamps_equals_general_builder(with_keys):
+    """Runs of equal timestamps (a producer's `send_many` calls), one earlier than the first."""
+    values = [bytes([i % 256]) * (i * 53 % 400) for i in range(300)]
+    keys = [None if i % 4 else str(i).encode() for i in range(300)] if with_keys else None
+    timestamps = [1_000 + i // 70 for i in range(300)]
+    timestamps[250:260] = [990] * 10
+    fast = build_batch_from_values(values, keys=keys, timestamps=timestamps, base_offset=3)
+    general = build_batch(list(zip(keys or [None] * 300, values, strict=True)), timestamps=timestamps, base_offset=3)
+    assert fast == general
+    assert [record.timestamp for record in decode_records(fast)] == timestamps
+
+
+@pytest.mark.parametrize("count", [1, 64, 65, 8192, 9000])
+def test_values_of_one_length_equal_the_general_builder_across_offset_varint_sizes(count):
+    """Equal-length values take the columnar encoder; offsetDelta varints grow at 64 and 8192."""
+    values = [b"v" * 100] * count
+    timestamps = [7] * (count // 2) + [9] * (count - count // 2)
+    for fast, general in [
+        (build_batch_from_values(values, timestamp_ms=7), build_batch([(None, v) for v in values], base_timestamp=7)),
+        (build_batch_from_values(values, timestamps=timestamps),
+         build_batch([(None, v) for v in values], timestamps=timestamps)),
+    ]:
+        assert fast == general
+
+
 def test_large_lengths_and_offset_deltas_beyond_the_varint_table():
     values = [b"x" * 20_000, b"y" * 70_000] + [b""] * 17_000
     batch = build_batch_from_values(values, timestamp_ms=5)
