@@ -4,7 +4,8 @@ The shared `PartitionDriver` fixes the order of a `Ready`'s work; this subclass 
 effects: completions resolve the `asyncio.Future` of the request that asked (keyed by
 `request_id`), AlterPartition proposals go to the active controller through the broker, the
 follower's fetch position goes to the replica fetchers, timers are `loop.call_at`, and every
-change to the log, HW, role or epoch wakes the long polls watching the partition.
+change to the log, HW, role or epoch wakes the long polls watching the partition (log and HW
+changes after the step's completions: `PartitionWatchers.notify_soon`).
 
 One owner without a task of its own: `Partition.handle` is synchronous and the event loop runs
 one callback at a time, so calling `step` from any coroutine of this broker never interleaves
@@ -101,10 +102,10 @@ class PartitionHost(PartitionDriver):
     # -- the driver's effects --------------------------------------------------------------------
 
     def on_log_change(self, change: LogChange) -> None:
-        self._watchers.notify(self.topic_partition)
+        self._watchers.notify_soon(self.topic_partition)
 
     def on_high_watermark(self, change: HighWatermarkChange) -> None:
-        self._watchers.notify(self.topic_partition)
+        self._watchers.notify_soon(self.topic_partition)
 
     def send_alter_partition(self, proposal: AlterPartitionProposal) -> None:
         self._send_alter_partition(self, proposal)

@@ -38,3 +38,16 @@ async def test_notify_all_wakes_every_wait() -> None:
     watchers.notify_all()
     async with asyncio.timeout(5):
         assert await asyncio.gather(*waits) == [True, True]
+
+
+async def test_notify_soon_wakes_after_the_current_callback_and_once_per_partition() -> None:
+    watchers = PartitionWatchers()
+    waiting = asyncio.create_task(watchers.wait([A], 60_000))
+    await asyncio.sleep(0)
+    watchers.notify_soon(A)
+    watchers.notify_soon(A)
+    assert watchers._watchers.keys() == {A}  # nothing woken yet: the step's completions go first
+    async with asyncio.timeout(5):
+        assert await waiting is True
+    assert watchers._watchers == {}
+    assert watchers._pending == set()
