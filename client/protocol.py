@@ -20,7 +20,7 @@ import enum
 import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -600,23 +600,72 @@ def unpack(cls: type[T], body: bytes) -> T:
     return decode(cls, data)
 
 
+# Types msgpack takes as they are: `encode` and the dataclass encoders pass them through untouched.
+_PLAIN_TYPES = frozenset({int, str, bytes, bool, float, type(None)})
+
+
 def encode(value: Any) -> Any:
     """Plain msgpack data for a dataclass, enum, tuple, mapping or scalar."""
-    if dataclasses.is_dataclass(value):
-        return {f.name: encode(getattr(value, f.name)) for f in _fields(type(value))}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (tuple, list)):
-        return [encode(item) for item in value]
-    if isinstance(value, Mapping):
-        return {encode(key): encode(item) for key, item in value.items()}
-    if isinstance(value, memoryview):
-        return bytes(value)
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return value
+    return _encoder_for(kind)(value)
+
+
+@functools.cache
+def _encoder_for(kind: type) -> Callable[[Any], Any]:
+    """The encoder of values of type `kind`, built once per type (a dataclass's field names are
+    looked up once, not per message)."""
+    if dataclasses.is_dataclass(kind):
+        names = tuple(f.name for f in _fields(kind))
+
+        def encode_dataclass(value: Any) -> dict[str, Any]:
+            data = {}
+            for name in names:
+                item = getattr(value, name)
+                data[name] = item if type(item) in _PLAIN_TYPES else encode(item)
+            return data
+
+        return encode_dataclass
+    if issubclass(kind, enum.Enum):
+        return _enum_value
+    if issubclass(kind, (tuple, list)):
+        return _encode_items
+    if issubclass(kind, Mapping):
+        return _encode_mapping
+    if issubclass(kind, memoryview):
+        return bytes
+    return _unchanged
+
+
+def _enum_value(value: enum.Enum) -> Any:
+    return value.value
+
+
+def _encode_items(value: tuple | list) -> list[Any]:
+    return [encode(item) for item in value]
+
+
+def _encode_mapping(value: Mapping) -> dict[Any, Any]:
+    return {encode(key): encode(item) for key, item in value.items()}
+
+
+def _unchanged(value: Any) -> Any:
     return value
 
 
 def decode(cls: type[T], data: Any) -> T:
-    """`data` checked against `cls` (a dataclass) and built into one."""
+    """`data` checked against `cls` (a dataclass) and built into one.
+
+    Two decoders with one meaning: a fast one compiled once per class, which only says whether
+    the data fits, and the field-by-field walk below, which names what does not. Data the fast
+    one refuses is walked again, so every error message comes from the walk."""
+    fast = _fast_decoder(cls)
+    if fast is not None:
+        try:
+            return fast(data)
+        except _Misfit:
+            pass
     return _decode(cls, data, cls.__name__)
 
 
@@ -705,6 +754,150 @@ def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ProtocolError(f"{where} is missing the required field {f.name!r}")
     return cls(**values)
+
+
+class _Misfit(Exception):
+    """The fast decoder's refusal: no message, the walk (`_decode`) finds and names the fault."""
+
+
+FastDecoder = Callable[[Any], Any]
+
+
+@functools.cache
+def _fast_decoder(hint: Any) -> FastDecoder | None:
+    """A decoder for `hint` that accepts exactly what `_decode` accepts and builds the same value,
+    but raises `_Misfit` instead of naming the fault; None for a hint it does not know (the walk
+    then decodes alone). Built once per hint: the type hints are read here, not per message."""
+    try:
+        return _compile(hint)
+    except TypeError:
+        return None
+
+
+def _compile(hint: Any) -> FastDecoder:
+    if dataclasses.is_dataclass(hint):
+        return _compile_dataclass(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _compile_union(hint)
+    if origin is tuple or origin is list:
+        return _compile_sequence(hint, origin)
+    if origin in (Mapping, dict):
+        key_hint, value_hint = typing.get_args(hint)
+        return _compile_mapping(_compile(key_hint), _compile(value_hint))
+    if hint is Any:
+        return _unchanged
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _compile_enum(hint)
+    if hint is int:
+        return _decode_int
+    if hint is float:
+        return _decode_float
+    if hint in (str, bool, bytes):
+        return _compile_exact(hint)
+    raise TypeError(f"no decoder for {hint!r}")
+
+
+def _compile_dataclass(cls: type) -> FastDecoder:
+    hints = _hints(cls)
+    fields = tuple(
+        (f.name, _compile(hints[f.name]), f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in _fields(cls)
+    )
+    known = frozenset(name for name, _, _ in fields)
+
+    def decode_dataclass(data: Any) -> Any:
+        if not isinstance(data, dict) or not known.issuperset(data):
+            raise _Misfit
+        values = {}
+        for name, decode_field, required in fields:
+            if name in data:
+                values[name] = decode_field(data[name])
+            elif required:
+                raise _Misfit
+        return cls(**values)
+
+    return decode_dataclass
+
+
+def _compile_union(hint: Any) -> FastDecoder:
+    options = typing.get_args(hint)
+    nullable = type(None) in options
+    decoders = tuple(_compile(option) for option in options if option is not type(None))
+
+    def decode_union(data: Any) -> Any:
+        if data is None and nullable:
+            return None
+        for decode_option in decoders:
+            try:
+                return decode_option(data)
+            except _Misfit:
+                pass
+        raise _Misfit
+
+    return decode_union
+
+
+def _compile_sequence(hint: Any, origin: type) -> FastDecoder:
+    args = typing.get_args(hint)
+    if origin is tuple and args[-1] is not Ellipsis:
+        items = tuple(_compile(arg) for arg in args)
+
+        def decode_fixed_tuple(data: Any) -> tuple:
+            if not isinstance(data, (list, tuple)) or len(data) != len(items):
+                raise _Misfit
+            return tuple(decode_item(value) for decode_item, value in zip(items, data, strict=True))
+
+        return decode_fixed_tuple
+    decode_item = _compile(args[0])
+
+    def decode_sequence(data: Any) -> tuple | list:
+        if not isinstance(data, (list, tuple)):
+            raise _Misfit
+        decoded = [decode_item(value) for value in data]
+        return tuple(decoded) if origin is tuple else decoded
+
+    return decode_sequence
+
+
+def _compile_mapping(decode_key: FastDecoder, decode_value: FastDecoder) -> FastDecoder:
+    def decode_mapping(data: Any) -> dict:
+        if not isinstance(data, dict):
+            raise _Misfit
+        return {decode_key(key): decode_value(value) for key, value in data.items()}
+
+    return decode_mapping
+
+
+def _compile_enum(cls: type[enum.Enum]) -> FastDecoder:
+    def decode_enum(data: Any) -> enum.Enum:
+        try:
+            return cls(data)
+        except ValueError:
+            raise _Misfit from None
+
+    return decode_enum
+
+
+def _decode_int(data: Any) -> int:
+    if type(data) is not int or not INT64_MIN <= data <= INT64_MAX:
+        raise _Misfit
+    return data
+
+
+def _decode_float(data: Any) -> float:
+    if type(data) not in (int, float):
+        raise _Misfit
+    return float(data)
+
+
+def _compile_exact(kind: type) -> FastDecoder:
+    def decode_exact(data: Any) -> Any:
+        if type(data) is not kind:
+            raise _Misfit
+        return data
+
+    return decode_exact
 
 
 def error_response(code: ErrorCode, message: str) -> ErrorResponse:
