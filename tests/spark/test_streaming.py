@@ -152,3 +152,22 @@ def test_a_partition_missing_from_the_stream_offsets_is_read_from_its_earliest_o
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     assert end == {two_partitions: {"0": 5, "1": 7}}
     assert reader.partitions(start, end) == [OffsetRange(two_partitions, 0, 2, 5), OffsetRange(two_partitions, 1, 0, 7)]
+
+
+def test_a_streaming_write_copies_a_topic_record_for_record(
+    spark: SparkSession, cluster: DevCluster, tmp_path: Path
+) -> None:
+    create_topic(cluster.bootstrap, "copy-from", 2)
+    create_topic(cluster.bootstrap, "copy-to", 2)
+    for partition in (0, 1):
+        produce(cluster.bootstrap, "copy-from", partition, [b"%d-%d" % (partition, n) for n in range(50)],
+                keys=[b"k%d" % n for n in range(50)])
+    query = (spark.readStream.format("tributary").option("bootstrap", cluster.bootstrap).option("topic", "copy-from")
+             .option("startingOffsets", "earliest").load().select("key", "value", "partition")
+             .writeStream.format("tributary").option("bootstrap", cluster.bootstrap).option("topic", "copy-to")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination(WAIT_S)
+    assert query.exception() is None
+    copied = spark.read.format("tributary").option("bootstrap", cluster.bootstrap).option("topic", "copy-to").load()
+    assert sorted((r.partition, bytes(r.key), bytes(r.value)) for r in copied.collect()) == sorted(
+        (p, b"k%d" % n, b"%d-%d" % (p, n)) for p in (0, 1) for n in range(50))
