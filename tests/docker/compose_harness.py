@@ -95,6 +95,12 @@ class ComposeCluster:
     def bootstrap(self) -> str:
         return ",".join(self.address(node_id) for node_id in self.ports)
 
+    def bootstrap_without(self, node_id: int) -> str:
+        """The other nodes' addresses: for asking the cluster about `node_id` while it is paused, cut
+        off or just restarted (then it accepts connections without answering, or answers from stale
+        metadata)."""
+        return ",".join(self.address(other) for other in self.ports if other != node_id)
+
     def address(self, node_id: int) -> str:
         """The node's EXTERNAL listener, as published on the host."""
         return f"127.0.0.1:{self.ports[node_id]}"

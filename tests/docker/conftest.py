@@ -24,6 +24,7 @@ from tests.docker.compose_harness import (
 from tests.node.cluster_harness import free_port_block
 
 MEASUREMENTS: list[str] = []
+SKIP_REASON_PREFIX = "docker tests skipped: "  # DockerUnavailable's messages start so
 
 
 @pytest.fixture(scope="session")
@@ -60,6 +61,16 @@ def measured() -> Callable[[str], None]:
         print(line)
         MEASUREMENTS.append(line)
 
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """pytest files a skip from a fixture under each test's own line, so `-ra` would list the same
+    reason once per test; filed under this file, the summary folds them into one line."""
+    report: pytest.TestReport = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and SKIP_REASON_PREFIX in report.longrepr[2]:
+        report.longrepr = (__file__, None, report.longrepr[2])  # type: ignore[assignment]
     return report
 
 
