@@ -28,8 +28,12 @@ HEALTHY_TIMEOUT_S = 90.0
 COMMAND_TIMEOUT_S = 600.0
 
 
+SKIP_REASON_PREFIX = "docker tests skipped: "
+
+
 class DockerUnavailable(Exception):
-    """Docker cannot run here; the message is the one line the skipped tests show."""
+    """Docker cannot run here; the message (SKIP_REASON_PREFIX and why) is the one line the skipped
+    tests show."""
 
 
 def run(command: list[str], env: dict[str, str] | None = None, timeout_s: float = COMMAND_TIMEOUT_S,
@@ -52,7 +56,7 @@ def ensure_docker() -> bool:
     result = run([str(DEPLOY / "ensure-docker")], check=False)
     if result.returncode != 0:
         reasons = [line for line in result.stderr.splitlines() if line.strip()]
-        raise DockerUnavailable(f"docker tests skipped: {reasons[-1] if reasons else 'deploy/ensure-docker failed'}")
+        raise DockerUnavailable(f"{SKIP_REASON_PREFIX}{reasons[-1] if reasons else 'deploy/ensure-docker failed'}")
     return not answered_before
 
 
@@ -66,7 +70,7 @@ def compose_command() -> list[str]:
         return ["docker", "compose"]
     if shutil.which("docker-compose"):
         return ["docker-compose"]
-    raise DockerUnavailable("docker tests skipped: neither `docker compose` nor `docker-compose` is installed")
+    raise DockerUnavailable(f"{SKIP_REASON_PREFIX}neither `docker compose` nor `docker-compose` is installed")
 
 
 def build_image() -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.docker.compose_harness import (
+    SKIP_REASON_PREFIX,
     ComposeCluster,
     DockerUnavailable,
     build_image,
@@ -24,7 +25,6 @@ from tests.docker.compose_harness import (
 from tests.node.cluster_harness import free_port_block
 
 MEASUREMENTS: list[str] = []
-SKIP_REASON_PREFIX = "docker tests skipped: "  # DockerUnavailable's messages start so
 
 
 @pytest.fixture(scope="session")
