@@ -1,5 +1,5 @@
-"""The docker tests' cluster: one compose project for the session, always torn down with
-`down -v`; a dockerd that deploy/ensure-docker started for the session is stopped at its end.
+"""The docker tests' cluster: one compose project for the test module, always torn down with
+`down -v`; a dockerd that deploy/ensure-docker started for it is stopped at its end.
 Where Docker cannot run, every docker test is skipped with one line that says why.
 
 Measured times (failover, ISR shrink, controller election) are printed by the tests and repeated
@@ -27,7 +27,9 @@ from tests.node.cluster_harness import free_port_block
 MEASUREMENTS: list[str] = []
 
 
-@pytest.fixture(scope="session")
+# Module scope: the containers go (and a dockerd started for them stops) as soon as the docker
+# tests are done, not at the end of a whole `make test` whose other tests they would slow down.
+@pytest.fixture(scope="module")
 def compose_cluster() -> Iterator[ComposeCluster]:
     try:
         started_dockerd = ensure_docker()
