@@ -80,11 +80,17 @@ class BrokerLifecycleManager:
         self._ready_to_unfence = False
         self._wakeup = asyncio.Event()
         self._unfenced = asyncio.Event()
+        self._last_unfenced_s = 0.0  # loop time of the last heartbeat answered "unfenced"
         self._task: asyncio.Task[None] | None = None
 
     @property
     def is_fenced(self) -> bool:
-        return not self._unfenced.is_set()
+        """Fenced, or as good as: no heartbeat was answered unfenced within a broker session, so the
+        controller has fenced this broker or will (after a pause or a partition, until it hears again)."""
+        if not self._unfenced.is_set():
+            return True
+        session_s = self.settings.broker_session_timeout_ms / 1000
+        return asyncio.get_running_loop().time() - self._last_unfenced_s > session_s
 
     def start(self) -> None:
         assert self._task is None, "lifecycle already started"
@@ -179,6 +185,7 @@ class BrokerLifecycleManager:
         else:
             if self.state != BrokerState.RUNNING:
                 log.info("broker %s: unfenced", settings.node_id)
+            self._last_unfenced_s = asyncio.get_running_loop().time()
             self._unfenced.set()
             self.state = BrokerState.RUNNING
 
