@@ -9,9 +9,12 @@ Scenarios: 100-byte records, one producer, unthrottled, with acks=all RF=3 (the 
 RF=3 and acks=1 RF=1; acks=all RF=3 again paced to 10 % of the 200,000 records/s target, for its
 latency; then perf-consume of the acks=all topic from a follower (KIP-392) and from the leader.
 Produce latency is send to acknowledgement per chunk of records; consume latency is per poll.
+Each row also gives the CPU time the tool's process and the three nodes spent per record (from
+`getrusage` and /proc): on a shared 2-core machine throughput follows the CPU per record.
 
-`--profile DIR` runs each node under cProfile (`python -m cProfile -o DIR/node-N.prof`), writes
-the profiles when the cluster stops and prints each node's top functions by own time.
+`--profile DIR` runs each node under cProfile timed by CPU (`bench.profile_node`, to
+DIR/node-N.prof), writes the profiles when the cluster stops and prints each node's top
+functions by own CPU time.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import os
 import pstats
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -64,10 +68,12 @@ class Result:
     latency_ms_p50: float
     latency_ms_p99: float
     latency_ms_p999: float
+    tool_cpu_us_per_record: float
+    nodes_cpu_us_per_record: float
 
 
 class ProfiledCluster(DevCluster):
-    """A DevCluster whose nodes run under cProfile; each writes its profile on a clean stop."""
+    """A DevCluster whose nodes run under `bench.profile_node`; each writes its profile on a clean stop."""
 
     profile_dir: Path
 
@@ -77,8 +83,8 @@ class ProfiledCluster(DevCluster):
         self.write_config(node)
         with node.log_path.open("ab") as log:
             node.process = subprocess.Popen(
-                [sys.executable, "-m", "cProfile", "-o", str(self.profile_dir / f"node-{node_id}.prof"),
-                 "-m", "node.main", "--config", str(node.config_path)],
+                [sys.executable, "-m", "bench.profile_node", str(self.profile_dir / f"node-{node_id}.prof"),
+                 "--config", str(node.config_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -106,62 +112,91 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def tributary(bootstrap: str, *arguments: str) -> str:
-    """Run the `tributary` CLI; its stdout, or RuntimeError with its stderr."""
-    command = [sys.executable, "-m", "client.cli", "--bootstrap", bootstrap, *arguments]
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """A CLI run's stdout and the CPU seconds it and the nodes used meanwhile."""
+
+    out: str
+    tool_cpu_s: float
+    nodes_cpu_s: float
+
+
+def tributary(cluster: DevCluster, *arguments: str) -> ToolRun:
+    """Run the `tributary` CLI; its stdout and CPU time, or RuntimeError with its stderr."""
+    command = [sys.executable, "-m", "client.cli", "--bootstrap", cluster.bootstrap, *arguments]
+    tool_before, nodes_before = _children_cpu_s(), _nodes_cpu_s(cluster)
     done = subprocess.run(command, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(arguments[:3])} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return done.stdout
+    return ToolRun(done.stdout, _children_cpu_s() - tool_before, _nodes_cpu_s(cluster) - nodes_before)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int) -> None:
-    tributary(bootstrap, "topics", "create", "--topic", topic, "--partitions", str(partitions),
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _nodes_cpu_s(cluster: DevCluster) -> float:
+    """User + system CPU seconds of the running nodes (fields 14 and 15 of /proc/PID/stat)."""
+    ticks = 0
+    for node in cluster.nodes.values():
+        if node.process is not None and node.running():
+            fields = Path(f"/proc/{node.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def create_topic(cluster: DevCluster, topic: str, partitions: int, replication_factor: int) -> None:
+    tributary(cluster, "topics", "create", "--topic", topic, "--partitions", str(partitions),
               "--replication-factor", str(replication_factor))
 
 
-def produce(bootstrap: str, scenario: str, topic: str, records: int, acks: str, throughput: int = -1) -> Result:
-    out = tributary(bootstrap, "perf-produce", "--topic", topic, "--num-records", str(records),
+def produce(cluster: DevCluster, scenario: str, topic: str, records: int, acks: str, throughput: int = -1) -> Result:
+    run = tributary(cluster, "perf-produce", "--topic", topic, "--num-records", str(records),
                     "--record-size", str(RECORD_BYTES), "--acks", acks, "--throughput", str(throughput))
-    return _parse(scenario, _PRODUCE_LINE, out)
+    return _parse(scenario, _PRODUCE_LINE, run)
 
 
-def consume(bootstrap: str, scenario: str, topic: str, records: int, from_follower: bool) -> Result:
+def consume(cluster: DevCluster, scenario: str, topic: str, records: int, from_follower: bool) -> Result:
     follower = ["--from-follower"] if from_follower else []
-    out = tributary(bootstrap, "perf-consume", "--topic", topic, "--messages", str(records), *follower)
-    return _parse(scenario, _CONSUME_LINE, out)
+    run = tributary(cluster, "perf-consume", "--topic", topic, "--messages", str(records), *follower)
+    return _parse(scenario, _CONSUME_LINE, run)
 
 
-def _parse(scenario: str, pattern: re.Pattern[str], out: str) -> Result:
-    match = pattern.search(out)
+def _parse(scenario: str, pattern: re.Pattern[str], run: ToolRun) -> Result:
+    match = pattern.search(run.out)
     if match is None:
-        raise RuntimeError(f"{scenario}: no summary line in {out!r}")
-    return Result(scenario, int(match["records"]), float(match["rate"]), float(match["mb"]), float(match["avg"]),
-                  float(match["p50"]), float(match["p99"]), float(match["p999"]))
+        raise RuntimeError(f"{scenario}: no summary line in {run.out!r}")
+    records = int(match["records"])
+    return Result(scenario, records, float(match["rate"]), float(match["mb"]), float(match["avg"]),
+                  float(match["p50"]), float(match["p99"]), float(match["p999"]),
+                  run.tool_cpu_s / records * 1e6, run.nodes_cpu_s / records * 1e6)
 
 
-def run_scenarios(bootstrap: str, records: int, partitions: int) -> list[Result]:
-    create_topic(bootstrap, "bench-rf3-all", partitions, 3)
-    create_topic(bootstrap, "bench-rf3-one", partitions, 3)
-    create_topic(bootstrap, "bench-rf1-one", partitions, 1)
-    create_topic(bootstrap, "bench-rf3-low", partitions, 3)
+def run_scenarios(cluster: DevCluster, records: int, partitions: int) -> list[Result]:
+    create_topic(cluster, "bench-rf3-all", partitions, 3)
+    create_topic(cluster, "bench-rf3-one", partitions, 3)
+    create_topic(cluster, "bench-rf1-one", partitions, 1)
+    create_topic(cluster, "bench-rf3-low", partitions, 3)
     low_load_records = LOW_LOAD_RECORDS_PER_S * LOW_LOAD_SECONDS
     return [
-        produce(bootstrap, "produce acks=all RF=3", "bench-rf3-all", records, "all"),
-        produce(bootstrap, "produce acks=1 RF=3", "bench-rf3-one", records, "1"),
-        produce(bootstrap, "produce acks=1 RF=1", "bench-rf1-one", records, "1"),
-        produce(bootstrap, f"produce acks=all RF=3 at {LOW_LOAD_RECORDS_PER_S:,}/s", "bench-rf3-low",
+        produce(cluster, "produce acks=all RF=3", "bench-rf3-all", records, "all"),
+        produce(cluster, "produce acks=1 RF=3", "bench-rf3-one", records, "1"),
+        produce(cluster, "produce acks=1 RF=1", "bench-rf1-one", records, "1"),
+        produce(cluster, f"produce acks=all RF=3 at {LOW_LOAD_RECORDS_PER_S:,}/s", "bench-rf3-low",
                 low_load_records, "all", LOW_LOAD_RECORDS_PER_S),
-        consume(bootstrap, "consume RF=3 from a follower", "bench-rf3-all", records, from_follower=True),
-        consume(bootstrap, "consume RF=3 from the leader", "bench-rf3-all", records, from_follower=False),
+        consume(cluster, "consume RF=3 from a follower", "bench-rf3-all", records, from_follower=True),
+        consume(cluster, "consume RF=3 from the leader", "bench-rf3-all", records, from_follower=False),
     ]
 
 
 def format_table(results: Sequence[Result]) -> str:
-    header = ("scenario", "records", "records/s", "MiB/s", "avg ms", "p50 ms", "p99 ms", "p99.9 ms")
+    header = ("scenario", "records", "records/s", "MiB/s", "avg ms", "p50 ms", "p99 ms", "p99.9 ms",
+              "tool CPU us/rec", "nodes CPU us/rec")
     rows = [header] + [
         (r.scenario, f"{r.records:,}", f"{r.records_per_s:,.0f}", f"{r.mib_per_s:.2f}", f"{r.latency_ms_avg:.1f}",
-         f"{r.latency_ms_p50:.1f}", f"{r.latency_ms_p99:.1f}", f"{r.latency_ms_p999:.1f}")
+         f"{r.latency_ms_p50:.1f}", f"{r.latency_ms_p99:.1f}", f"{r.latency_ms_p999:.1f}",
+         f"{r.tool_cpu_us_per_record:.2f}", f"{r.nodes_cpu_us_per_record:.2f}")
         for r in results
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
@@ -176,7 +211,7 @@ def format_table(results: Sequence[Result]) -> str:
 
 def print_profiles(profile_dir: Path) -> None:
     for path in sorted(profile_dir.glob("node-*.prof")):
-        print(f"\n== {path.stem}: top {PROFILE_LINES} by own time ==")
+        print(f"\n== {path.stem}: top {PROFILE_LINES} by own CPU time ==")
         pstats.Stats(str(path)).sort_stats("tottime").print_stats(PROFILE_LINES)
 
 
@@ -204,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         cluster.start()
-        results = run_scenarios(cluster.bootstrap, records, arguments.partitions)
+        results = run_scenarios(cluster, records, arguments.partitions)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -131,6 +131,7 @@ class RecordAccumulator:
                 continue
             taken = drained.setdefault(leader, [])
             size = sum(batch.size_in_bytes for batch in taken)
+            count = len(taken)
             while queue and (queue[0].closed or len(queue) == 1):
                 batch = queue[0]
                 if taken and size + batch.size_in_bytes > self.max_request_size:
@@ -139,7 +140,10 @@ class RecordAccumulator:
                 batch.closed = True
                 taken.append(batch)
                 size += batch.size_in_bytes
-            self.muted.add(tp)
+            if len(taken) > count:
+                # Only a partition in the request is muted: its answer unmutes it. A partition the
+                # full request left out stays ready for the next one.
+                self.muted.add(tp)
         return {node: batches for node, batches in drained.items() if batches}
 
     def reenqueue(self, batch: ProducerBatch, retry_at_ms: int) -> None:

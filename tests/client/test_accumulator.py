@@ -85,6 +85,20 @@ def test_drain_respects_max_request_size_but_takes_one_batch_at_least() -> None:
     assert accumulator.has_unsent()
 
 
+def test_a_partition_left_out_of_a_full_request_is_not_muted() -> None:
+    """A0 and B0 share leader 1; A0's batches fill the request, so B0 waits for the next one
+    (muting it too would leave it muted forever: no answer would unmute it)."""
+    accumulator = RecordAccumulator(batch_size=200, linger_ms=0, max_request_size=300)
+    for _ in range(3):
+        append(accumulator, A0, now_ms=0, size=100)
+    append(accumulator, B0, now_ms=0, size=100)
+    (batch,) = accumulator.drain({1}, 0, leader_for)[1]
+    assert batch.tp == A0
+    assert accumulator.muted == {A0}
+    assert accumulator.ready(0, leader_for)[0] == {1}
+    assert [b.tp for b in accumulator.drain({1}, 0, leader_for)[1]] == [B0]
+
+
 def test_a_partition_without_leader_is_reported() -> None:
     accumulator = RecordAccumulator(batch_size=16384, linger_ms=0)
     append(accumulator, TopicPartition("unknown", 0), now_ms=0)
