@@ -7,7 +7,9 @@ one topic per scenario with `tributary topics create`, runs the CLI perf tools a
 
 Scenarios: 100-byte records, one producer, unthrottled, with acks=all RF=3 (the target), acks=1
 RF=3 and acks=1 RF=1; acks=all RF=3 again paced to 10 % of the 200,000 records/s target, for its
-latency; then perf-consume of the acks=all topic from a follower (KIP-392) and from the leader.
+latency, with the default linger.ms=5 and with linger.ms=0 (a record then waits only for its
+partition's request in flight); then perf-consume of the acks=all topic from a follower (KIP-392)
+and from the leader.
 Produce latency is send to acknowledgement per chunk of records; consume latency is per poll.
 Each row also gives the CPU time the tool's process and the three nodes spent per record (from
 `getrusage` and /proc): on a shared 2-core machine throughput follows the CPU per record.
@@ -151,9 +153,11 @@ def create_topic(cluster: DevCluster, topic: str, partitions: int, replication_f
               "--replication-factor", str(replication_factor))
 
 
-def produce(cluster: DevCluster, scenario: str, topic: str, records: int, acks: str, throughput: int = -1) -> Result:
+def produce(cluster: DevCluster, scenario: str, topic: str, records: int, acks: str, throughput: int = -1,
+            properties: Sequence[str] = ()) -> Result:
     run = tributary(cluster, "perf-produce", "--topic", topic, "--num-records", str(records),
-                    "--record-size", str(RECORD_BYTES), "--acks", acks, "--throughput", str(throughput))
+                    "--record-size", str(RECORD_BYTES), "--acks", acks, "--throughput", str(throughput),
+                    "--producer-props", *properties)
     return _parse(scenario, _PRODUCE_LINE, run)
 
 
@@ -185,6 +189,8 @@ def run_scenarios(cluster: DevCluster, records: int, partitions: int) -> list[Re
         produce(cluster, "produce acks=1 RF=1", "bench-rf1-one", records, "1"),
         produce(cluster, f"produce acks=all RF=3 at {LOW_LOAD_RECORDS_PER_S:,}/s", "bench-rf3-low",
                 low_load_records, "all", LOW_LOAD_RECORDS_PER_S),
+        produce(cluster, f"produce acks=all RF=3 at {LOW_LOAD_RECORDS_PER_S:,}/s linger 0", "bench-rf3-low",
+                low_load_records, "all", LOW_LOAD_RECORDS_PER_S, ["linger.ms=0"]),
         consume(cluster, "consume RF=3 from a follower", "bench-rf3-all", records, from_follower=True),
         consume(cluster, "consume RF=3 from the leader", "bench-rf3-all", records, from_follower=False),
     ]
