@@ -93,6 +93,8 @@ async def _send(producer: Producer, topic_option: str | None, batch: pa.RecordBa
     topics = _column(batch, "topic")
     partitions = _column(batch, "partition")
     headers = _column(batch, "headers")
+    if topic_option is not None and partitions is None and headers is None:
+        return [await producer.send_many(topic_option, values, keys)]  # the common case: one call per batch
     futures = []
     run: list[int] = []
     run_target: tuple[str, int | None] | None = None
