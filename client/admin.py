@@ -17,8 +17,10 @@ from client.errors import TributaryError, error_for
 from client.metadata import BrokerInfo, Metadata, PartitionInfo, TopicPartition
 from client.protocol import (
     AlterableConfig,
+    AlterConfigOp,
     AlterConfigsResource,
     Api,
+    ConfigResourceType,
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -37,9 +39,6 @@ from client.protocol import (
     IncrementalAlterConfigsResponse,
     ReplicaState,
 )
-
-RESOURCE_TYPE_TOPIC = 2  # Kafka's ConfigResource.Type.TOPIC
-ALTER_CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}  # Kafka's AlterConfigOp.OpType
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +157,10 @@ class Admin:
     ) -> None:
         """Set each key to its value; a None value deletes the override (back to the default)."""
         configs = tuple(
-            AlterableConfig(name, ALTER_CONFIG_OPS["delete"] if value is None else ALTER_CONFIG_OPS["set"], value)
+            AlterableConfig(name, AlterConfigOp.DELETE if value is None else AlterConfigOp.SET, value)
             for name, value in changes.items()
         )
-        request = IncrementalAlterConfigsRequest((AlterConfigsResource(RESOURCE_TYPE_TOPIC, topic, configs),),
+        request = IncrementalAlterConfigsRequest((AlterConfigsResource(ConfigResourceType.TOPIC, topic, configs),),
                                                  validate_only)
         response = await self.metadata.request(Api.INCREMENTAL_ALTER_CONFIGS, request, IncrementalAlterConfigsResponse)
         for result in response.responses:

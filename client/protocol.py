@@ -7,6 +7,10 @@ of range, a body over `socket.request.max.bytes`) is answered `400` (`413` for s
 `ErrorResponse`, and changes nothing. Per-partition failures travel inside a `200` answer, as in
 Kafka, so one bad partition does not fail the others.
 
+The topic-admin shapes (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are the controller's own
+request and response classes (controller/controller_api.py, plain data), imported and re-exported here
+so they are written once; every other shape is defined here.
+
 Shapes are frozen dataclasses; `encode` turns one into plain msgpack data, `decode(cls, data)`
 checks data against `cls`'s type hints, field by field, and raises `ProtocolError` naming the
 field. The same codec carries the node-to-node messages whose shapes the cores define (Raft
@@ -26,6 +30,22 @@ from typing import Any, TypeVar
 
 import msgpack
 
+from controller.controller_api import (  # the topic-admin shapes are the controller's own: defined once, re-exported
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResourceResult,
+    ConfigResourceType,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from storage.error_codes import ErrorCode
 
 CONTENT_TYPE = "application/msgpack"
@@ -358,59 +378,7 @@ class DescribeReplicasResponse:
     replicas: tuple[ReplicaState, ...]
 
 
-# ---- topic admin (forwarded to the active controller) ----------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CreatableTopic:
-    name: str
-    num_partitions: int = -1
-    replication_factor: int = -1
-    assignments: Mapping[int, tuple[int, ...]] | None = None
-    configs: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopicsRequest:
-    topics: tuple[CreatableTopic, ...]
-    validate_only: bool = False
-    timeout_ms: int = 30000
-
-
-@dataclass(frozen=True, slots=True)
-class CreatableTopicResult:
-    name: str
-    error_code: ErrorCode
-    error_message: str | None = None
-    topic_id: str | None = None
-    num_partitions: int = -1
-    replication_factor: int = -1
-    configs: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopicsResponse:
-    topics: tuple[CreatableTopicResult, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteTopicsRequest:
-    topic_names: tuple[str, ...] = ()
-    topic_ids: tuple[str, ...] = ()
-    timeout_ms: int = 30000
-
-
-@dataclass(frozen=True, slots=True)
-class DeletableTopicResult:
-    name: str | None
-    topic_id: str | None
-    error_code: ErrorCode
-    error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteTopicsResponse:
-    topics: tuple[DeletableTopicResult, ...]
+# ---- topic configs (topic admin itself uses the controller's shapes, imported above) -----------
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,43 +400,6 @@ class DescribeConfigsResult:
 @dataclass(frozen=True, slots=True)
 class DescribeConfigsResponse:
     results: tuple[DescribeConfigsResult, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AlterableConfig:
-    """op: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT (Kafka's AlterConfigOp)."""
-
-    name: str
-    op: int
-    value: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AlterConfigsResource:
-    """resource_type: 2 TOPIC (Kafka's ConfigResource.Type)."""
-
-    resource_type: int
-    resource_name: str
-    configs: tuple[AlterableConfig, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class IncrementalAlterConfigsRequest:
-    resources: tuple[AlterConfigsResource, ...]
-    validate_only: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class AlterConfigsResourceResult:
-    resource_type: int
-    resource_name: str
-    error_code: ErrorCode
-    error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class IncrementalAlterConfigsResponse:
-    responses: tuple[AlterConfigsResourceResult, ...]
 
 
 # ---- consumer group offsets (stored in the compacted topic __consumer_offsets) ---------------

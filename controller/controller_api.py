@@ -4,8 +4,9 @@ These are the shapes of Kafka's CreateTopics, DeleteTopics, IncrementalAlterConf
 BrokerRegistration, BrokerHeartbeat, ControlledShutdown and AlterPartition messages, reduced to the
 fields Tributary uses. `node/` decodes the wire form into them and `QuorumController` answers
 them; errors are `ErrorCode` values with a message that says what to do, never exceptions.
-When `client/protocol.py` exists (DESIGN §1: the wire protocol is defined once), it re-exports
-these rather than defining them twice.
+The topic-admin shapes are also the wire protocol's: `client/protocol.py` imports them from here
+(DESIGN §1: the protocol is defined once). This module is plain data over `storage.error_codes`, so
+that import pulls nothing else of the controller into the client.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class CreateTopicsRequest:
 
     topics: tuple[CreatableTopic, ...]
     validate_only: bool = False
+    timeout_ms: int = 30000  # how long the caller waits for the records to commit (Kafka's timeoutMs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,7 @@ class DeleteTopicsRequest:
 
     topic_names: tuple[str, ...] = ()
     topic_ids: tuple[str, ...] = ()
+    timeout_ms: int = 30000  # how long the caller waits for the records to commit (Kafka's timeoutMs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,46 +1,16 @@
 """Metadata and topic-admin answers: what any node tells a client about the cluster.
 
 Metadata is read from this node's applied copy of the metadata log and says how fresh it is
-(`metadata_offset`). Topic admin is the active controller's job: the wire request (client/protocol)
-is turned into the controller's own request (controller/controller_api, same field names, so the
-conversion is by name, not by hand) and forwarded through the quorum service.
+(`metadata_offset`). Topic admin is the active controller's job: its wire shapes are the
+controller's own requests, which the node hands to the quorum service as they are.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 from client import protocol
-from client.protocol import ErrorCode, decode, encode
-from controller import controller_api
+from client.protocol import ErrorCode
 from controller.metadata import ClusterMetadata
 from storage.config import LogConfig
-
-# wire request type -> (controller request type, wire response type)
-FORWARDED: dict[type, tuple[type, type]] = {
-    protocol.CreateTopicsRequest: (controller_api.CreateTopicsRequest, protocol.CreateTopicsResponse),
-    protocol.DeleteTopicsRequest: (controller_api.DeleteTopicsRequest, protocol.DeleteTopicsResponse),
-    protocol.IncrementalAlterConfigsRequest: (
-        controller_api.IncrementalAlterConfigsRequest,
-        protocol.IncrementalAlterConfigsResponse,
-    ),
-}
-DEFAULT_ADMIN_TIMEOUT_MS = 30000
-
-
-def to_controller(request: Any) -> tuple[Any, int]:
-    """The controller's request for a wire admin request, and the caller's timeout."""
-    controller_type, _ = FORWARDED[type(request)]
-    fields = {f.name for f in dataclasses.fields(controller_type)}
-    data = {key: value for key, value in encode(request).items() if key in fields}
-    return decode(controller_type, data), getattr(request, "timeout_ms", DEFAULT_ADMIN_TIMEOUT_MS)
-
-
-def from_controller(request: Any, response: Any) -> Any:
-    """The wire response for the controller's answer to a forwarded `request`."""
-    _, wire_type = FORWARDED[type(request)]
-    return decode(wire_type, encode(response))
 
 
 def metadata_response(

@@ -3,10 +3,9 @@
 Kafka's forwarding (KIP-590) in our protocol. Broker requests (BrokerRegistration, BrokerHeartbeat,
 ControlledShutdown, AlterPartition) travel in an `Envelope(type=<controller_api class name>, body)`
 on their node-to-node route, and are answered with an Envelope of the response. Topic admin
-requests (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are forwarded in their wire form on
-their public route, as a client would send them to the active controller: the route's handler
-converts them (node/admin.py) and runs them through `QuorumService.controller_request`, so the
-admin routes take one shape only.
+requests (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are forwarded on their public route,
+as a client would send them to the active controller (their wire shape is the controller's own),
+and the route's handler runs them through `QuorumService.controller_request`.
 
 A node that is not the active controller answers NOT_CONTROLLER in the response's own error
 fields (`error_response`), and the sender tries again at the controller it learns of next.
@@ -18,7 +17,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from client import protocol
 from client.connection import Connections, RequestRejectedError
 from client.protocol import Api, Envelope, ProtocolError, decode, encode
 from controller.controller_api import (
@@ -130,11 +128,7 @@ async def forward(connections: Connections, address: str, request: Any, timeout_
 
 async def _forward_wire(connections: Connections, address: str, request: Any, route: ControllerApi,
                         timeout_ms: int) -> Any:
-    """A topic admin request in its client/protocol form (same field names), with the caller's timeout."""
-    wire_type = protocol.REQUESTS[route.api]
-    data = encode(request)
-    if "timeout_ms" in {field.name for field in dataclasses.fields(wire_type)}:
-        data["timeout_ms"] = timeout_ms
-    answer = await connections.call(address, route.api, decode(wire_type, data), protocol.RESPONSES[route.api],
-                                    timeout_ms)
-    return decode(route.response_type, encode(answer))
+    """A topic admin request on its public route (its wire shape is the controller's), with the caller's timeout."""
+    if "timeout_ms" in {field.name for field in dataclasses.fields(request)}:
+        request = dataclasses.replace(request, timeout_ms=timeout_ms)
+    return await connections.call(address, route.api, request, route.response_type, timeout_ms)

@@ -110,8 +110,8 @@ class Node:
             case Api.DESCRIBE_CONFIGS:
                 return admin.describe_configs(self.quorum.metadata, message, self.config.log_config())
             case Api.CREATE_TOPICS | Api.DELETE_TOPICS | Api.INCREMENTAL_ALTER_CONFIGS:
-                request, timeout_ms = admin.to_controller(message)
-                return admin.from_controller(message, await self.quorum.controller_request(request, timeout_ms))
+                timeout_ms = getattr(message, "timeout_ms", self.config.request_timeout_ms)
+                return await self.quorum.controller_request(message, timeout_ms)
             case Api.OFFSET_COMMIT:
                 assert self.group_offsets is not None
                 return await self.group_offsets.commit(message)

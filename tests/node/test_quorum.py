@@ -30,7 +30,6 @@ from controller.controller_api import (
     CreatableTopic,
     CreateTopicsRequest,
 )
-from node import admin
 from node.config import NodeConfig
 from node.quorum import QuorumService
 from node.raft_transport import ACK
@@ -73,10 +72,8 @@ def build_app(service: QuorumService) -> web.Application:
     def admin_route(api: Api) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
             wire_request = unpack(protocol.REQUESTS[api], await request.read())
-            controller_request, timeout_ms = admin.to_controller(wire_request)
-            response = await service.controller_request(controller_request, timeout_ms)
-            return web.Response(body=pack(admin.from_controller(wire_request, response)),
-                                content_type=protocol.CONTENT_TYPE)
+            response = await service.controller_request(wire_request, getattr(wire_request, "timeout_ms", 30000))
+            return web.Response(body=pack(response), content_type=protocol.CONTENT_TYPE)
 
         return handle
 
