@@ -41,3 +41,19 @@ def test_core_packages_import_no_io(package: str) -> None:
 
 def test_storage_is_checked_at_all() -> None:
     assert len(list((ROOT / "storage").rglob("*.py"))) > 10
+
+
+def test_the_client_pulls_in_only_the_controllers_plain_data() -> None:
+    """client/protocol.py re-exports the topic-admin shapes of controller/controller_api.py, so that
+    module must stay plain data over storage (no Raft, no metadata state)."""
+    assert imported_modules(ROOT / "controller" / "controller_api.py") - {"__future__", "collections",
+                                                                          "dataclasses", "enum"} == {"storage"}
+    client_imports = set().union(*(imported_modules(path) for path in (ROOT / "client").rglob("*.py")))
+    assert client_imports & {"node", "replication", "pipeline"} == set()
+    controller_modules = {
+        node.module
+        for path in (ROOT / "client").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "controller"
+    }
+    assert controller_modules == {"controller.controller_api"}
