@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
-from client.metadata import BrokerInfo, Metadata, PartitionInfo, TopicPartition
+from client.metadata import Metadata, PartitionInfo, TopicPartition
 from client.protocol import (
     AlterableConfig,
     AlterConfigOp,
@@ -37,6 +37,7 @@ from client.protocol import (
     ErrorCode,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    MetadataBroker,
     ReplicaState,
 )
 
@@ -53,7 +54,7 @@ class NewTopic:
 class NodeStatus:
     """A broker as the cluster sees it; `state` is "online", "fenced" or "unreachable"."""
 
-    broker: BrokerInfo
+    broker: MetadataBroker
     state: str
     error: str = ""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import error_for
-from client.protocol import NO_LEADER, Api, ErrorCode, MetadataRequest, MetadataResponse
+from client.protocol import NO_LEADER, Api, ErrorCode, MetadataBroker, MetadataRequest, MetadataResponse
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -26,19 +26,6 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-    fenced: bool = False
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +64,7 @@ class Metadata:
         self.cluster_id = ""
         self.controller_id = -1
         self.metadata_offset = -1
-        self.brokers: dict[int, BrokerInfo] = {}
+        self.brokers: dict[int, MetadataBroker] = {}
         self.topics: dict[str, dict[int, PartitionInfo]] = {}
         self.topic_errors: dict[str, ErrorCode] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
@@ -158,7 +145,7 @@ class Metadata:
         self.controller_id = response.controller_id
         self.metadata_offset = response.metadata_offset
         self.brokers = {
-            broker.node_id: BrokerInfo(broker.node_id, broker.host, broker.port, broker.rack, broker.fenced)
+            broker.node_id: broker
             for broker in response.brokers
         }
         for topic in response.topics:

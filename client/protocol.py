@@ -319,6 +319,10 @@ class MetadataBroker:
     rack: str | None = None
     fenced: bool = False
 
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
 
 @dataclass(frozen=True, slots=True)
 class MetadataPartition:

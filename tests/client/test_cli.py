@@ -22,8 +22,8 @@ from client.cli_consume import format_record
 from client.cli_perf import LatencyStats, produce_summary
 from client.cli_produce import producer_settings
 from client.fetched_batch import ConsumerRecord
-from client.metadata import BrokerInfo, PartitionInfo
-from client.protocol import ReplicaState
+from client.metadata import PartitionInfo
+from client.protocol import MetadataBroker, ReplicaState
 from tests.client.fake_node import FakeCluster, FakeClusterThread
 
 
@@ -107,8 +107,8 @@ def description() -> ClusterDescription:
 
     return ClusterDescription(
         "c1", 0,
-        (NodeStatus(BrokerInfo(0, "h", 9092), "online"), NodeStatus(BrokerInfo(1, "h", 9093), "online"),
-         NodeStatus(BrokerInfo(2, "h", 9094), "unreachable", "down")),
+        (NodeStatus(MetadataBroker(0, "h", 9092), "online"), NodeStatus(MetadataBroker(1, "h", 9093), "online"),
+         NodeStatus(MetadataBroker(2, "h", 9094), "unreachable", "down")),
         (PartitionStatus(PartitionInfo("t", 0, 0, 3, (0, 1, 2), (0, 1)), {0: state(0, 10), 1: state(1, 8)}),),
     )
 
