@@ -1,5 +1,7 @@
-"""One local[2] Spark session and one real 3-node dev cluster per test module (the session costs
-10-20 s to start; the first Python data source query another ~10 s of worker start)."""
+"""One local[2] Spark session for all Spark test modules and one real 3-node dev cluster per module.
+A session costs 10-35 s to start on a busy 2-core machine and its first Python data source query
+another ~10 s of worker start, so the session is shared (spark-notes: module or session scope);
+every module gets its own cluster, topics and temp dirs."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     yield from stopped(start_cluster(tmp_path_factory.mktemp("cluster")))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the data source planner ignores spark.pyspark.python
     session = (

@@ -83,7 +83,7 @@ def test_two_restarts_on_one_checkpoint_read_every_record_exactly_once(
     with BackgroundProducer(cluster.bootstrap, "clicks", 3) as producer:
         for _ in range(2):  # the first run, then the first restart, each stopped mid-stream
             query = start_query(spark, cluster, "clicks", tmp_path, maxOffsetsPerTrigger="150")
-            wait_for_batches(query, 2)
+            wait_for_batches(query, 1)
             query.stop()
     # The second restart reads what is left, up to the high watermarks when it starts, and ends.
     query = start_query(spark, cluster, "clicks", tmp_path, available_now=True)
