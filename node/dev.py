@@ -201,17 +201,19 @@ def run(node_count: int, data_dir: str, base_port: int) -> int:
 
 def _usage(cluster: DevCluster) -> str:
     logs = "\n".join(f"  node {n.node_id}: {n.address}  log: {n.log_path}" for n in cluster.nodes.values())
+    script = Path(sys.executable).parent / "tributary"  # the CLI next to this interpreter (the venv's)
+    tributary = os.path.relpath(script) if script.exists() else "tributary"
     return f"""
 Tributary dev cluster is up.
 {logs}
 
 bootstrap: {cluster.bootstrap}
   export TRIBUTARY_BOOTSTRAP={cluster.bootstrap}
-  tributary topics create --topic demo --partitions 3 --replication-factor 3
-  seq 10 | tributary produce demo
-  tributary consume demo --from-beginning --max-records 10
-  tributary consume demo --from-beginning --from-follower --max-records 10
-  tributary cluster status
+  {tributary} topics create --topic demo --partitions 3 --replication-factor 3
+  seq 10 | {tributary} produce demo
+  {tributary} consume demo --from-beginning --max-records 10
+  {tributary} consume demo --from-beginning --from-follower --max-records 10
+  {tributary} cluster status
 
 Ctrl-C stops every node cleanly.
 """
