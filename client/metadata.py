@@ -125,19 +125,21 @@ class Metadata:
             await asyncio.shield(self._refreshing)
             assert self._last is not None, "a finished refresh leaves its answer"
             return self._last
-        self._refreshing = asyncio.get_running_loop().create_future()
+        # An all-topics refresh runs beside a shared one; each resolves its own future.
+        refreshing = self._refreshing = asyncio.get_running_loop().create_future()
         try:
             topics = None if all_topics or not self._wanted else tuple(sorted(self._wanted))
             response = await self.request(Api.METADATA, MetadataRequest(topics), MetadataResponse)
             self.update(response)
-            self._refreshing.set_result(None)
+            refreshing.set_result(None)
             return response
         except BaseException as error:
-            self._refreshing.set_exception(error)
-            self._refreshing.exception()  # retrieved: waiters re-raise, nobody logs it as lost
+            refreshing.set_exception(error)
+            refreshing.exception()  # retrieved: waiters re-raise, nobody logs it as lost
             raise
         finally:
-            self._refreshing = None
+            if self._refreshing is refreshing:
+                self._refreshing = None
 
     def update(self, response: MetadataResponse) -> None:
         self._last = response

@@ -56,6 +56,20 @@ async def test_concurrent_refreshes_share_one_request(cluster: FakeCluster) -> N
         await connections.close()
 
 
+async def test_all_topics_refreshes_run_beside_a_shared_one(cluster: FakeCluster) -> None:
+    connections = Connections()
+    metadata = Metadata(cluster.bootstrap, connections)
+    try:
+        answers = await asyncio.gather(metadata.refresh(), metadata.refresh(all_topics=True),
+                                       metadata.refresh(all_topics=True), metadata.refresh())
+        assert all(answer.brokers for answer in answers)
+        assert len(cluster.requests_of(Api.METADATA)) == 3
+        await metadata.refresh()  # nothing left behind: a new refresh asks again
+        assert len(cluster.requests_of(Api.METADATA)) == 4
+    finally:
+        await connections.close()
+
+
 async def test_a_stopped_node_is_skipped_for_any_other(cluster: FakeCluster) -> None:
     connections = Connections()
     metadata = Metadata(cluster.bootstrap, connections)
