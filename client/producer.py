@@ -176,12 +176,22 @@ class Producer:
         return self.partitioner.next_partition(tp.topic, available, len(partitions), tp.partition)
 
     async def _wait_for_space(self) -> None:
-        if self._closed:
-            raise RuntimeError("the producer is closed")
+        self._check_sender()
         while self.accumulator.buffered_bytes >= self.buffer_memory:
             self._space.clear()
             self._wakeup.set()
             await self._space.wait()
+            self._check_sender()
+
+    def _check_sender(self) -> None:
+        """Records are only queued while a sender runs to drain them (else they would wait forever)."""
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        if self._sender is None:
+            raise RuntimeError("the producer is not started: use `async with Producer(...)` or `await start()`")
+        if self._sender.done():
+            cause = "cancelled" if self._sender.cancelled() else repr(self._sender.exception())
+            raise RuntimeError(f"the producer's sender stopped ({cause}); create a new producer")
 
     async def _partitions_of(self, topic: str) -> dict:
         partitions = self.metadata.partitions_for(topic)
@@ -356,14 +366,16 @@ class Producer:
         self._closed = True
         self.accumulator.closing = True
         self._wakeup.set()
-        if self._sender is not None:
-            try:
-                await self._sender
-            finally:
-                self._sender = None
-        self.accumulator.abort_all(RuntimeError("the producer closed before sending"))
-        if self._own_connections:
-            await self.connections.close()
+        try:
+            if self._sender is not None:
+                try:
+                    await self._sender
+                finally:
+                    self._sender = None
+        finally:
+            self.accumulator.abort_all(RuntimeError("the producer closed before sending"))
+            if self._own_connections:
+                await self.connections.close()
 
 
 def _futures_of(batch: ProducerBatch) -> list[asyncio.Future]:

@@ -160,3 +160,12 @@ async def test_a_value_the_codec_refuses_fails_its_future_and_not_the_producer(c
         with pytest.raises(ERRORS[ErrorCode.INVALID_RECORD]):
             await bad
         assert (await producer.send_and_wait("t", b"fine", partition=0)).offset == 0
+
+
+async def test_a_producer_not_started_refuses_records_instead_of_queueing_them_forever(cluster: FakeCluster) -> None:
+    producer = Producer(cluster.bootstrap)
+    with pytest.raises(RuntimeError, match="not started"):
+        await producer.send("t", b"v")
+    await producer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await producer.send("t", b"v")
