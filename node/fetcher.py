@@ -73,17 +73,21 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         while True:
             self._wakeup.clear()
-            positions = self._positions(self._clock())
-            if not positions:
-                await self._idle()
-                continue
+            positions: dict[TopicPartition, FollowerFetchPosition] = {}
             try:
+                positions = self._positions(self._clock())
+                if not positions:
+                    await self._idle()
+                    continue
                 await self._fetch_once(positions)
             except Exception as error:
-                # A bug (a core assertion): log it and keep the other partitions replicating.
+                # A bug (a core assertion): log it and keep replicating; the fetcher never dies of it.
                 log.exception("broker %s: fetching %s from broker %s failed", self.settings.node_id,
                               sorted(positions), self.leader_id)
-                self._back_off(positions, f"{type(error).__name__}: {error}")
+                if positions:
+                    self._back_off(positions, f"{type(error).__name__}: {error}")
+                else:
+                    await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
 
     async def _fetch_once(self, positions: dict[TopicPartition, FollowerFetchPosition]) -> None:
         address = self._leader_address()

@@ -89,8 +89,7 @@ class Node:
     async def dispatch(self, api: Api, message: Any, listener: str) -> Any:
         """The answer to one decoded request that arrived on `listener`."""
         broker = self.broker
-        if broker is None:
-            raise web.HTTPServiceUnavailable(reason="node starting")
+        assert broker is not None, "routes are served only after the broker exists (start)"
         match api:
             case Api.PRODUCE:
                 return await broker.produce(message)
@@ -160,12 +159,15 @@ class Node:
     # ---- health and metrics --------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """Healthy: the quorum knows its leader and the broker is registered and unfenced."""
+        """Healthy: the quorum service runs and knows its leader, and the broker is registered and
+        unfenced within its session."""
         leader = self.quorum.active_controller_id
         registered = self.broker is not None and self.broker.is_unfenced
+        following = self.quorum.is_running
         return {
-            "healthy": leader is not None and registered,
+            "healthy": leader is not None and registered and following,
             "node_id": self.config.node_id,
+            "following_metadata": following,
             "active_controller": leader,
             "metadata_offset": self.quorum.metadata_offset,
             "broker_unfenced": registered,

@@ -85,7 +85,13 @@ class PartitionHost(PartitionDriver):
         assert event.request_id not in self._futures, f"request id {event.request_id} reused on {self.topic_partition}"
         future: asyncio.Future[Completion] = self._loop.create_future()
         self._futures[event.request_id] = future
-        self.handle_event(event)
+        try:
+            self.handle_event(event)
+        except BaseException:
+            # Not a StorageError (those are answers): an OSError on append, a bug. The caller's request
+            # fails (500); no future may stay behind to be "unanswered" at stop.
+            self._futures.pop(event.request_id, None)
+            raise
         return future
 
     def stop(self) -> None:

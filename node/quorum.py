@@ -162,6 +162,11 @@ class QuorumService:
         self._step_proposals(now_ms)
         self._owner = asyncio.get_running_loop().create_task(self._run(), name=f"quorum-{self.config.node_id}")
 
+    @property
+    def is_running(self) -> bool:
+        """The owner task is alive (it dies only of a bug, logged): this node follows the metadata."""
+        return self._owner is not None and not self._owner.done()
+
     async def stop(self) -> None:
         """Stop the owner and the sends, answer what is pending with NOT_CONTROLLER, flush and close."""
         if self._owner is not None:
