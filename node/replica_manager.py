@@ -5,7 +5,8 @@ whose replicas include this broker it makes a `PartitionHost` (the log comes fro
 `LogManager`, opened or created with the topic's config) and steps `MakeLeader` or
 `MakeFollower` whenever the partition's (leader_epoch, partition_epoch) changed. A hosted
 partition that left the metadata (topic deleted), no longer lists this broker, or belongs to an
-older topic of the same name gets `StopReplica` and its log is deleted. Topic config changes
+older topic of the same name gets `StopReplica` and its log is deleted; so is a log on disk that
+no partition here owns (a stray, left by a deletion while the broker was down). Topic config changes
 reach the open logs (`LogManager.update_config`).
 
 Metadata is applied only once it includes this broker's own registration (KRaft brokers catch up
@@ -93,7 +94,18 @@ class ReplicaManager:
         self._apply_topic_configs(metadata, {topic_partition.topic for topic_partition in wanted})
         for topic_partition, (topic_id, state) in sorted(wanted.items()):
             self._apply_partition(topic_partition, topic_id, state)
+        self._delete_stray_logs(wanted)
         return True
+
+    def _delete_stray_logs(self, wanted: dict[TopicPartition, tuple[str, PartitionRegistration]]) -> None:
+        """Logs on disk that the metadata does not assign here (a topic deleted, or its replicas
+        moved, while this broker was down) are deleted, as Kafka's stray-log cleanup does. Safe only
+        because metadata is applied once it includes this broker's registration: everything decided
+        before this process started is known by then."""
+        for topic_partition in sorted(tp for tp, _ in self.log_manager if tp not in wanted):
+            log.info("broker %s: deleting stray log %s (not assigned to this broker in the metadata)",
+                     self.settings.node_id, topic_partition)
+            self.log_manager.delete_log(topic_partition)
 
     def _wanted(self, metadata: ClusterMetadata) -> dict[TopicPartition, tuple[str, PartitionRegistration]]:
         """Every partition with a replica on this broker, with its topic id and state."""

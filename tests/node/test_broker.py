@@ -241,6 +241,19 @@ async def test_deleted_topic_stops_the_replicas_and_deletes_their_logs(cluster: 
     assert gone.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+async def test_a_topic_deleted_while_a_broker_was_down_leaves_no_stray_log_after_its_restart(cluster: Cluster) -> None:
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    await cluster.produce(0, TP, batch(b"a"))
+    directory = cluster.broker(2).hosts[TP].partition.log.directory
+    await cluster.broker(2).stop(controlled=True)
+    await cluster.delete_topic(TOPIC)
+    assert directory.exists(), "the stopped broker could not see the deletion"
+    restarted = await cluster.restart(2)
+    assert TP not in restarted.hosts
+    assert restarted.log_manager.get_log(TP) is None
+    assert not directory.exists()
+
+
 async def test_controlled_stop_hands_over_leadership_and_writes_the_clean_shutdown_marker(cluster: Cluster) -> None:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
     await cluster.produce(0, TP, batch(b"a"))
