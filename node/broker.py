@@ -25,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from client import protocol
 from client.connection import Connections
@@ -66,6 +67,17 @@ _CURRENT_LEADER_ERRORS = frozenset(
     {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH}
 )
 
+
+class _PartitionAddressed(Protocol):
+    """Any per-partition part of a request (they all name their topic and partition)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+
+
+PartitionPart = TypeVar("PartitionPart", bound=_PartitionAddressed)
 
 class Broker:
     """One node's broker: started once, stopped once; one event loop, no locks."""
@@ -150,28 +162,34 @@ class Broker:
     # -- produce ------------------------------------------------------------------------------------
 
     async def produce(self, request: protocol.ProduceRequest) -> protocol.ProduceResponse:
-        pending: list[tuple[protocol.ProducePartition, Located, asyncio.Future | None]] = []
-        for part in request.partitions:
-            located = self.replicas.locate(part.topic, part.partition)
-            future = None
-            if located.host is not None:
-                event = ProduceRequest(next(self._request_ids), part.records, request.acks, request.timeout_ms,
-                                       part.current_leader_epoch)
-                future = located.host.submit(event)
-            pending.append((part, located, future))
+        def event_of(part: protocol.ProducePartition) -> ProduceRequest:
+            return ProduceRequest(next(self._request_ids), part.records, request.acks, request.timeout_ms,
+                                  part.current_leader_epoch)
+
         answers = []
-        for part, located, future in pending:
-            if future is None:
+        for part, located, result in await self._submit_all(request.partitions, event_of):
+            if result is None:
                 answers.append(protocol.ProducePartitionResponse(part.topic, part.partition, located.error,
                                                                  located.message))
                 continue
-            result = await future
             assert isinstance(result, ProduceResult), result
             answers.append(protocol.ProducePartitionResponse(
                 part.topic, part.partition, result.error, result.error_message, result.base_offset,
                 result.log_append_time_ms, result.log_start_offset,
             ))
         return protocol.ProduceResponse(tuple(answers))
+
+    async def _submit_all(self, parts: Sequence[PartitionPart], event_of: Callable[[PartitionPart], object]
+                          ) -> list[tuple[PartitionPart, Located, object | None]]:
+        """Each partition's event submitted to its host, then every result awaited in request order
+        (None where this node hosts no replica to ask: `Located` says why). Submitting all before
+        awaiting any lets the partitions of one request proceed together, as acks=all waits do."""
+        pending = []
+        for part in parts:
+            located = self.replicas.locate(part.topic, part.partition)
+            future = None if located.host is None else located.host.submit(event_of(part))
+            pending.append((part, located, future))
+        return [(part, located, None if future is None else await future) for part, located, future in pending]
 
     # -- fetch --------------------------------------------------------------------------------------
 
@@ -264,16 +282,16 @@ class Broker:
     # -- offsets ------------------------------------------------------------------------------------
 
     async def list_offsets(self, request: protocol.ListOffsetsRequest) -> protocol.ListOffsetsResponse:
+        def event_of(part: protocol.ListOffsetsPartition) -> ListOffsets:
+            return ListOffsets(next(self._request_ids), part.timestamp, part.current_leader_epoch,
+                               require_leader=not request.from_follower)
+
         answers = []
-        for part in request.partitions:
-            located = self.replicas.locate(part.topic, part.partition)
-            if located.host is None:
+        for part, located, result in await self._submit_all(request.partitions, event_of):
+            if result is None:
                 answers.append(protocol.ListOffsetsPartitionResponse(part.topic, part.partition, located.error,
                                                                      located.message))
                 continue
-            event = ListOffsets(next(self._request_ids), part.timestamp, part.current_leader_epoch,
-                                require_leader=not request.from_follower)
-            result = await located.host.submit(event)
             assert isinstance(result, ListOffsetsResult), result
             answers.append(protocol.ListOffsetsPartitionResponse(
                 part.topic, part.partition, result.error, result.error_message, result.timestamp, result.offset,
@@ -284,15 +302,15 @@ class Broker:
     async def offsets_for_leader_epoch(
         self, request: protocol.OffsetsForLeaderEpochRequest
     ) -> protocol.OffsetsForLeaderEpochResponse:
+        def event_of(part: protocol.OffsetForLeaderPartition) -> OffsetsForLeaderEpoch:
+            return OffsetsForLeaderEpoch(next(self._request_ids), part.leader_epoch, part.current_leader_epoch)
+
         answers = []
-        for part in request.partitions:
-            located = self.replicas.locate(part.topic, part.partition)
-            if located.host is None:
+        for part, located, result in await self._submit_all(request.partitions, event_of):
+            if result is None:
                 answers.append(protocol.EpochEndOffsetResponse(part.topic, part.partition, located.error,
                                                                located.message))
                 continue
-            event = OffsetsForLeaderEpoch(next(self._request_ids), part.leader_epoch, part.current_leader_epoch)
-            result = await located.host.submit(event)
             assert isinstance(result, OffsetsForLeaderEpochResult), result
             answers.append(protocol.EpochEndOffsetResponse(part.topic, part.partition, result.error,
                                                            result.error_message, result.leader_epoch,
@@ -300,20 +318,15 @@ class Broker:
         return protocol.OffsetsForLeaderEpochResponse(tuple(answers))
 
     async def delete_records(self, request: protocol.DeleteRecordsRequest) -> protocol.DeleteRecordsResponse:
-        pending: list[tuple[protocol.DeleteRecordsPartition, Located, asyncio.Future | None]] = []
-        for part in request.partitions:
-            located = self.replicas.locate(part.topic, part.partition)
-            future = None
-            if located.host is not None:
-                future = located.host.submit(DeleteRecords(next(self._request_ids), part.offset, request.timeout_ms))
-            pending.append((part, located, future))
+        def event_of(part: protocol.DeleteRecordsPartition) -> DeleteRecords:
+            return DeleteRecords(next(self._request_ids), part.offset, request.timeout_ms)
+
         answers = []
-        for part, located, future in pending:
-            if future is None:
+        for part, located, result in await self._submit_all(request.partitions, event_of):
+            if result is None:
                 answers.append(protocol.DeleteRecordsPartitionResponse(part.topic, part.partition, located.error,
                                                                        located.message))
                 continue
-            result = await future
             assert isinstance(result, DeleteRecordsResult), result
             answers.append(protocol.DeleteRecordsPartitionResponse(part.topic, part.partition, result.error,
                                                                    result.error_message, result.low_watermark))
