@@ -304,6 +304,24 @@ def test_topic_ids_and_placement_come_from_the_injected_generator() -> None:
     assert run(7) != run(8)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_placement_spreads_each_partition_over_the_registered_racks(seed: int) -> None:
+    """Goal: racks given at registration reach placement. Method: brokers 1-4 register (and are
+    unfenced) with racks a, a, b, b; a topic of 4 partitions and replication factor 2 is created; each
+    partition's replicas are on two distinct brokers in both racks, whatever the seed draws."""
+    harness = Harness(seed, ControllerConfig())
+    racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+    for broker_id, rack in racks.items():
+        harness.add_broker(broker_id, rack)
+    assert {broker.broker_id: broker.rack for broker in harness.committed.brokers()} == racks
+    topic_id = harness.create_topic("t", 4, 2)
+    partitions = harness.committed.partitions(topic_id)
+    assert len(partitions) == 4
+    for state in partitions:
+        assert len(set(state.replicas)) == 2, state
+        assert {racks[broker_id] for broker_id in state.replicas} == {"a", "b"}, state
+
+
 def test_topic_ids_are_kafka_style_and_unique() -> None:
     harness = cluster(1)
     ids = {harness.create_topic(f"t{number}") for number in range(50)}
