@@ -14,7 +14,7 @@ import pytest
 
 from controller.quorum_config import QuorumConfig, VoterEndpoint
 from controller.quorum_state import ElectionState, QuorumStateStore
-from controller.raft import Raft
+from controller.raft import Raft, RandomSource
 from controller.raft_driver import RaftDriver
 from controller.raft_log import RaftLog, metadata_log_config
 from controller.raft_messages import (
@@ -52,6 +52,17 @@ class LowestRandom:
         return 1_000
 
 
+class HighestRandom:
+    """A RandomSource that always draws the highest value: election timeouts are twice the configured
+    ones and every election backoff is election_backoff_max_ms."""
+
+    def randint(self, a: int, b: int) -> int:
+        return b
+
+    def getrandbits(self, k: int) -> int:
+        return 2_000
+
+
 def quorum_config(voters: Iterable[int] = (1, 2, 3), **overrides: int) -> QuorumConfig:
     settings: dict[str, int] = {
         "election_timeout_ms": ELECTION_TIMEOUT_MS,
@@ -78,9 +89,9 @@ class Cluster:
         self.outbox: list[Message] = []
         self.nodes = {node_id: self.open(node_id) for node_id in [*voters, *observers]}
 
-    def open(self, node_id: int, state: ElectionState | None = None) -> Raft:
+    def open(self, node_id: int, state: ElectionState | None = None, rng: RandomSource | None = None) -> Raft:
         log = RaftLog.open(self.root / f"node-{node_id}", self.now_ms, metadata_log_config(segment_bytes=4096))
-        return Raft(node_id, self.config, log, state or ElectionState(0), LowestRandom(), self.now_ms)
+        return Raft(node_id, self.config, log, state or ElectionState(0), rng or LowestRandom(), self.now_ms)
 
     def handle(self, node_id: int, event: object) -> Ready:
         ready = self.nodes[node_id].handle(event, self.now_ms)  # type: ignore[arg-type]
@@ -267,6 +278,74 @@ def test_pre_vote_refused_while_the_leader_is_heard(tmp_path: Path) -> None:
     assert cluster.nodes[3].leader_id == 1
     assert cluster.nodes[1].role is Role.LEADER
     assert {node.epoch for node in cluster.nodes.values()} == {epoch}
+
+
+def test_candidate_that_lost_stands_again_after_its_drawn_backoff(tmp_path: Path) -> None:
+    """Goal: a candidate refused by a majority retries after a random backoff of up to
+    election_backoff_max_ms from its defeat (KRaft), not at its election timeout and not at once.
+    Method: node 1 draws the highest values (election timeout 2 x 100 ms, backoff 50 ms). It wins
+    node 2's pre-vote at 200 and stands in epoch 1, but node 2 then votes for node 3, which already
+    voted for itself in epoch 1; both refusals reach node 1 at 210. So it must not stand again before
+    260 (not even at 250, when it would have resent its vote requests) and must at 260, well before
+    its election deadline of 400."""
+    cluster = Cluster(tmp_path)
+    cluster.nodes[1] = cluster.open(1, rng=HighestRandom())
+    cluster.nodes[3] = cluster.open(3, ElectionState(1, voted_id=3))
+    candidate = cluster.nodes[1]
+    cluster.tick(1, 2 * ELECTION_TIMEOUT_MS - 1)
+    assert candidate.role is Role.UNATTACHED, "the highest draw doubles the election timeout"
+    cluster.tick(1, 2 * ELECTION_TIMEOUT_MS)
+    assert candidate.role is Role.PROSPECTIVE
+    pre_vote = cluster.take(VoteRequest, destination=2)[0]
+    cluster.outbox.clear()  # node 3's refusal would carry epoch 1 and end the pre-vote early
+    cluster.handle(1, cluster_message(2, 1, cluster.handle(2, pre_vote)))
+    assert candidate.role is Role.CANDIDATE
+    assert candidate.election_state == ElectionState(1, voted_id=1, leader_id=None)
+    votes = cluster.take(VoteRequest, source=1)
+    assert sorted(m.destination_id for m in votes) == [2, 3]
+    cluster.handle(2, Message(3, 2, VoteRequest(1, 3, 0, 0, pre_vote=False)))
+    assert cluster.nodes[2].voted_id == 3
+    cluster.outbox.clear()
+    cluster.now_ms = 210
+    refusals = [cluster_message(m.destination_id, 1, cluster.handle(m.destination_id, m)) for m in votes]
+    assert all(isinstance(m.body, VoteResponse) and not m.body.vote_granted for m in refusals), refusals
+    readys = [cluster.handle(1, refusal) for refusal in refusals]
+    assert readys[-1].next_tick_ms == 210 + cluster.config.election_backoff_max_ms
+    for now_ms in (250, 259):
+        ready = cluster.tick(1, now_ms)
+        assert candidate.role is Role.CANDIDATE
+        assert ready.messages == (), f"stood or resent at {now_ms}, inside the backoff"
+    ready = cluster.tick(1, 260)
+    assert candidate.role is Role.PROSPECTIVE
+    assert candidate.epoch == 1
+    requests = [m for m in ready.messages if isinstance(m.body, VoteRequest)]
+    assert sorted(m.destination_id for m in requests) == [2, 3]
+    assert all(m.body.pre_vote and m.body.epoch == 1 for m in requests)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("pre_vote", [True, False], ids=["pre-vote", "vote"])
+def test_voter_refuses_a_candidate_outside_the_voter_set(tmp_path: Path, pre_vote: bool) -> None:
+    """Goal: only voters may be elected (KRaft answers INCONSISTENT_VOTER_SET). Method: voter 2 gets a
+    request from node 7, which is not among voters 1-3, with a higher epoch and a log as long as its
+    own: refused, nothing persisted, and its epoch, vote and role unchanged (the term rule is not
+    applied to a stranger). The same request from voter 3 is then granted, so the refusal was for
+    membership alone."""
+    cluster = Cluster(tmp_path)
+    voter = cluster.nodes[2]
+    ready = cluster.handle(2, Message(7, 2, VoteRequest(5, 7, 0, 0, pre_vote=pre_vote)))
+    response = cluster_message(2, 7, ready).body
+    assert isinstance(response, VoteResponse)
+    assert not response.vote_granted
+    assert response.error is RaftError.INCONSISTENT_VOTER_SET
+    assert (response.epoch, response.pre_vote) == (0, pre_vote)
+    assert ready.hard_state is None
+    assert voter.election_state == ElectionState(0)
+    assert voter.role is Role.UNATTACHED
+    ready = cluster.handle(2, Message(3, 2, VoteRequest(5, 3, 0, 0, pre_vote=pre_vote)))
+    response = cluster_message(2, 3, ready).body
+    assert isinstance(response, VoteResponse)
+    assert response.vote_granted
+    assert response.error is RaftError.NONE
 
 
 def test_vote_is_persisted_before_the_reply_and_never_given_twice(tmp_path: Path) -> None:
@@ -532,6 +611,26 @@ def test_any_quorum_size_elects_and_commits(tmp_path: Path, voters: tuple[int, .
     cluster.run(50, nodes=voters[:3], drop=lambda message: message.destination_id in voters[3:]
                 or message.source_id in voters[3:])
     assert leader.high_watermark == leader.log.log_end_offset
+
+
+def test_four_voters_commit_only_once_three_hold_an_entry(tmp_path: Path) -> None:
+    """Goal: the majority of four voters is three (floor(n / 2) + 1), not half. Method: elect 1 of
+    voters 1-4 and propose one entry; the leader then hears a fetch past it from node 2 only (two of
+    four hold it: the HW stays), then from node 3 (three of four: the HW moves and the proposal
+    completes)."""
+    cluster = Cluster(tmp_path, voters=(1, 2, 3, 4))
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    cluster.handle(1, Propose(1, b"four"))
+    cluster.outbox.clear()
+    end = leader.log.log_end_offset
+    assert leader.high_watermark == end - 1, "the LeaderChange is committed, the proposal not yet"
+    ready = cluster.handle(1, Message(2, 1, FetchRequest(leader.epoch, 2, end, leader.epoch, 1 << 20, 1)))
+    assert leader.high_watermark == end - 1, "two of four voters are not a majority"
+    assert ready.completions == ()
+    ready = cluster.handle(1, Message(3, 1, FetchRequest(leader.epoch, 3, end, leader.epoch, 1 << 20, 1)))
+    assert leader.high_watermark == end
+    assert [(c.proposal_id, c.error, c.offset) for c in ready.completions] == [(1, RaftError.NONE, end - 1)]
 
 
 def test_late_answers_keep_a_caught_up_follower_attached(tmp_path: Path) -> None:
