@@ -343,7 +343,10 @@ async def test_a_leader_cut_off_from_its_quorum_answers_pending_requests_not_con
 
 
 async def test_a_single_voter_is_its_own_active_controller(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, 1)
+    """Also: the Raft metadata log is Kafka's `__cluster_metadata-0` partition directory in the first
+    log dir, holding ordinary segment files (checked while the node is stopped, all flushed)."""
+    first_log_dir, second_log_dir = tmp_path / "data-a", tmp_path / "data-b"
+    cluster = Cluster(tmp_path, 1, **{"log.dirs": f"{first_log_dir},{second_log_dir}"})
     try:
         await cluster.nodes[1].start()
         service = cluster.service(1)
@@ -352,6 +355,13 @@ async def test_a_single_voter_is_its_own_active_controller(tmp_path: Path) -> No
         await create_topic(service, "orders", 2, 1)
         assert service.active_controller_id == 1 and service.is_active_controller
         await cluster.nodes[1].stop()
+        metadata_dir = first_log_dir / "__cluster_metadata-0"
+        segment_files = sorted(path.name for path in metadata_dir.iterdir()
+                               if path.suffix in (".log", ".index", ".timeindex"))
+        base = "0" * 20
+        assert segment_files == [f"{base}.index", f"{base}.log", f"{base}.timeindex"]
+        assert (metadata_dir / f"{base}.log").stat().st_size > 0
+        assert not (second_log_dir / "__cluster_metadata-0").exists()
         await cluster.nodes[1].start()  # re-elects itself, then commits and applies its log again
         restarted = cluster.service(1)
         await wait_for_metadata(restarted, lambda: restarted.metadata.topic_id("orders") is not None)
