@@ -233,29 +233,41 @@ class Log:
 
     def _append(self, batches: list[tuple[Sequence[bytes | memoryview], BatchHeader]], now_ms: int,
                 log_append_time_ms: int, leader_epoch: int | None) -> LogAppendInfo:
-        """Append validated batches in order, rolling first where a segment says so."""
+        """Append validated batches in order, rolling first where a segment says so.
+
+        All or nothing: if a write (or a roll) fails with OSError, the batches of the request
+        already appended are taken back (`_undo_append`) before the error propagates."""
         rolled: RollReason | None = None
         max_timestamp = -1
         records_count = 0
         valid_bytes = 0
         segment_bytes, segment_ms = self.config.segment_bytes, self.config.segment_ms
-        active = self.segments.active_segment
+        active = first_active = self.segments.active_segment
+        # What `_undo_append` restores: read once per request, so the loop does no extra work.
+        size_before = active.size
+        offset_entries_before, time_entries_before = active.offset_index.entries, active.time_index.entries
+        recovery_point_before = self.recovery_point
         epoch_cache = self.leader_epoch_cache
-        for pieces, header in batches:
-            size = header.size_in_bytes
-            reason = active.should_roll(size, header, now_ms, segment_bytes, segment_ms)
-            if reason is not None:
-                active = self.roll(now_ms, expected_next_offset=header.base_offset)
-                rolled = reason
-            active.append(pieces, header)
-            epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
-            latest = epoch_cache.latest_entry()
-            # assign() is a no-op unless the epoch is new (or moves back); skip the call then.
-            if epoch >= 0 and (latest is None or latest.epoch != epoch or latest.start_offset > header.base_offset):
-                epoch_cache.assign(epoch, header.base_offset)
-            max_timestamp = max(max_timestamp, header.max_timestamp)
-            records_count += header.records_count
-            valid_bytes += size
+        try:
+            for pieces, header in batches:
+                size = header.size_in_bytes
+                reason = active.should_roll(size, header, now_ms, segment_bytes, segment_ms)
+                if reason is not None:
+                    active = self.roll(now_ms, expected_next_offset=header.base_offset)
+                    rolled = reason
+                active.append(pieces, header)
+                epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
+                latest = epoch_cache.latest_entry()
+                # assign() is a no-op unless the epoch is new (or moves back); skip the call then.
+                if epoch >= 0 and (latest is None or latest.epoch != epoch or latest.start_offset > header.base_offset):
+                    epoch_cache.assign(epoch, header.base_offset)
+                max_timestamp = max(max_timestamp, header.max_timestamp)
+                records_count += header.records_count
+                valid_bytes += size
+        except OSError:
+            self._undo_append(first_active, size_before, offset_entries_before, time_entries_before,
+                              recovery_point_before)
+            raise
         if active.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms)
         return LogAppendInfo(
@@ -267,6 +279,29 @@ class Log:
             valid_bytes=valid_bytes,
             rolled=rolled,
         )
+
+    def _undo_append(self, first_active: LogSegment, size: int, offset_entries: int, time_entries: int,
+                     recovery_point: int) -> None:
+        """Put the log back as it was before a request whose write failed part-way.
+
+        `first_active` was the active segment then, with `size` bytes and the given numbers of
+        index entries. Not `truncate_to`, which is for readers' data: it would keep the segments
+        this request rolled to as `.deleted` files, keep time-index entries the request added for
+        older batches (the roll's final entry), and, when the request replaced an empty active
+        segment, start the log afresh and clear the epoch cache."""
+        while (later := self.segments.higher_segment(first_active.base_offset)) is not None:
+            # Rolled to by this request: nothing in it was ever acknowledged, so it goes now.
+            self.segments.remove(later.base_offset)
+            later.delete_files()
+        if self.segments.get(first_active.base_offset) is first_active:
+            first_active.undo_appends(size, offset_entries, time_entries)
+        else:
+            # The request's first roll replaced an empty active segment (`roll`): make it again.
+            assert size == 0, f"a segment of {size} bytes was replaced in {self.name}"
+            self.segments.add(self.new_segment(first_active.base_offset, first_active.created_ms))
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.recovery_point = recovery_point
+        self._check_offsets()
 
     def roll(self, now_ms: int, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected, LEO); a no-op on an empty active segment."""

@@ -383,6 +383,22 @@ class LogSegment:
         self._reload_after_truncate()
         return removed
 
+    def undo_appends(self, size: int, offset_index_entries: int, time_index_entries: int) -> None:
+        """Take back the appends made since the segment held `size` bytes and its indexes the
+        given numbers of entries (a request whose later write failed). Cut by entry count, not
+        by offset as `truncate_to` does: the request may have added a time-index entry for an
+        older batch (the largest timestamp so far, or the final entry of a roll). Both indexes
+        are made writable again, since a roll during the request trimmed them. The count of
+        unflushed messages keeps the taken-back records: at worst `flush.messages` flushes early."""
+        assert size <= self.size, f"size={size} > {self.size} {self.log_path}"
+        self.offset_index.truncate_entries(offset_index_entries)
+        self.time_index.truncate_entries(time_index_entries)
+        self.offset_index.resize_for_append()
+        self.time_index.resize_for_append()
+        self._file.truncate(size)
+        self.size = size
+        self._reload_after_truncate()
+
     def _reload_after_truncate(self) -> None:
         _, position = self.offset_index.lookup(2**63 - 1)
         self.next_offset = self.base_offset

@@ -4,21 +4,30 @@ exactly as it was — same offsets, same bytes and file sizes on disk, same inde
 Method: a log with several segments and dense index entries; each bad request (damaged CRC or
 magic, truncated, wrong record count, too large, empty, one bad batch among good ones, follower
 offsets going back) is applied, the exception checked, and a full snapshot compared with the one
-taken before. A good append afterwards must still land at the old log end offset.
+taken before. A good append afterwards must still land at the old log end offset. Also: a write
+that fails part-way through a request (an injected ENOSPC, before or after a roll) appends nothing.
 """
 
 from __future__ import annotations
 
+import errno
+import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 from crc32c import crc32c
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
+from storage import log_segment
+from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochCheckpointFile
 from storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, StorageError
-from storage.log import Log
-from storage.records import build_batch
-from tests.storage.conftest import NOW_MS, OpenLog, records_of, snapshot
+from storage.log import Log, LogAppendInfo
+from storage.log_segment import RollReason
+from storage.records import build_batch, decode_records
+from tests.storage.conftest import NOW_MS, OpenLog, open_log, records_of, snapshot
 
 PROPERTIES = {"segment.bytes": 600, "index.interval.bytes": 0, "max.message.bytes": 400}
 
@@ -180,3 +189,146 @@ def test_follower_request_going_back_inside_itself_appends_nothing(log: Log) -> 
     assert snapshot(log) == before
     info = log.append_as_follower(good(3, base_offset=leo, epoch=1), NOW_MS)
     assert (info.first_offset, info.last_offset) == (leo, leo + 2)
+
+
+# --- a write that fails part-way through a request ---------------------------------------------
+# Method: make the Nth os.pwritev of storage.log_segment raise ENOSPC (the earlier batches of the
+# request are then on disk and in the indexes), check the append raises it, compare a full
+# snapshot and each segment's append state with those taken before, then append again without
+# the fault: the same request lands at the old log end offset.
+
+
+def fail_write(monkeypatch: pytest.MonkeyPatch, failing_call: int) -> list[int]:
+    """Make the `failing_call`-th pwritev raise OSError(ENOSPC); returns the calls made so far."""
+    real_pwritev = log_segment.os.pwritev
+    calls: list[int] = []
+
+    def pwritev(fd: int, buffers: Sequence[bytes | memoryview], position: int) -> int:
+        calls.append(position)
+        if len(calls) == failing_call:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return real_pwritev(fd, buffers, position)
+
+    monkeypatch.setattr(log_segment.os, "pwritev", pwritev)
+    return calls
+
+
+def append_state(log: Log) -> list[tuple[object, ...]]:
+    """What each segment keeps in memory to append and roll: not on disk, so not in the snapshot."""
+    return [
+        (s.base_offset, s.bytes_since_last_index_entry, s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far,
+         s.rolling_based_timestamp, s.created_ms, s.offset_index.max_entries, s.time_index.max_entries)
+        for s in log.segments
+    ]
+
+
+def assert_failed_write_appends_nothing(log: Log, failing_call: int, append_request: Callable[[], LogAppendInfo],
+                                        first_offset: int | None = None) -> LogAppendInfo:
+    """Fail the request's `failing_call`-th write; the log must be as before. Then the request again,
+    unfailed: it must land at `first_offset` (default: the old log end offset), every record
+    readable. Returns what the second attempt did."""
+    first = log.log_end_offset if first_offset is None else first_offset
+    before, before_state = snapshot(log), append_state(log)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        calls = fail_write(monkeypatch, failing_call)
+        with pytest.raises(OSError, match="injected") as raised:
+            append_request()
+    assert raised.value.errno == errno.ENOSPC
+    assert len(calls) == failing_call, "the request stopped at the failed write"
+    after = snapshot(log)
+    if LEADER_EPOCH_CHECKPOINT not in before.files and LEADER_EPOCH_CHECKPOINT in after.files:
+        # The request's epoch entry was written, then removed: an empty file reads as a missing one.
+        assert LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT).read() == []
+        del after.files[LEADER_EPOCH_CHECKPOINT]
+    assert after == before
+    assert append_state(log) == before_state
+    info = append_request()
+    assert info.first_offset == first
+    offsets = [record.offset for segment, position, header in log.iter_batches(first)
+               for record in decode_records(segment.read_bytes(position, header.size_in_bytes))]
+    assert offsets == list(range(first, info.last_offset + 1))
+    return info
+
+
+@pytest.mark.parametrize("epoch", [1, 2], ids=["same epoch", "new epoch"])
+@pytest.mark.parametrize("failing_call", [2, 3])
+def test_failed_write_of_a_later_batch_appends_nothing(log: Log, epoch: int, failing_call: int) -> None:
+    # Epoch 2 is new: the request's first batch adds a leader-epoch entry, which must go too.
+    request = good(2, b"a") + good(2, b"b") + good(2, b"c")
+    assert log.segments.active_segment.size + len(request) <= PROPERTIES["segment.bytes"], "no roll wanted here"
+    info = assert_failed_write_appends_nothing(log, failing_call, lambda: log.append_as_leader(request, epoch, NOW_MS))
+    assert info.rolled is None
+    expected = EpochEntry(1, 0) if epoch == 1 else EpochEntry(2, info.first_offset)
+    assert log.leader_epoch_cache.latest_entry() == expected
+
+
+@pytest.mark.parametrize("failing_call", [2, 3])
+def test_failed_write_after_a_roll_within_the_request_appends_nothing(make_log: OpenLog, failing_call: int) -> None:
+    # The default index.interval.bytes leaves the segment without index entries, so the roll's
+    # final time-index entry (the largest timestamp, of an old batch) is new and must go too;
+    # with failing call 3 the rolled-to segment holds the request's second batch.
+    log = make_log({"segment.bytes": 400})
+    for step in range(2):
+        log.append_as_leader(good(2, b"old%d" % step), 1, NOW_MS)
+    active = log.segments.active_segment
+    first, second, third = good(1, b"a" * 40), good(1, b"b" * 150), good(1, b"c")
+    assert active.size + len(first) <= 400 < active.size + len(first) + len(second), "the second batch rolls"
+    request = first + second + third
+    info = assert_failed_write_appends_nothing(log, failing_call, lambda: log.append_as_leader(request, 2, NOW_MS))
+    assert info.rolled is RollReason.SEGMENT_BYTES
+    assert [segment.base_offset for segment in log.segments] == [0, 5]
+
+
+def test_failed_follower_write_after_rolling_away_an_empty_segment_restores_it(make_log: OpenLog) -> None:
+    # A follower batch past the relative-offset range of an empty active segment replaces that
+    # segment by one at the batch's base offset before the write.
+    log = make_log()
+    far = 3 * 2**31
+    info = assert_failed_write_appends_nothing(
+        log, 1, lambda: log.append_as_follower(good(2, base_offset=far, epoch=4), NOW_MS), far)
+    assert info.rolled is RollReason.OFFSET_OVERFLOW
+    assert [segment.base_offset for segment in log.segments] == [far]
+
+
+batch_strategy = st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 60)), min_size=1, max_size=3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    properties=st.fixed_dictionaries({
+        "segment.bytes": st.sampled_from([300, 700, 100_000]),
+        "index.interval.bytes": st.sampled_from([0, 100, 4096]),
+        "segment.index.bytes": st.sampled_from([24, 120, 4096]),
+    }),
+    earlier=st.lists(batch_strategy, max_size=8),
+    request=st.lists(batch_strategy, min_size=1, max_size=4),
+    epoch=st.sampled_from([1, 2]),
+    follower=st.booleans(),
+    data=st.data(),
+)
+def test_any_failed_write_leaves_the_log_as_before(tmp_path: Path, properties: dict[str, int],
+                                                  earlier: list[list[tuple[int, int]]],
+                                                  request: list[list[tuple[int, int]]], epoch: int, follower: bool,
+                                                  data: st.DataObject) -> None:
+    # Any segment and index sizes (rolls by bytes and by full indexes), timestamps that do and do
+    # not raise a segment's largest one, a new epoch or not, leader or follower: whichever write
+    # of the request fails, the log is as before and the request then appends as it would have.
+    directory = tmp_path / "t-0"
+    shutil.rmtree(directory, ignore_errors=True)
+    log = open_log(directory, properties)
+    for batch in earlier:
+        log.append_as_leader(build_batch([(b"k", b"v" * size) for _, size in batch],
+                                         timestamps=[ts for ts, _ in batch]), 1, NOW_MS)
+    records, base_offset = b"", log.log_end_offset
+    for batch in request:
+        records += build_batch([(b"k", b"r" * size) for _, size in batch], timestamps=[ts for ts, _ in batch],
+                               base_offset=base_offset, partition_leader_epoch=epoch)
+        base_offset += len(batch)
+    failing_call = data.draw(st.integers(1, len(request)), label="failing_call")
+
+    def append_request() -> LogAppendInfo:
+        return log.append_as_follower(records, NOW_MS) if follower else log.append_as_leader(records, epoch, NOW_MS)
+
+    info = assert_failed_write_appends_nothing(log, failing_call, append_request)
+    event(f"rolled: {info.rolled}")
+    log.close()
