@@ -368,15 +368,20 @@ class LogSegment:
     # -- changing -----------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> int:
-        """Drop every batch whose last offset is >= `offset`; return the bytes removed."""
+        """Drop every batch whose last offset is >= `offset`; return the bytes removed.
+
+        The segment is the log's active one afterwards, so both indexes are made writable again
+        even when nothing is cut (Kafka's truncateTo): a rolled segment whose end lies below
+        `offset` (an offset gap of a compacted log) would otherwise keep its trimmed indexes and
+        roll at the next append with INDEX_FULL."""
         found = self.translate_offset(offset)
-        if found is None:
-            return 0
-        position, _ = found
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.offset_index.resize_for_append()
         self.time_index.resize_for_append()
+        if found is None:
+            return 0
+        position, _ = found
         removed = self.size - position
         self._file.truncate(position)
         self.size = position

@@ -232,6 +232,28 @@ def test_truncate_to_below_the_first_segment_starts_over(make_log: OpenLog) -> N
     assert [s.base_offset for s in log.segments] == [10]
 
 
+def test_truncate_to_inside_an_offset_gap_keeps_the_segment_appendable(make_log: OpenLog) -> None:
+    # A compacted log's follower: segment 0 ends at offset 1, the next starts at 10. Cutting at 5
+    # leaves segment 0 active with nothing to cut; its indexes, trimmed when it rolled, must be
+    # writable again, so the next append does not roll for a full index.
+    log = make_log({"cleanup.policy": "compact", "index.interval.bytes": 0})
+    for offset in (0, 1):
+        log.append_as_follower(build_batch([(b"k", b"a")], base_offset=offset, timestamps=[1]), NOW_MS)
+    log.roll(NOW_MS, expected_next_offset=10)
+    log.append_as_follower(build_batch([(b"k", b"b")], base_offset=10, timestamps=[2]), NOW_MS)
+    assert [s.base_offset for s in log.segments] == [0, 10]
+    assert log.truncate_to(5, NOW_MS)
+    assert offsets(log) == (0, 0, 2)
+    active = log.segments.active_segment
+    assert active.base_offset == 0
+    assert not active.offset_index.is_full()
+    assert not active.time_index.is_full()
+    info = log.append_as_follower(build_batch([(b"k", b"c")], base_offset=2, timestamps=[3]), NOW_MS)
+    assert info.rolled is None
+    assert [s.base_offset for s in log.segments] == [0]
+    assert active.offset_index.entries == 2, "the append after the cut is indexed in the same segment"
+
+
 # --- recovery point ---------------------------------------------------------------------------
 
 
