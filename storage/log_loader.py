@@ -164,11 +164,14 @@ class LogLoader:
         suspect_offset = 2**63
         bases = sorted(int(path.name[:20]) for path in self.directory.glob(f"*{LOG_SUFFIX}"))
         for slot, base_offset in enumerate(bases):
-            index_missing = not (self.directory / f"{base_offset:020d}{INDEX_SUFFIX}").exists()
+            # Checked before the segment opens them, since opening creates missing files empty. An
+            # empty time index would pass load_state and hide the segment's largest timestamp.
+            missing = [kind for kind in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                       if not (self.directory / f"{base_offset:020d}{kind}").exists()]
             segment = self._segment(base_offset, writable=slot == len(bases) - 1)
             try:
-                if index_missing:
-                    raise CorruptIndexError(f"{segment.offset_index.path} is missing")
+                if missing:
+                    raise CorruptIndexError(f"{' and '.join(missing)} of segment {base_offset} missing")
                 segment.load_state()
             except (CorruptIndexError, CorruptRecordError):
                 suspect_offset = min(suspect_offset, base_offset)
