@@ -3,17 +3,20 @@
 Each test appends up to one byte / millisecond / entry / offset below a limit (no roll), then
 past it, and checks the RollReason the append reports, the new segment's base offset, and that
 the batch that caused the roll is the first one of the new segment. Also: no roll by time on an
-empty segment, 20-digit file names, and inactive segments' indexes trimmed to their entries.
+empty segment, 20-digit file names, inactive segments' indexes trimmed to their entries (and the
+active one's on close), and index.interval.bytes at its boundary.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from storage.log import Log
 from storage.log_segment import RollReason
 from storage.records import build_batch, read_header
-from tests.storage.conftest import NOW_MS, OpenLog, append, index_entries
+from tests.storage.conftest import NOW_MS, OpenLog, append, index_entries, sized_batch
 
 SEGMENT_MS = 1000
 
@@ -218,3 +221,44 @@ def test_inactive_segments_indexes_are_trimmed_and_the_active_one_preallocated(m
     assert (directory / "00000000000000000008.index").stat().st_size == 1000
     assert (directory / "00000000000000000008.timeindex").stat().st_size == 996
     assert active.offset_index.max_entries == 125
+
+
+def test_close_trims_the_active_segments_indexes_to_their_entries(make_log: OpenLog) -> None:
+    log = make_log({"index.interval.bytes": 0, "segment.index.bytes": 1200})
+    for offset in range(6):
+        append(log, [b"v"], [100 + offset % 4])  # the time index skips the timestamps that do not grow
+    active = log.segments.active_segment
+    offsets, times = index_entries(active)
+    assert (len(offsets), len(times)) == (5, 3)
+    directory: Path = log.directory
+    assert (directory / "00000000000000000000.index").stat().st_size == 1200, "preallocated while open"
+    log.close()
+    assert (directory / "00000000000000000000.index").stat().st_size == 8 * len(offsets)
+    assert (directory / "00000000000000000000.timeindex").stat().st_size == 12 * len(times)
+    again = make_log({"index.interval.bytes": 0, "segment.index.bytes": 1200})
+    assert index_entries(again.segments.active_segment) == (offsets, times)
+
+
+# --- index.interval.bytes ---------------------------------------------------------------------
+
+INTERVAL = 300
+
+
+@pytest.mark.parametrize(("gap", "indexed"), [(INTERVAL, False), (INTERVAL + 1, True)])
+def test_an_index_entry_needs_more_than_index_interval_bytes_since_the_last(make_log: OpenLog, gap: int,
+                                                                            indexed: bool) -> None:
+    # Kafka's LogSegment.append indexes a batch when bytesSinceLastIndexEntry, the bytes from the
+    # last indexed batch's start to this batch's start, is more than index.interval.bytes.
+    log = make_log({"index.interval.bytes": INTERVAL})
+
+    def append_sized(size: int) -> int:
+        return log.append_as_leader(sized_batch(1, size, [NOW_MS]), 0, NOW_MS).first_offset
+
+    append_sized(INTERVAL + 1)  # the segment's first batch: nothing before it, no entry
+    assert append_sized(100) == 1  # INTERVAL + 1 bytes after the segment start: indexed
+    segment = log.segments.active_segment
+    assert segment.offset_index.lookup(10) == (1, INTERVAL + 1)
+    append_sized(gap - 100)  # not indexed: 100 bytes since the entry's batch
+    probe = append_sized(100)  # starts `gap` bytes after the indexed batch
+    expected = [(1, INTERVAL + 1)] + ([(probe, INTERVAL + 1 + gap)] if indexed else [])
+    assert index_entries(segment)[0] == expected
