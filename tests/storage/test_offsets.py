@@ -1,5 +1,6 @@
 """Key offsets: logStartOffset (delete_records), the high watermark, follower truncation, full
-truncation, the recovery point, and the leader epoch cache fed by leader appends.
+truncation, the recovery point, the leader epoch cache fed by leader appends, and the timestamps
+a LogAppendTime topic stores and looks up.
 
 Method: small logs with several segments; after every operation the test checks the four
 offsets, what a read returns, and (where files are involved) what a reopen sees, so an operation
@@ -13,8 +14,9 @@ import pytest
 from storage.errors import OffsetOutOfRangeError
 from storage.log import Log, LogStartOffsetIncrementReason
 from storage.log_loader import LogLoader
-from storage.records import build_batch, read_header
-from tests.storage.conftest import NOW_MS, OpenLog, append, records_of, snapshot
+from storage.log_segment import TimestampAndOffset
+from storage.records import Compression, TimestampKind, build_batch, iter_headers, read_header, validate_batch
+from tests.storage.conftest import NOW_MS, OpenLog, append, index_entries, records_of, snapshot
 
 
 def offsets(log: Log) -> tuple[int, int, int]:
@@ -325,3 +327,43 @@ def test_follower_appends_take_the_epoch_from_the_batches(make_log: OpenLog) -> 
                + build_batch([(b"k", b"b")], base_offset=2, partition_leader_epoch=5, timestamps=[1]))
     log.append_as_follower(request, NOW_MS)
     assert epochs(log) == [(2, 0), (5, 2)]
+
+
+# --- message.timestamp.type=LogAppendTime -----------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
+def test_log_append_time_replaces_create_times_with_now_ms(make_log: OpenLog, compression: Compression) -> None:
+    # Kafka's LogValidator on a LogAppendTime topic: the leader stamps each batch with the broker
+    # time (attribute bit 3, maxTimestamp = now, CRC recomputed); records report that time.
+    # Lookups by time and the time index then see now_ms, never the producer's CreateTime.
+    log = make_log({"message.timestamp.type": "LogAppendTime", "index.interval.bytes": 0})
+
+    def create_time_batch(values: list[bytes], timestamps: list[int]) -> bytes:
+        return build_batch([(b"k", value) for value in values], timestamps=timestamps, compression=compression)
+
+    now = [NOW_MS, NOW_MS + 10, NOW_MS + 20]
+    first = log.append_as_leader(create_time_batch([b"a", b"b"], [5_000, 9_000_000]), 0, now[0])
+    # Two batches in one request: both get the request's time.
+    second = log.append_as_leader(
+        create_time_batch([b"c"], [7_000]) + create_time_batch([b"d", b"e"], [8_000, 6_000]), 0, now[1])
+    third = log.append_as_leader(create_time_batch([b"f"], [NOW_MS + 10**6]), 0, now[2])
+    assert [(info.max_timestamp, info.log_append_time_ms) for info in (first, second, third)] == [
+        (now[0], now[0]), (now[1], now[1]), (now[2], now[2])]
+
+    data = log.read(0, 1 << 20).records
+    headers = [validate_batch(data, position) for position, _ in iter_headers(data)]  # CRCs are valid
+    assert [header.timestamp_type for header in headers] == [TimestampKind.LOG_APPEND_TIME] * 4
+    assert [header.max_timestamp for header in headers] == [now[0], now[1], now[1], now[2]]
+    assert [(r.offset, r.timestamp) for r in records_of(data)] == [
+        (0, now[0]), (1, now[0]), (2, now[1]), (3, now[1]), (4, now[1]), (5, now[2])]
+
+    segment = log.segments.active_segment
+    assert segment.max_timestamp_so_far == now[2]
+    assert index_entries(segment)[1] == [(now[1], 2), (now[2], 5)]  # the first batch is not indexed
+    expected = {0: 0, now[0]: 0, now[0] + 1: 2, now[1]: 2, now[2]: 5, now[2] + 1: None, 9_000_000: None}
+    for target, offset in expected.items():
+        found = log.offset_for_timestamp(target)
+        assert (found.offset if found else None) == offset, f"timestamp {target}"
+        assert found is None or found.timestamp in now
+    assert log.offset_for_max_timestamp() == TimestampAndOffset(now[2], 5)
