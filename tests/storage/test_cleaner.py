@@ -21,7 +21,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kafka.record.memory_records import MemoryRecords
 
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile, TopicPartition
+from storage.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LEADER_EPOCH_CHECKPOINT,
+    OffsetCheckpointFile,
+    TopicPartition,
+)
 from storage.cleaner import (
     Cleaner,
     CleanerStep,
@@ -494,6 +499,56 @@ def test_crash_at_every_step_reopens_to_before_or_after_each_group(tmp_path: Pat
         cleaner.clean(reopened, CRASH_NOW_MS)
         assert entries(reopened) == after, where
         reopened.close()
+
+
+def _scratch_files(directory: Path) -> dict[str, set[str]]:
+    """Names of the cleaner's scratch files, by suffix: `.cleaned` and `.swap`."""
+    names = [path.name for path in directory.iterdir()]
+    return {suffix: {name for name in names if name.endswith(suffix)} for suffix in (".cleaned", ".swap")}
+
+
+def _segment_files(base_offset: int, suffix: str) -> set[str]:
+    return {f"{base_offset:020d}{kind}{suffix}" for kind in (".log", ".index", ".timeindex")}
+
+
+def test_file_names_between_cleaner_steps(tmp_path: Path) -> None:
+    # The names are the crash protocol LogLoader relies on: `.cleaned` while the new segment is
+    # written and flushed (dropped on reopen), `.swap` from the rename until the old segments are
+    # gone (completed on reopen), final names after. The fault hook looks at the directory at
+    # each step without stopping the clean.
+    log, cleaner = _build_crash_log(tmp_path)
+    seen: list[tuple[CleanerStep, dict[str, set[str]], list[int]]] = []
+
+    def fault(step: CleanerStep) -> None:
+        seen.append((step, _scratch_files(log.directory), [segment.base_offset for segment in log.segments]))
+
+    cleaner.clean(log, CRASH_NOW_MS, fault)
+    swapped: list[int] = []
+    group_base: int | None = None
+    for step, scratch, bases in seen:
+        where = f"at {step.name}: {scratch}"
+        if step in (CleanerStep.CLEANED_APPENDED, CleanerStep.CLEANED_FLUSHED):
+            assert len(scratch[".cleaned"]) == 3, where
+            group_base = int(min(scratch[".cleaned"])[:20])
+            assert scratch == {".cleaned": _segment_files(group_base, ".cleaned"), ".swap": set()}, where
+        elif step in (CleanerStep.SWAP_RENAMED, CleanerStep.OLD_SEGMENT_DELETED):
+            assert group_base is not None, where
+            assert scratch == {".cleaned": set(), ".swap": _segment_files(group_base, ".swap")}, where
+            assert (step is CleanerStep.OLD_SEGMENT_DELETED) == (group_base not in bases), where
+        else:
+            assert scratch == {".cleaned": set(), ".swap": set()}, where
+            if step is CleanerStep.SWAP_COMPLETED:
+                assert group_base in bases, where
+                swapped.append(group_base)
+                group_base = None
+    assert [step for step, _, _ in seen][-1] is CleanerStep.CHECKPOINT_WRITTEN
+    assert len(swapped) >= 2, "the clean swaps in more than one group"
+
+    # Once the old segments' delayed delete has run, only final names remain: the map's segments.
+    log.delete_expired_files(CRASH_NOW_MS + log.config.file_delete_delay_ms)
+    names = {p.name for p in log.directory.iterdir()} - {LEADER_EPOCH_CHECKPOINT}
+    assert names == set().union(*(_segment_files(segment.base_offset, "") for segment in log.segments))
+    assert set(swapped) <= {segment.base_offset for segment in log.segments}
 
 
 # -- property: random appends, rolls, cleans and crashes against a reference ----------------
