@@ -7,9 +7,11 @@ offsets round-trip and that every strict prefix of a valid file (a torn write) i
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import random
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 from storage.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
+    LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -255,6 +258,45 @@ def test_a_failed_write_leaves_the_old_file(
         checkpoint.write({TopicPartition("a", 0): 2})
     monkeypatch.undo()
     assert checkpoint.read() == {TopicPartition("a", 0): 1}
+
+
+def write_meta_properties(path: Path, node_id: int) -> None:
+    MetaProperties(1, node_id, "clusterA").write(path)
+
+
+def write_leader_epochs(path: Path, epoch: int) -> None:
+    LeaderEpochCheckpointFile(path).write([EpochEntry(0, 0), EpochEntry(epoch, 10 * epoch)])
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [(META_PROPERTIES_FILE, write_meta_properties), (LEADER_EPOCH_CHECKPOINT, write_leader_epochs)],
+    ids=["meta.properties", "leader-epoch-checkpoint"],
+)
+def test_a_failed_write_keeps_the_old_file_and_the_next_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, write: Callable[[Path, int], None], failing: str
+) -> None:
+    # A failure before the rename (the temporary file's fsync, or the rename itself) must leave
+    # the old bytes; the temporary file it leaves is replaced by the next successful write.
+    path = tmp_path / name
+    write(path, 1)
+    old = path.read_bytes()
+
+    def fail(*args: object) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, failing, fail)
+        with pytest.raises(OSError, match="injected"):
+            write(path, 2)
+    assert path.read_bytes() == old
+    write(path, 3)
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    write(reference / name, 3)
+    assert path.read_bytes() == (reference / name).read_bytes()
 
 
 def test_write_atomically_fsyncs_the_file_then_the_directory(
