@@ -11,6 +11,7 @@ that fails part-way through a request (an injected ENOSPC, before or after a rol
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import struct
 from collections.abc import Callable, Sequence
@@ -332,3 +333,25 @@ def test_any_failed_write_leaves_the_log_as_before(tmp_path: Path, properties: d
     info = assert_failed_write_appends_nothing(log, failing_call, append_request)
     event(f"rolled: {info.rolled}")
     log.close()
+
+
+def test_failed_leader_epoch_checkpoint_write_appends_nothing(log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new epoch's entry is written to the leader-epoch-checkpoint after the request's first batch;
+    # if that write fails (its rename here), the batch is taken back with the entry.
+    leo = log.log_end_offset
+    before = snapshot(log)
+    real_replace = os.replace
+
+    def replace_once(source: str, target: str) -> None:
+        monkeypatch.setattr(os, "replace", real_replace)
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "replace", replace_once)
+    with pytest.raises(OSError, match="injected"):
+        log.append_as_leader(good(2, b"a") + good(2, b"b"), 2, NOW_MS)
+    assert os.replace is real_replace, "the checkpoint write was attempted"
+    assert snapshot(log) == before
+    assert LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT).read() == [EpochEntry(1, 0)]
+    info = log.append_as_leader(good(2, b"a"), 2, NOW_MS)
+    assert info.first_offset == leo
+    assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0), EpochEntry(2, leo)]
