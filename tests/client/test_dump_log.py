@@ -443,6 +443,28 @@ def test_index_dumps_print_one_line_per_entry(tmp_path, capsys):
     ]
 
 
+def test_index_dumps_in_json_print_one_object_per_entry(tmp_path, capsys):
+    # Every line parses on its own: a `segment` object per file, then one object per entry with
+    # the entry's fields, offsets absolute, as the text dump prints them.
+    batches, _, offset_index_path, time_index_path = indexed_segment(tmp_path)
+    status, out, err = run_cli(capsys, "--json", str(offset_index_path), str(time_index_path))
+    assert status == 0, err
+    assert err == ""
+    headers = [read_header(batch) for batch in batches]
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"type": "segment", "file": str(offset_index_path), "kind": "offset_index", "baseOffset": BASE_OFFSET},
+        *(
+            {"type": "offsetIndexEntry", "offset": header.last_offset, "position": position}
+            for header, position in zip(headers, positions(batches), strict=True)
+        ),
+        {"type": "segment", "file": str(time_index_path), "kind": "time_index", "baseOffset": BASE_OFFSET},
+        *(
+            {"type": "timeIndexEntry", "timestamp": T0 + delta, "offset": headers[slot].last_offset}
+            for slot, delta in [(0, 0), (1, 50), (3, 80), (5, 90), (7, 200)]
+        ),
+    ]
+
+
 def test_verify_index_passes_for_a_consistent_segment(tmp_path, capsys):
     _, log, offset_index_path, time_index_path = indexed_segment(tmp_path)
     status, out, err = run_cli(capsys, "--verify-index", str(offset_index_path), str(time_index_path))
