@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from pathlib import Path
 
 from storage.checkpoint import EpochEntry, LeaderEpochCheckpointFile
@@ -133,6 +134,21 @@ class LeaderEpochCache:
             self._check_invariants()
             self._flush()
         return removed
+
+    def restore(self, entries: Sequence[EpochEntry]) -> bool:
+        """Make the cache hold `entries` again, a copy taken earlier by `entries()`; return True
+        if the cache changed (the checkpoint is then rewritten; otherwise nothing is written).
+
+        The undo of an append that failed part-way: `assign` may have removed entries (a
+        follower batch whose epoch is below the latest one), which no truncation brings back.
+        """
+        restored = list(entries)
+        if restored == self._entries:
+            return False
+        self._entries = restored
+        self._check_invariants()
+        self._flush()
+        return True
 
     def clear_and_flush(self) -> None:
         """Remove every entry and write the empty checkpoint."""

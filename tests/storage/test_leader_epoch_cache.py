@@ -215,6 +215,25 @@ def test_clear_and_flush_empties_the_file(tmp_path: Path) -> None:
     assert reloaded(cache) == []
 
 
+def test_restore_brings_back_the_entries_a_lower_epoch_removed(tmp_path: Path) -> None:
+    # The undo of a failed append: a copy taken before assign goes back, in memory and in the file.
+    cache = make_cache(tmp_path, (1, 0), (3, 10))
+    copy = cache.entries()
+    cache.assign(2, 15)
+    assert cache.restore(copy) is True
+    assert pairs(cache) == [(1, 0), (3, 10)]
+    assert reloaded(cache) == [(1, 0), (3, 10)]
+    copy.clear()
+    assert pairs(cache) == [(1, 0), (3, 10)], "the cache keeps its own list"
+
+
+def test_restore_of_the_same_entries_writes_nothing(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path, (1, 0), (3, 10))
+    cache.checkpoint.path.unlink()
+    assert cache.restore(cache.entries()) is False
+    assert not cache.checkpoint.path.exists()
+
+
 # --- loading --------------------------------------------------------------------------------
 
 
