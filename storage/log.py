@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from storage.checkpoint import EpochEntry, fsync_directory
 from storage.config import LogConfig, TimestampType
 from storage.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from storage.leader_epoch_cache import LeaderEpochCache
@@ -247,6 +248,8 @@ class Log:
         size_before = active.size
         offset_entries_before, time_entries_before = active.offset_index.entries, active.time_index.entries
         recovery_point_before = self.recovery_point
+        # The epoch entries are copied just before the request's first assign (rare), not here.
+        epochs_before: list[EpochEntry] | None = None
         epoch_cache = self.leader_epoch_cache
         try:
             for pieces, header in batches:
@@ -260,13 +263,20 @@ class Log:
                 latest = epoch_cache.latest_entry()
                 # assign() is a no-op unless the epoch is new (or moves back); skip the call then.
                 if epoch >= 0 and (latest is None or latest.epoch != epoch or latest.start_offset > header.base_offset):
+                    if epochs_before is None:
+                        epochs_before = epoch_cache.entries()
                     epoch_cache.assign(epoch, header.base_offset)
                 max_timestamp = max(max_timestamp, header.max_timestamp)
                 records_count += header.records_count
                 valid_bytes += size
-        except OSError:
-            self._undo_append(first_active, size_before, offset_entries_before, time_entries_before,
-                              recovery_point_before)
+        except OSError as failure:
+            try:
+                self._undo_append(first_active, size_before, offset_entries_before, time_entries_before,
+                                  recovery_point_before, epochs_before)
+            except Exception as undo_failure:
+                # A disk step of the undo failed too: report it, caused by the write that failed first.
+                undo_failure.add_note(f"raised while taking back a failed append to {self.name}")
+                raise undo_failure from failure
             raise
         if active.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms)
@@ -281,26 +291,48 @@ class Log:
         )
 
     def _undo_append(self, first_active: LogSegment, size: int, offset_entries: int, time_entries: int,
-                     recovery_point: int) -> None:
+                     recovery_point: int, epochs: list[EpochEntry] | None) -> None:
         """Put the log back as it was before a request whose write failed part-way.
 
         `first_active` was the active segment then, with `size` bytes and the given numbers of
-        index entries. Not `truncate_to`, which is for readers' data: it would keep the segments
-        this request rolled to as `.deleted` files, keep time-index entries the request added for
-        older batches (the roll's final entry), and, when the request replaced an empty active
-        segment, start the log afresh and clear the epoch cache."""
+        index entries; `epochs` are the epoch cache's entries before the request's first
+        `assign`, None if it made none. Not `truncate_to`, which is for readers' data: it would
+        keep the segments this request rolled to as `.deleted` files, keep time-index entries the
+        request added for older batches (the roll's final entry), and, when the request replaced
+        an empty active segment, start the log afresh and clear the epoch cache.
+
+        Memory first, then disk: should a disk step raise (the caller chains its error to the
+        write's), the recovery point and the segment map are already as before the request, so
+        the recovery point is not above the log end offset; the first segment and the files may
+        still hold part of the request. A roll fsynced the first segment with the request's
+        earlier batches, so after cutting them the segment and the directory (the rolled-to
+        segments' deletion) are fsynced: a power loss cannot bring them back."""
+        # Only a roll moves the recovery point during a request (it fsyncs the segment it leaves).
+        fsynced_by_roll = self.recovery_point > recovery_point
+        self.recovery_point = recovery_point
+        replacement = None
+        if self.segments.get(first_active.base_offset) is not first_active:
+            # The request's first roll replaced an empty active segment (`roll`): make it again,
+            # before the map changes, so that the map always has an active segment.
+            assert size == 0, f"a segment of {size} bytes was replaced in {self.name}"
+            replacement = self.new_segment(first_active.base_offset, first_active.created_ms)
+        rolled_to: list[LogSegment] = []
         while (later := self.segments.higher_segment(first_active.base_offset)) is not None:
             # Rolled to by this request: nothing in it was ever acknowledged, so it goes now.
-            self.segments.remove(later.base_offset)
+            rolled_to.append(self.segments.remove(later.base_offset))
+        if replacement is not None:
+            self.segments.add(replacement)
+        self._check_offsets()
+        for later in rolled_to:
             later.delete_files()
-        if self.segments.get(first_active.base_offset) is first_active:
+        if replacement is None:
             first_active.undo_appends(size, offset_entries, time_entries)
-        else:
-            # The request's first roll replaced an empty active segment (`roll`): make it again.
-            assert size == 0, f"a segment of {size} bytes was replaced in {self.name}"
-            self.segments.add(self.new_segment(first_active.base_offset, first_active.created_ms))
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self.recovery_point = recovery_point
+            if fsynced_by_roll:
+                first_active.flush()
+        if rolled_to or replacement is not None:
+            fsync_directory(self.directory)
+        if epochs is not None:
+            self.leader_epoch_cache.restore(epochs)
         self._check_offsets()
 
     def roll(self, now_ms: int, expected_next_offset: int | None = None) -> LogSegment:

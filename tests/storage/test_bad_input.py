@@ -5,7 +5,9 @@ Method: a log with several segments and dense index entries; each bad request (d
 magic, truncated, wrong record count, too large, empty, one bad batch among good ones, follower
 offsets going back) is applied, the exception checked, and a full snapshot compared with the one
 taken before. A good append afterwards must still land at the old log end offset. Also: a write
-that fails part-way through a request (an injected ENOSPC, before or after a roll) appends nothing.
+that fails part-way through a request (an injected ENOSPC, before or after a roll) appends nothing:
+the epoch entries and the leader-epoch-checkpoint are exactly as before, the undo fsyncs what a
+roll had fsynced, and an undo that fails itself reports the write's error as its cause.
 """
 
 from __future__ import annotations
@@ -223,13 +225,18 @@ def append_state(log: Log) -> list[tuple[object, ...]]:
     ]
 
 
+def checkpoint_entries(log: Log) -> list[EpochEntry]:
+    """The leader-epoch-checkpoint file's entries, as a reload would read them."""
+    return LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT).read()
+
+
 def assert_failed_write_appends_nothing(log: Log, failing_call: int, append_request: Callable[[], LogAppendInfo],
                                         first_offset: int | None = None) -> LogAppendInfo:
     """Fail the request's `failing_call`-th write; the log must be as before. Then the request again,
     unfailed: it must land at `first_offset` (default: the old log end offset), every record
     readable. Returns what the second attempt did."""
     first = log.log_end_offset if first_offset is None else first_offset
-    before, before_state = snapshot(log), append_state(log)
+    before, before_state, epochs_on_disk = snapshot(log), append_state(log), checkpoint_entries(log)
     with pytest.MonkeyPatch.context() as monkeypatch:
         calls = fail_write(monkeypatch, failing_call)
         with pytest.raises(OSError, match="injected") as raised:
@@ -243,6 +250,7 @@ def assert_failed_write_appends_nothing(log: Log, failing_call: int, append_requ
         del after.files[LEADER_EPOCH_CHECKPOINT]
     assert after == before
     assert append_state(log) == before_state
+    assert checkpoint_entries(log) == epochs_on_disk
     info = append_request()
     assert info.first_offset == first
     offsets = [record.offset for segment, position, header in log.iter_batches(first)
@@ -291,6 +299,97 @@ def test_failed_follower_write_after_rolling_away_an_empty_segment_restores_it(m
     assert [segment.base_offset for segment in log.segments] == [far]
 
 
+def test_failed_write_keeps_an_epoch_entry_starting_at_the_log_end(log: Log) -> None:
+    # delete_records(-1) with HW = LEO moves the epoch entry to the log end: (1, LEO). A request
+    # in epoch 1 then assigns nothing; its failed write must leave that entry, in memory and in
+    # the checkpoint file (it is not the request's, though it starts at the request's offset).
+    leo = log.log_end_offset
+    log.delete_records(-1)
+    assert log.leader_epoch_cache.entries() == [EpochEntry(1, leo)]
+    assert checkpoint_entries(log) == [EpochEntry(1, leo)]
+    assert_failed_write_appends_nothing(log, 2, lambda: log.append_as_leader(good(2, b"a") + good(2, b"b"), 1, NOW_MS))
+    assert log.leader_epoch_cache.entries() == [EpochEntry(1, leo)]
+
+
+def test_failed_follower_write_restores_the_epoch_entries_a_lower_epoch_removed(log: Log) -> None:
+    # A follower batch whose epoch is below the latest cached one makes assign remove the later
+    # entry; the failed write of the request's next batch must bring that entry back, in memory
+    # and in the checkpoint file.
+    leo = log.log_end_offset
+    log.append_as_follower(good(2, base_offset=leo, epoch=3), NOW_MS)
+    before = [EpochEntry(1, 0), EpochEntry(3, leo)]
+    assert log.leader_epoch_cache.entries() == before
+    assert checkpoint_entries(log) == before
+    request = good(2, base_offset=leo + 2, epoch=2) + good(2, base_offset=leo + 4, epoch=2)
+    assert_failed_write_appends_nothing(log, 2, lambda: log.append_as_follower(request, NOW_MS))
+    assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0), EpochEntry(2, leo + 2)]
+
+
+def rolling_request(make_log: OpenLog) -> tuple[Log, bytes]:
+    """A log whose active segment holds two batches, and a request whose second batch rolls."""
+    log = make_log({"segment.bytes": 400})
+    for step in range(2):
+        log.append_as_leader(good(2, b"old%d" % step), 1, NOW_MS)
+    active = log.segments.active_segment
+    first, second = good(1, b"a" * 40), good(1, b"b" * 150)
+    assert active.size + len(first) <= 400 < active.size + len(first) + len(second), "the second batch rolls"
+    return log, first + second
+
+
+def test_failed_undo_step_is_chained_to_the_failed_write_and_leaves_the_offsets_as_before(
+        make_log: OpenLog) -> None:
+    # The request (a new epoch) rolls, so the recovery point passes its first batch; then the
+    # rolled-to segment's write fails, and so does the undo's leader-epoch-checkpoint write. The
+    # undo's error must name the write's as its cause, and the offsets be as before the request
+    # (the recovery point not above the log end).
+    log, request = rolling_request(make_log)
+    leo, recovery_point = log.log_end_offset, log.recovery_point
+    real_replace = os.replace
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        calls = fail_write(monkeypatch, 2)
+
+        def replace(source: str, target: str) -> None:
+            if len(calls) == 2:
+                raise OSError(errno.EIO, "undo failed (injected)")
+            real_replace(source, target)
+
+        monkeypatch.setattr(os, "replace", replace)
+        with pytest.raises(OSError, match="undo failed") as raised:
+            log.append_as_leader(request, 2, NOW_MS)
+    assert raised.value.errno == errno.EIO
+    assert isinstance(raised.value.__cause__, OSError)
+    assert raised.value.__cause__.errno == errno.ENOSPC
+    assert (log.log_end_offset, log.recovery_point) == (leo, recovery_point)
+    assert [segment.base_offset for segment in log.segments] == [0]
+    assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0)]
+
+
+def test_failed_write_after_a_roll_fsyncs_the_cut_segment_and_the_directory(make_log: OpenLog) -> None:
+    # The roll fsynced the first segment with the request's first batch: after the undo cuts it
+    # and deletes the rolled-to segment, the segment file (at its old size) and the directory
+    # (without the rolled-to files) must be fsynced, or a power loss could bring the batch back.
+    # The request stays in epoch 1, so no leader-epoch-checkpoint write fsyncs the directory.
+    log, request = rolling_request(make_log)
+    size, files = log.segments.active_segment.size, sorted(os.listdir(log.directory))
+    log_path = str(log.segments.active_segment.log_path)
+    synced: list[tuple[str, object]] = []
+    real_fsync = os.fsync
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        calls = fail_write(monkeypatch, 2)
+
+        def fsync(fd: int) -> None:
+            if len(calls) == 2:  # after the failed write: the undo's fsyncs
+                path = os.readlink(f"/proc/self/fd/{fd}")
+                synced.append((path, sorted(os.listdir(path)) if os.path.isdir(path) else os.fstat(fd).st_size))
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        with pytest.raises(OSError, match="injected"):
+            log.append_as_leader(request, 1, NOW_MS)
+    assert (log_path, size) in synced
+    assert (str(log.directory), files) in synced
+
+
 batch_strategy = st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 60)), min_size=1, max_size=3)
 
 
@@ -303,7 +402,7 @@ batch_strategy = st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 60)), m
     }),
     earlier=st.lists(batch_strategy, max_size=8),
     request=st.lists(batch_strategy, min_size=1, max_size=4),
-    epoch=st.sampled_from([1, 2]),
+    epoch=st.sampled_from([0, 1, 2]),
     follower=st.booleans(),
     data=st.data(),
 )
@@ -312,8 +411,9 @@ def test_any_failed_write_leaves_the_log_as_before(tmp_path: Path, properties: d
                                                   request: list[list[tuple[int, int]]], epoch: int, follower: bool,
                                                   data: st.DataObject) -> None:
     # Any segment and index sizes (rolls by bytes and by full indexes), timestamps that do and do
-    # not raise a segment's largest one, a new epoch or not, leader or follower: whichever write
-    # of the request fails, the log is as before and the request then appends as it would have.
+    # not raise a segment's largest one, the same, a new or a lower epoch (whose assign removes
+    # the earlier entry), leader or follower: whichever write of the request fails, the log is as
+    # before and the request then appends as it would have.
     directory = tmp_path / "t-0"
     shutil.rmtree(directory, ignore_errors=True)
     log = open_log(directory, properties)
@@ -355,3 +455,6 @@ def test_failed_leader_epoch_checkpoint_write_appends_nothing(log: Log, monkeypa
     info = log.append_as_leader(good(2, b"a"), 2, NOW_MS)
     assert info.first_offset == leo
     assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0), EpochEntry(2, leo)]
+    # Had the undo kept the epoch-2 entry in memory, this append would assign nothing and the
+    # file would still lack it.
+    assert checkpoint_entries(log) == [EpochEntry(1, 0), EpochEntry(2, leo)]
