@@ -79,3 +79,14 @@ class InconsistentNodeIdError(StorageError):
     """meta.properties names another node id than this node's `node.id`."""
 
     error_name = "UNKNOWN_SERVER_ERROR"
+
+
+class CorruptPartitionMetadataError(CorruptCheckpointError):
+    """A partition's `partition.metadata` is malformed; the message names the file and the fix."""
+
+
+class InconsistentTopicIdError(StorageError):
+    """A log's `partition.metadata` names another topic id than the one it was opened for: the
+    log belongs to an older topic of the same name (Kafka INCONSISTENT_TOPIC_ID)."""
+
+    error_name = "INCONSISTENT_TOPIC_ID"

@@ -1,7 +1,8 @@
 """LogManager: every partition log under a node's `log.dirs`, their checkpoints and shutdown.
 
 Per log dir (Kafka's layout):
-- `<topic>-<partition>/` one directory per partition log;
+- `<topic>-<partition>/` one directory per partition log, with its `partition.metadata` (the
+  topic id, KIP-516) once a broker has hosted it under a topic id;
 - `recovery-point-offset-checkpoint`, `replication-offset-checkpoint` (high watermarks),
   `log-start-offset-checkpoint`, `cleaner-offset-checkpoint`: the key offsets of its logs;
 - `.kafka_cleanshutdown`: written last on a clean shutdown and removed on open. Without it
@@ -26,8 +27,10 @@ from storage.checkpoint import (
 )
 from storage.cleaner import Cleaner, CleanResult
 from storage.config import LogConfig
+from storage.errors import InconsistentTopicIdError
 from storage.log import Log
 from storage.log_loader import LogLoader
+from storage.partition_metadata import PartitionMetadataFile
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
@@ -59,6 +62,9 @@ class LogManager:
         self.config_for = config_for
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, LogDir] = {}
+        # The id in each log's partition.metadata, None for a log without one (new, or written
+        # before topic ids); read once at load and kept here so that no read touches the file.
+        self._topic_ids: dict[TopicPartition, str | None] = {}
         self.recovered: list[TopicPartition] = []
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, now_ms)
@@ -78,6 +84,8 @@ class LogManager:
                 continue  # not a partition directory (e.g. a `-delete` leftover)
             if topic_partition.topic in self.skip_topics:
                 continue
+            # Read before the (possibly long) recovery: a corrupt file stops the start at once.
+            stored = PartitionMetadataFile(child).read()
             log = LogLoader(child, self.config_for(topic_partition.topic), now_ms).load(
                 log_start_offset=log_start_offsets.get(topic_partition, 0),
                 recovery_point=recovery_points.get(topic_partition, 0),
@@ -87,6 +95,7 @@ class LogManager:
             )
             self.logs[topic_partition] = log
             self._dir_of[topic_partition] = log_dir
+            self._topic_ids[topic_partition] = None if stored is None else stored.topic_id
             if not had_clean_shutdown:
                 self.recovered.append(topic_partition)
         # The marker means "nothing since has been written": remove it before any append.
@@ -95,16 +104,44 @@ class LogManager:
     def get_log(self, topic_partition: TopicPartition) -> Log | None:
         return self.logs.get(topic_partition)
 
-    def get_or_create_log(self, topic_partition: TopicPartition, now_ms: int) -> Log:
-        """The partition's log, created empty in the log dir holding the fewest logs."""
+    def topic_id(self, topic_partition: TopicPartition) -> str | None:
+        """The topic id in the log's `partition.metadata`; None if there is no such log or it has
+        no file (a log created without a topic id, or written by a version before topic ids)."""
+        return self._topic_ids.get(topic_partition)
+
+    def get_or_create_log(self, topic_partition: TopicPartition, now_ms: int, topic_id: str | None = None) -> Log:
+        """The partition's log, created empty in the log dir holding the fewest logs.
+
+        With `topic_id` the log must belong to that topic (Kafka's getOrCreateLog with a topic
+        id): a log without `partition.metadata` adopts the id (the file is written now, once);
+        a log whose file names another id is a stray of an older topic of the same name and
+        raises InconsistentTopicIdError, leaving it untouched: the caller deletes it first
+        (`delete_log`), as the broker's stray-log pass does, then asks again for a fresh log.
+        """
         log = self.logs.get(topic_partition)
-        if log is not None:
-            return log
-        log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v is d))
-        log = LogLoader(log_dir.path / str(topic_partition), self.config_for(topic_partition.topic), now_ms).load()
-        self.logs[topic_partition] = log
-        self._dir_of[topic_partition] = log_dir
+        if log is None:
+            log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v is d))
+            log = LogLoader(log_dir.path / str(topic_partition), self.config_for(topic_partition.topic),
+                            now_ms).load()
+            self.logs[topic_partition] = log
+            self._dir_of[topic_partition] = log_dir
+            self._topic_ids[topic_partition] = None
+        if topic_id is not None:
+            self._maybe_record_topic_id(topic_partition, log, topic_id)
         return log
+
+    def _maybe_record_topic_id(self, topic_partition: TopicPartition, log: Log, topic_id: str) -> None:
+        stored = self._topic_ids[topic_partition]
+        if stored == topic_id:
+            return
+        if stored is not None:
+            raise InconsistentTopicIdError(
+                f"log {topic_partition} in {log.directory} belongs to topic id {stored}, not to "
+                f"{topic_id}: it is left from an older topic of the same name; delete it "
+                "(delete_log) before creating the partition's log"
+            )
+        PartitionMetadataFile(log.directory).write(topic_id)
+        self._topic_ids[topic_partition] = topic_id
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for topic_partition, log in self.logs.items():
@@ -126,6 +163,7 @@ class LogManager:
         if log is None:
             return
         self._dir_of.pop(topic_partition).cleaner.remove_checkpoint(topic_partition)
+        self._topic_ids.pop(topic_partition)
         log.close()
         for path in sorted(log.directory.iterdir()):
             path.unlink()
@@ -179,3 +217,4 @@ class LogManager:
             log_dir.clean_shutdown_marker.touch()
         self.logs.clear()
         self._dir_of.clear()
+        self._topic_ids.clear()

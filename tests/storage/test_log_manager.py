@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -12,12 +14,16 @@ from storage.checkpoint import (
     TopicPartition,
 )
 from storage.config import LogConfig
+from storage.errors import CorruptPartitionMetadataError, InconsistentTopicIdError
 from storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
+from storage.partition_metadata import PARTITION_METADATA_FILE, PartitionMetadata, PartitionMetadataFile
 from storage.records import build_batch
 
 CONFIG = LogConfig.from_properties({"segment.bytes": 600, "index.interval.bytes": 64})
 ORDERS = TopicPartition("orders", 0)
 EVENTS = TopicPartition("page-views", 3)
+OLD_TOPIC_ID = "kGlA7dc5S_SJMIt-HYP3ig"
+NEW_TOPIC_ID = "x3Ojb4p1TXK5vsK2Ae1E-w"
 
 
 def manager_for(*dirs: Path) -> LogManager:
@@ -173,3 +179,73 @@ def test_skipped_topics_are_left_to_their_owner(tmp_path: Path) -> None:
     reopened = LogManager([tmp_path], lambda topic: CONFIG, now_ms=0, skip_topics=frozenset({"__cluster_metadata"}))
     assert [tp for tp, _ in reopened] == [ORDERS]
     assert (tmp_path / "__cluster_metadata-0").is_dir()
+
+
+# --- partition.metadata (KIP-516 topic ids) ----------------------------------------------------
+
+
+def stored_metadata(tmp_path: Path, topic_partition: TopicPartition) -> PartitionMetadata | None:
+    return PartitionMetadataFile(tmp_path / str(topic_partition)).read()
+
+
+def test_a_log_created_with_a_topic_id_records_it_and_a_reopen_reads_it_back(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    manager.get_or_create_log(ORDERS, now_ms=0, topic_id=OLD_TOPIC_ID)
+    fill(manager, EVENTS, 1)
+    assert stored_metadata(tmp_path, ORDERS) == PartitionMetadata(0, OLD_TOPIC_ID)
+    assert (manager.topic_id(ORDERS), manager.topic_id(EVENTS)) == (OLD_TOPIC_ID, None)
+    assert not (tmp_path / str(EVENTS) / PARTITION_METADATA_FILE).exists(), "no id given, no file"
+    manager.shutdown(now_ms=0)
+    reopened = manager_for(tmp_path)
+    assert (reopened.topic_id(ORDERS), reopened.topic_id(EVENTS)) == (OLD_TOPIC_ID, None)
+
+
+def test_a_log_without_partition_metadata_adopts_the_topic_id_and_keeps_its_records(tmp_path: Path) -> None:
+    # A log written before topic ids cannot be told apart from the current topic's: like Kafka,
+    # it is kept and labelled with the id it is opened for.
+    manager = manager_for(tmp_path)
+    fill(manager, ORDERS, 5)
+    manager.shutdown(now_ms=0)
+    reopened = manager_for(tmp_path)
+    log = reopened.get_or_create_log(ORDERS, now_ms=0, topic_id=NEW_TOPIC_ID)
+    assert log.log_end_offset == 5
+    assert reopened.topic_id(ORDERS) == NEW_TOPIC_ID
+    assert stored_metadata(tmp_path, ORDERS) == PartitionMetadata(0, NEW_TOPIC_ID)
+
+
+def test_a_log_of_the_same_topic_id_keeps_its_records(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    manager.get_or_create_log(ORDERS, now_ms=0, topic_id=OLD_TOPIC_ID)
+    fill(manager, ORDERS, 5)
+    manager.shutdown(now_ms=0)
+    reopened = manager_for(tmp_path)
+    assert reopened.get_or_create_log(ORDERS, now_ms=0, topic_id=OLD_TOPIC_ID).log_end_offset == 5
+
+
+def test_a_log_of_another_topic_id_is_refused_untouched_and_replaced_after_delete_log(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    manager.get_or_create_log(ORDERS, now_ms=0, topic_id=OLD_TOPIC_ID)
+    fill(manager, ORDERS, 5)
+    manager.shutdown(now_ms=0)
+    reopened = manager_for(tmp_path)
+    with pytest.raises(InconsistentTopicIdError, match=f"belongs to topic id {OLD_TOPIC_ID}") as raised:
+        reopened.get_or_create_log(ORDERS, now_ms=0, topic_id=NEW_TOPIC_ID)
+    assert raised.value.error_name == "INCONSISTENT_TOPIC_ID"
+    old_log = reopened.get_log(ORDERS)
+    assert old_log is not None
+    assert old_log.log_end_offset == 5
+    assert stored_metadata(tmp_path, ORDERS) == PartitionMetadata(0, OLD_TOPIC_ID)
+    reopened.delete_log(ORDERS)
+    assert reopened.topic_id(ORDERS) is None
+    fresh = reopened.get_or_create_log(ORDERS, now_ms=0, topic_id=NEW_TOPIC_ID)
+    assert (fresh.log_start_offset, fresh.log_end_offset) == (0, 0)
+    assert stored_metadata(tmp_path, ORDERS) == PartitionMetadata(0, NEW_TOPIC_ID)
+
+
+def test_a_corrupt_partition_metadata_stops_the_load_with_the_way_out(tmp_path: Path) -> None:
+    manager = manager_for(tmp_path)
+    manager.get_or_create_log(ORDERS, now_ms=0, topic_id=OLD_TOPIC_ID)
+    manager.shutdown(now_ms=0)
+    (tmp_path / str(ORDERS) / PARTITION_METADATA_FILE).write_text("version: 0\ntopic_id: ")
+    with pytest.raises(CorruptPartitionMetadataError, match="delete it"):
+        manager_for(tmp_path)
