@@ -6,8 +6,12 @@ whose replicas include this broker it makes a `PartitionHost` (the log comes fro
 `MakeFollower` whenever the partition's (leader_epoch, partition_epoch) changed. A hosted
 partition that left the metadata (topic deleted), no longer lists this broker, or belongs to an
 older topic of the same name gets `StopReplica` and its log is deleted; so is a log on disk that
-no partition here owns (a stray, left by a deletion while the broker was down). Topic config changes
-reach the open logs (`LogManager.update_config`).
+no partition here owns (a stray, left by a deletion while the broker was down), and one whose
+`partition.metadata` names another topic id than the metadata's (a stray of an older topic of the
+same name, deleted and created again while the broker was down: KIP-516). Strays go before any
+partition is applied, so a new topic never opens an old topic's log; a hosted partition's log
+records its topic id when the host is made. Topic config changes reach the open logs
+(`LogManager.update_config`).
 
 Metadata is applied only once it includes this broker's own registration (KRaft brokers catch up
 to it before publishing), so a restarted broker never acts on partition states older than its
@@ -91,21 +95,36 @@ class ReplicaManager:
             entry = wanted.get(topic_partition)
             if entry is None or entry[0] != host.topic_id:
                 self._stop_and_delete(topic_partition, host)
+        self._delete_stray_logs(wanted)
         self._apply_topic_configs(metadata, {topic_partition.topic for topic_partition in wanted})
         for topic_partition, (topic_id, state) in sorted(wanted.items()):
             self._apply_partition(topic_partition, topic_id, state)
-        self._delete_stray_logs(wanted)
         return True
 
     def _delete_stray_logs(self, wanted: dict[TopicPartition, tuple[str, PartitionRegistration]]) -> None:
-        """Logs on disk that the metadata does not assign here (a topic deleted, or its replicas
-        moved, while this broker was down) are deleted, as Kafka's stray-log cleanup does. Safe only
-        because metadata is applied once it includes this broker's registration: everything decided
-        before this process started is known by then."""
-        for topic_partition in sorted(tp for tp, _ in self.log_manager if tp not in wanted):
-            log.info("broker %s: deleting stray log %s (not assigned to this broker in the metadata)",
-                     self.settings.node_id, topic_partition)
-            self.log_manager.delete_log(topic_partition)
+        """Delete the logs on disk that no partition assigned here owns, as Kafka's stray-log
+        cleanup does (KRaft `isStrayReplica`): those the metadata does not assign to this broker (a
+        topic deleted, or its replicas moved, while this broker was down), and those whose
+        `partition.metadata` names another topic id (a topic deleted and created again under the
+        same name while this broker was down). A log without the file (written before topic ids)
+        cannot be told apart and is adopted by the current topic, as in Kafka. Runs before the
+        partitions are applied, so a new topic's host never opens an old log. Safe only because
+        metadata is applied once it includes this broker's registration: everything decided before
+        this process started is known by then."""
+        for topic_partition, _ in list(self.log_manager):
+            entry = wanted.get(topic_partition)
+            if entry is None:
+                log.info("broker %s: deleting stray log %s (not assigned to this broker in the metadata)",
+                         self.settings.node_id, topic_partition)
+                self.log_manager.delete_log(topic_partition)
+                continue
+            stored_topic_id = self.log_manager.topic_id(topic_partition)
+            if stored_topic_id is not None and stored_topic_id != entry[0]:
+                assert topic_partition not in self.hosts, f"{topic_partition} hosted with topic id {stored_topic_id}"
+                log.info("broker %s: deleting stray log %s of an older topic of the same name (its "
+                         "partition.metadata has topic id %s, the metadata %s)",
+                         self.settings.node_id, topic_partition, stored_topic_id, entry[0])
+                self.log_manager.delete_log(topic_partition)
 
     def _wanted(self, metadata: ClusterMetadata) -> dict[TopicPartition, tuple[str, PartitionRegistration]]:
         """Every partition with a replica on this broker, with its topic id and state."""
@@ -142,6 +161,10 @@ class ReplicaManager:
         host.handle_event(event)
 
     def _create(self, topic_partition: TopicPartition, topic_id: str) -> PartitionHost:
+        # Open or create the log under its topic id first (partition.metadata is written if absent);
+        # the core's get_or_create_log then finds it open. A log of another topic id was deleted
+        # by `_delete_stray_logs`, so InconsistentTopicIdError here would be a bug.
+        self.log_manager.get_or_create_log(topic_partition, self._clock(), topic_id)
         partition = Partition(topic_partition, self.log_manager, self.settings.node_id, self.settings.replication,
                               self._clock())
         host = PartitionHost(partition, topic_id, self._clock, self._watchers, self._send_alter_partition,
