@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import random
 
-from tests.sim.options import SimOptions
+from tests.sim.options import FaultOptions
 
 
 class SimNetwork:
     """The fate of messages (see the module docstring). State: the blocked links and whether faults
     are on; all randomness comes from the run's generator. Owner: the Simulation."""
 
-    def __init__(self, rng: random.Random, options: SimOptions) -> None:
+    def __init__(self, rng: random.Random, options: FaultOptions) -> None:
         self.rng = rng
         self.options = options
         self.blocked: set[tuple[int, int]] = set()

@@ -10,11 +10,50 @@ runner; `key=value` pairs so that a run's line can be read back.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
 
 @dataclass(frozen=True, slots=True)
-class SimOptions:
+class FaultOptions:
+    """The options both simulators share (SimOptions, ReplicationSimOptions): what `SimNetwork` does
+    to a message, how often a chaos tick partitions, crashes, restarts or pauses, and how much of an
+    unflushed tail a crash keeps.
+
+    A subclass's own fields come after these in the dataclass; `describe` prints these after the
+    subclass's `FAULTS_AFTER` field, where the subclass once declared them, so that a seed's
+    `key=value` line stays as it was."""
+
+    delay_min_ms: int
+    delay_max_ms: int
+    long_delay_probability: float
+    long_delay_max_ms: int
+    drop_probability: float
+    duplicate_probability: float
+    chaos_interval_ms: int
+    partition_probability: float
+    partition_heal_probability: float
+    crash_probability: float
+    restart_probability: float
+    pause_probability: float
+    pause_max_ms: int
+    tear_probability: float
+
+    FAULTS_AFTER: ClassVar[str]  # the subclass's field that `describe` prints these after
+    HIDDEN: ClassVar[tuple[str, ...]] = ()  # the fields `describe` leaves out
+
+    def describe(self) -> str:
+        """`key=value` for every option but the HIDDEN ones."""
+        values = asdict(self)
+        shared = [option.name for option in fields(FaultOptions)]
+        own = [name for name in values if name not in shared]
+        cut = own.index(self.FAULTS_AFTER) + 1
+        order = [*own[:cut], *shared, *own[cut:]]
+        return " ".join(f"{name}={values[name]}" for name in order if name not in self.HIDDEN)
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions(FaultOptions):
     """One run's parameters. Times in simulated ms, probabilities per event or per chaos tick."""
 
     seed: int
@@ -30,23 +69,12 @@ class SimOptions:
     snapshot_interval_records: int
     segment_bytes: int
     index_interval_bytes: int
-    delay_min_ms: int
-    delay_max_ms: int
-    long_delay_probability: float
-    long_delay_max_ms: int
-    drop_probability: float
-    duplicate_probability: float
-    chaos_interval_ms: int
-    partition_probability: float
-    partition_heal_probability: float
-    crash_probability: float
-    restart_probability: float
-    pause_probability: float
-    pause_max_ms: int
-    tear_probability: float
     proposal_interval_max_ms: int
     safety_duration_ms: int
     node_seeds: tuple[int, ...]
+
+    FAULTS_AFTER: ClassVar[str] = "index_interval_bytes"
+    HIDDEN: ClassVar[tuple[str, ...]] = ("node_seeds",)
 
     @classmethod
     def from_seed(cls, seed: int) -> SimOptions:
@@ -97,8 +125,3 @@ class SimOptions:
             # Draws added later come last, so that older seeds keep their earlier options.
             index_interval_bytes=rng.choice((128, 512)),
         )
-
-    def describe(self) -> str:
-        fields = asdict(self)
-        fields.pop("node_seeds")
-        return " ".join(f"{key}={value}" for key, value in fields.items())

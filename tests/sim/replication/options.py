@@ -10,13 +10,15 @@ runner as `key=value` pairs. Draws added later go last, so that older seeds keep
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import ClassVar
 
 from storage.config import LONG_MAX
+from tests.sim.options import FaultOptions
 
 
 @dataclass(frozen=True, slots=True)
-class ReplicationSimOptions:
+class ReplicationSimOptions(FaultOptions):
     """One run's parameters. Times in simulated ms; probabilities per event or per chaos tick.
 
     `leader_fault_probability`: per chaos tick, crash, pause or cut off (from its followers, or
@@ -42,20 +44,6 @@ class ReplicationSimOptions:
     fetch_backoff_ms: int
     request_timeout_ms: int
     checkpoint_interval_ms: int
-    delay_min_ms: int
-    delay_max_ms: int
-    long_delay_probability: float
-    long_delay_max_ms: int
-    drop_probability: float
-    duplicate_probability: float
-    chaos_interval_ms: int
-    partition_probability: float
-    partition_heal_probability: float
-    crash_probability: float
-    restart_probability: float
-    pause_probability: float
-    pause_max_ms: int
-    tear_probability: float
     produce_interval_max_ms: int
     acks_all_fraction: float
     produce_timeout_ms: int
@@ -63,6 +51,8 @@ class ReplicationSimOptions:
     delete_records_probability: float
     safety_duration_ms: int
     leader_fault_probability: float
+
+    FAULTS_AFTER: ClassVar[str] = "checkpoint_interval_ms"
 
     @classmethod
     def from_seed(cls, seed: int) -> ReplicationSimOptions:
@@ -116,6 +106,3 @@ class ReplicationSimOptions:
             # the unreplicated tails and back-to-back failovers that truncation must handle.
             leader_fault_probability=0.0 if calm else rng.choice((0.0, 0.1, 0.3)),
         )
-
-    def describe(self) -> str:
-        return " ".join(f"{key}={value}" for key, value in asdict(self).items())

@@ -145,7 +145,7 @@ class Simulation:
         self.heap: list[tuple[int, int, Kind, Any]] = []
         self.sequence = 0
         self.result = SimResult(seed)
-        self.network = SimNetwork(self.rng, self.options)  # type: ignore[arg-type]  # same option names
+        self.network = SimNetwork(self.rng, self.options)
         self.root = Path(tempfile.mkdtemp(prefix=f"tributary-replication-sim-{seed}-", dir=default_root()))
         self.replication_config = ReplicationConfig(
             replica_lag_time_max_ms=self.options.replica_lag_time_max_ms,
