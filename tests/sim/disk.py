@@ -18,9 +18,16 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 from pathlib import Path
 
 from controller.raft_log import RaftLog
+
+
+def default_root() -> Path:
+    """Where the simulators make their temp directories: /dev/shm when present (no real disk I/O)."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
 class SimDisk:

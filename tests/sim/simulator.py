@@ -61,6 +61,7 @@ from controller.raft_messages import (
     Tick,
 )
 from tests.sim.checker import SafetyChecker, SafetyViolation
+from tests.sim.disk import default_root
 from tests.sim.metadata_workload import ActiveController, ControllerRequest, MetadataWorkload, encode_records
 from tests.sim.network import SimNetwork
 from tests.sim.node import SimNode
@@ -135,11 +136,6 @@ def describe(item: object) -> str:
         else:
             fields.append(f"{item_field.name}={value!r}")
     return f"{type(item).__name__}({', '.join(fields)})"
-
-
-def default_root() -> Path:
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
 class Simulation:

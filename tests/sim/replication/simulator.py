@@ -41,6 +41,7 @@ from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values, iter_headers
+from tests.sim.disk import default_root
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import Pending, SimBroker
 from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
@@ -126,11 +127,6 @@ def describe(item: object) -> str:
         else:
             parts.append(f"{item_field.name}={value!r}")
     return f"{type(item).__name__}({', '.join(parts)})"
-
-
-def default_root() -> Path:
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
 class Simulation:
