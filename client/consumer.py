@@ -385,13 +385,9 @@ class Consumer:
             self._in_flight[node] = (task, tps)
 
     async def _refresh_metadata(self) -> None:
-        """In the background of a poll: a failure (no node answered, or each that did is behind the
-        view held) leaves the metadata stale, to be tried again after `retry_backoff_ms` (the task
-        lasts through the backoff, so the poll loop does not ask again at once)."""
-        try:
+        """In the background of a poll: a failure leaves the metadata stale, to be tried again."""
+        with contextlib.suppress(TributaryError):
             await self.metadata.refresh()
-        except TributaryError:
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
 
     async def _handle_fetch(self, node: int, task: asyncio.Task[FetchResponse], tps: dict[TopicPartition, int]) -> None:
         try:

@@ -4,21 +4,13 @@ Filled from `Api.METADATA` answers of any reachable node (the bootstrap list is 
 first request goes, as Kafka's `bootstrap.servers`; later requests go to known brokers too).
 Refreshed on demand (`refresh`) and after errors that mean it is stale (`invalidate`, then the
 next `refresh_if_stale`). Concurrent refreshes share one request.
-
-The view never goes back in time (Kafka's KIP-320, by the metadata log's offset): every node
-answers from its own applied copy of the metadata log, and one that was partitioned away or has
-just restarted may be behind. An answer of the same cluster with a lower `metadata_offset` than
-the view held is not taken (`update`); a refresh then asks the next candidate node, each at most
-once. An answer with another cluster id (a new cluster at a known address) replaces the view.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import error_for
@@ -128,9 +120,7 @@ class Metadata:
             await self.refresh()
 
     async def refresh(self, all_topics: bool = False) -> MetadataResponse:
-        """Ask reachable nodes until one answers with metadata not older than the view held (each at
-        most once; when all that answered are behind, a retriable NETWORK_EXCEPTION says so and the
-        view stays, marked stale). Concurrent callers share the same request."""
+        """Ask one reachable node; concurrent callers share the same request."""
         if self._refreshing is not None and not all_topics:
             await asyncio.shield(self._refreshing)
             assert self._last is not None, "a finished refresh leaves its answer"
@@ -139,15 +129,11 @@ class Metadata:
         refreshing = self._refreshing = asyncio.get_running_loop().create_future()
         try:
             topics = None if all_topics or not self._wanted else tuple(sorted(self._wanted))
-            response = await self._request_first(
-                Api.METADATA, MetadataRequest(topics), MetadataResponse, self.request_timeout_ms, self._not_older
-            )
-            taken = self.update(response)
-            assert taken, "a refresh takes only an answer not older than the view"
+            response = await self.request(Api.METADATA, MetadataRequest(topics), MetadataResponse)
+            self.update(response)
             refreshing.set_result(None)
             return response
         except BaseException as error:
-            self._stale = True  # asked for and not done: the next refresh_if_stale asks again
             refreshing.set_exception(error)
             refreshing.exception()  # retrieved: waiters re-raise, nobody logs it as lost
             raise
@@ -155,29 +141,7 @@ class Metadata:
             if self._refreshing is refreshing:
                 self._refreshing = None
 
-    def _not_older(self, response: MetadataResponse) -> bool:
-        """Whether `response` may replace the view: another cluster's, or from a copy of the metadata
-        log at least as far along as the one the view came from (equal offsets: the same state)."""
-        return response.cluster_id != self.cluster_id or response.metadata_offset >= self.metadata_offset
-
-    def update(self, response: MetadataResponse) -> bool:
-        """Take `response` as the view and return True, or return False for an answer older than the
-        view (the view stays, marked stale, so the next refresh asks again).
-
-        No per-partition leader-epoch check (KIP-320) is needed beside the offset rule: a node's
-        answer is its applied state at `metadata_offset`, a function of the committed log up to
-        there, and a partition's leader epoch never decreases along that log. So an answer not
-        older than the view never carries a lower epoch for the same topic id; a lower epoch in a
-        newer answer belongs to a topic deleted and created again (a new topic id, epochs restart),
-        which Kafka also takes (KIP-516)."""
-        if not self._not_older(response):
-            self._stale = True
-            return False
-        if response.cluster_id != self.cluster_id:
-            # A new cluster (or the first answer): nothing held describes it.
-            self.topics.clear()
-            self.topic_errors.clear()
-            self.topic_configs.clear()
+    def update(self, response: MetadataResponse) -> None:
         self._last = response
         self.cluster_id = response.cluster_id
         self.controller_id = response.controller_id
@@ -199,38 +163,18 @@ class Metadata:
                 for p in topic.partitions
             }
         self._stale = False
-        return True
 
     async def request(self, api: Api, request: object, response_type: type, timeout_ms: int | None = None):
         """Send to the first node that answers (any node serves metadata and admin requests)."""
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        return await self._request_first(api, request, response_type, timeout_ms, lambda _: True)
-
-    async def _request_first(self, api: Api, request: object, response_type: type, timeout_ms: int,
-                             acceptable: Callable[[Any], bool]):
-        """The first answer that is `acceptable`, asking each candidate at most once in the order of
-        `candidate_addresses`; NETWORK_EXCEPTION (retriable) when none gives one."""
         failures = []
-        behind = False
         for address in self.candidate_addresses():
             try:
-                response = await self.connections.call(address, api, request, response_type, timeout_ms)
+                return await self.connections.call(address, api, request, response_type, timeout_ms)
             except NodeUnavailableError as error:
                 failures.append(str(error))
-                continue
             except RequestRejectedError as error:
                 raise error_for(error.code, error.message) from None
-            if acceptable(response):
-                return response
-            behind = True
-            failures.append(f"{address} answered from metadata offset {response.metadata_offset}")
-        if behind:
-            raise error_for(
-                ErrorCode.NETWORK_EXCEPTION,
-                f"no node answered {api.value} with metadata as fresh as this client's (offset "
-                f"{self.metadata_offset}; {'; '.join(failures)}); a node behind catches up as it applies the "
-                f"metadata log: retry",
-            )
         raise error_for(
             ErrorCode.NETWORK_EXCEPTION,
             f"no node answered {api.value} ({'; '.join(failures)}); check that the cluster is running and that "

@@ -237,23 +237,16 @@ class Producer:
             raise
 
     async def _send_loop(self) -> None:
-        metadata_retry_at_ms = 0
         while True:
             now_ms = self._clock()
             self._expire(now_ms)
-            if self.metadata.stale and now_ms >= metadata_retry_at_ms:
-                try:
+            if self.metadata.stale:
+                with contextlib.suppress(TributaryError):
                     await self.metadata.refresh()
-                except TributaryError:
-                    # No node answered, or each that did is behind the view held: try again after a
-                    # backoff, not on every wakeup of this loop.
-                    metadata_retry_at_ms = now_ms + self.retry_backoff_ms
             nodes, wait_ms, unknown_leader = self.accumulator.ready(now_ms, self.metadata.leader_for)
             if unknown_leader:
                 self.metadata.invalidate()
                 wait_ms = min(wait_ms, self.retry_backoff_ms)
-            if self.metadata.stale:
-                wait_ms = min(wait_ms, max(metadata_retry_at_ms - now_ms, 0))
             nodes = {node for node in nodes if len(self._in_flight.get(node, ())) < self.max_in_flight}
             for node, batches in self.accumulator.drain(nodes, now_ms, self.metadata.leader_for).items():
                 task = asyncio.create_task(self._produce(node, batches))

@@ -89,15 +89,6 @@ class FakePartition:
     leader_epoch: int = 0
 
 
-@dataclass(frozen=True)
-class FrozenMetadata:
-    """A node's metadata as it was when frozen: the offset, brokers and each partition's leader."""
-
-    metadata_offset: int
-    broker_ids: tuple[int, ...]
-    leaders: dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> (leader, leader_epoch)
-
-
 @dataclass
 class FakeState:
     directory: Path
@@ -107,7 +98,6 @@ class FakeState:
     injected: dict[tuple[Api, str, int], list[ErrorCode]] = field(default_factory=lambda: defaultdict(list))
     disconnects: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
     follower_lag: int = 0
-    frozen_metadata: dict[int, FrozenMetadata] = field(default_factory=dict)  # node id -> what it answers
     requests: list[tuple[int, Api, object]] = field(default_factory=list)
     appended: asyncio.Condition = field(default_factory=asyncio.Condition)
     fetch_parked: asyncio.Event = field(default_factory=asyncio.Event)  # a fetch is long-polling
@@ -118,7 +108,6 @@ class FakeCluster:
 
     def __init__(self, directory: Path, nodes: int = 3, rack_of: dict[int, str] | None = None) -> None:
         self.state = FakeState(directory)
-        self.cluster_id = "fake-cluster"
         self.node_ids = list(range(nodes))
         self.rack_of = rack_of or {}
         self.ports: dict[int, int] = {}
@@ -168,14 +157,6 @@ class FakeCluster:
         fake.leader = leader
         fake.leader_epoch += 1
 
-    def freeze_metadata(self, node_id: int) -> None:
-        """From now on `node_id` answers Metadata with the offset, brokers, leaders and epochs of now
-        (later `move_leader`s and nodes are not in its answers): a node behind the others."""
-        self.state.frozen_metadata[node_id] = FrozenMetadata(
-            len(self.state.requests), tuple(self.node_ids),
-            {key: (fake.leader, fake.leader_epoch) for key, fake in self.state.partitions.items()},
-        )
-
     def inject(self, api: Api, topic: str, partition: int, *codes: ErrorCode) -> None:
         """The next answers of `api` for the partition carry `codes`, one per request (group APIs:
         `topic` is the group id and `partition` -1)."""
@@ -216,7 +197,6 @@ class FakeCluster:
         return queue.pop(0) if queue else None
 
     async def _metadata(self, node_id: int, request: MetadataRequest) -> MetadataResponse:
-        frozen = self.state.frozen_metadata.get(node_id)
         names = sorted({topic for topic, _ in self.state.partitions}) if request.topics is None else request.topics
         topics = []
         for name in names:
@@ -224,20 +204,15 @@ class FakeCluster:
             if not numbers:
                 topics.append(MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            partitions = []
-            for n in numbers:
-                fake = self.state.partitions[(name, n)]
-                leader, epoch = (fake.leader, fake.leader_epoch) if frozen is None else frozen.leaders[(name, n)]
-                partitions.append(MetadataPartition(n, leader, epoch, fake.replicas, fake.replicas))
-            topics.append(
-                MetadataTopic(name, ErrorCode.NONE, f"id-{name}", tuple(partitions), self.state.configs[name])
+            partitions = tuple(
+                MetadataPartition(n, fake.leader, fake.leader_epoch, fake.replicas, fake.replicas)
+                for n in numbers for fake in [self.state.partitions[(name, n)]]
             )
-        broker_ids = self.node_ids if frozen is None else frozen.broker_ids
+            topics.append(MetadataTopic(name, ErrorCode.NONE, f"id-{name}", partitions, self.state.configs[name]))
         brokers = tuple(
-            MetadataBroker(n, "127.0.0.1", self.ports[n], self.rack_of.get(n)) for n in broker_ids if n in self.ports
+            MetadataBroker(n, "127.0.0.1", self.ports[n], self.rack_of.get(n)) for n in self.node_ids if n in self.ports
         )
-        offset = len(self.state.requests) if frozen is None else frozen.metadata_offset
-        return MetadataResponse(self.cluster_id, 0, offset, brokers, tuple(topics))
+        return MetadataResponse("fake-cluster", 0, len(self.state.requests), brokers, tuple(topics))
 
     async def _produce(self, node_id: int, request: ProduceRequest) -> ProduceResponse:
         answers = []

@@ -238,23 +238,3 @@ async def test_commit_and_committed_retry_while_the_coordinator_loads(cluster: F
         await consumer.commit({T0: 2})
         assert await consumer.committed([T0]) == {T0: 2}
     assert len(cluster.requests_of(Api.OFFSET_COMMIT)) == 2
-
-
-async def test_a_poll_with_only_older_metadata_answers_refreshes_after_backoffs(cluster: FakeCluster) -> None:
-    """Nodes 1 and 2 answer Metadata from behind and node 0, where the consumer learnt its view,
-    stops: each refresh fails, and the poll asks again only after retry_backoff_ms (not in a loop),
-    keeping the view it has."""
-    cluster.freeze_metadata(1)
-    cluster.freeze_metadata(2)
-    cluster.move_leader("t", 0, 1)
-    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest", retry_backoff_ms=100) as consumer:
-        consumer.assign([("t", 0)])
-        consumer.seek(T0, 0)
-        await consumer.metadata.refresh()  # node 0
-        await cluster.stop_node(0)
-        consumer.metadata.invalidate()
-        asked_before = len(cluster.requests_of(Api.METADATA))
-        assert await consumer.poll(timeout_ms=500) == []
-        asked = len(cluster.requests_of(Api.METADATA)) - asked_before
-        assert 2 <= asked <= 2 * 7, f"{asked} metadata requests in 500 ms at 100 ms backoff"
-        assert consumer.metadata.leader_for(T0) == 1
