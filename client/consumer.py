@@ -385,9 +385,12 @@ class Consumer:
             self._in_flight[node] = (task, tps)
 
     async def _refresh_metadata(self) -> None:
-        """In the background of a poll: a failure leaves the metadata stale, to be tried again."""
-        with contextlib.suppress(TributaryError):
+        """In the background of a poll. A failure leaves the metadata stale and holds this task for
+        `retry.backoff.ms`, so a poll while no node answers asks again at that pace, not in a loop."""
+        try:
             await self.metadata.refresh()
+        except TributaryError:
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
 
     async def _handle_fetch(self, node: int, task: asyncio.Task[FetchResponse], tps: dict[TopicPartition, int]) -> None:
         try:
