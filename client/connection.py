@@ -15,14 +15,14 @@ T = TypeVar("T")
 
 
 class NodeUnavailableError(Exception):
-    """The node could not be reached or did not answer in time (Kafka's NETWORK_EXCEPTION): retry,
-    maybe on another node."""
+    """The node could not be reached, did not answer in time, or cannot serve yet (HTTP 503, a node
+    still starting) (Kafka's NETWORK_EXCEPTION): retry, maybe on another node."""
 
     code = ErrorCode.NETWORK_EXCEPTION
 
 
 class RequestRejectedError(Exception):
-    """The node refused the request as a whole (HTTP 4xx/5xx): `code` and `message` say why."""
+    """The node refused the request as a whole (HTTP 4xx/5xx but 503): `code` and `message` say why."""
 
     def __init__(self, response: ErrorResponse) -> None:
         super().__init__(f"{response.error}: {response.message}")
@@ -58,9 +58,12 @@ class Connections:
             raise NodeUnavailableError(f"{address} {api.value}: {type(error).__name__}: {error}") from None
         if status != 200:
             try:
-                raise RequestRejectedError(unpack(ErrorResponse, body))
+                refusal = unpack(ErrorResponse, body)
             except ProtocolError:
                 raise NodeUnavailableError(f"{address} {api.value}: HTTP {status}") from None
+            if status == 503:
+                raise NodeUnavailableError(f"{address} {refusal.error}: {refusal.message}")
+            raise RequestRejectedError(refusal)
         try:
             return unpack(response_type, body)
         except ProtocolError as error:

@@ -91,6 +91,7 @@ class Broker:
         self._last_now_ms = clock()
         self._request_ids = itertools.count(1)
         self._stopped = False
+        self._caught_up = False
         self.watchers = PartitionWatchers()
         self.lifecycle = BrokerLifecycleManager(settings, quorum, on_registered=self._on_metadata)
         self.replicas = ReplicaManager(settings, quorum, connections, log_manager, self.now_ms, self.watchers,
@@ -123,6 +124,12 @@ class Broker:
         return self._stopped
 
     @property
+    def is_caught_up(self) -> bool:
+        """This process has applied the metadata up to its own registration (Kafka's initial
+        catch-up): until then its copy may be from before it stopped, and clients are refused."""
+        return self._caught_up
+
+    @property
     def is_unfenced(self) -> bool:
         """Registered and unfenced by the controller: may lead partitions and join ISRs."""
         return not self.lifecycle.is_fenced
@@ -149,6 +156,7 @@ class Broker:
             return
         try:
             if self.replicas.apply_metadata():
+                self._caught_up = True
                 self.lifecycle.set_ready_to_unfence()
         except Exception:
             log.exception("broker %s: applying metadata at offset %s failed", self.settings.node_id,

@@ -2,7 +2,10 @@
 
 Start order: claim the log dirs (meta.properties: refuse a dir of another cluster), open the logs
 (storage recovery), listen (peers need the Raft route before anyone can be elected), start the
-quorum, then the broker (it registers with the active controller). Stop order is the reverse; a
+quorum, then the broker (it registers with the active controller). Client requests are refused
+(503 BROKER_NOT_AVAILABLE) until the broker has applied the metadata up to its registration, as
+a Kafka broker opens its client listeners only after that catch-up: a restarted node would
+otherwise answer from the metadata it had when it stopped. Stop order is the reverse; a
 controlled stop first moves leadership away through the controller.
 """
 
@@ -26,7 +29,7 @@ from node.config import NodeConfig
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.quorum import QuorumService
-from node.server import build_app
+from node.server import NotServingYet, build_app
 from storage import meta_properties
 from storage.config import LogConfig
 from storage.log_manager import LogManager
@@ -34,6 +37,11 @@ from storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
+# Served while the broker catches up: Raft, and controller requests another node forwards here
+# (the active controller may be a node whose broker is still starting).
+NODE_TO_NODE_APIS = frozenset(
+    {Api.RAFT, Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION}
+)
 OFFSETS_TOPIC_SEGMENT_BYTES = 104857600  # Kafka's offsets.topic.segment.bytes
 
 
@@ -90,6 +98,12 @@ class Node:
         """The answer to one decoded request that arrived on `listener`."""
         broker = self.broker
         assert broker is not None, "routes are served only after the broker exists (start)"
+        if api not in NODE_TO_NODE_APIS and not broker.is_caught_up:
+            raise NotServingYet(
+                f"node {self.config.node_id} is starting: it has not yet caught up with the metadata log "
+                f"(applied up to offset {self.quorum.metadata_offset}, its registration not yet among it); "
+                f"ask another node, or retry when its /health says broker_unfenced"
+            )
         match api:
             case Api.PRODUCE:
                 return await broker.produce(message)

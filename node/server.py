@@ -3,7 +3,8 @@
 A route decodes its body with `client.protocol` (strict: bad msgpack, missing, unknown or
 mistyped fields and out-of-range numbers are answered 400 with a named error and change nothing),
 hands the request to the part of the node that owns it, and encodes the answer. A body over
-`socket.request.max.bytes` is answered 413 before it is read. An unexpected exception is a bug:
+`socket.request.max.bytes` is answered 413 before it is read; one the node cannot serve yet (still
+starting) 503 BROKER_NOT_AVAILABLE. An unexpected exception is a bug:
 it is logged and answered 500 UNKNOWN_SERVER_ERROR, and the node keeps serving.
 """
 
@@ -42,6 +43,11 @@ NON_NEGATIVE = frozenset(
 Handler = Callable[[Any], Awaitable[Any]]
 
 
+class NotServingYet(Exception):
+    """The node cannot answer this request yet: refused with 503 BROKER_NOT_AVAILABLE, which a
+    client takes as an unreachable node (it asks another)."""
+
+
 def build_app(node: Node) -> web.Application:
     """The app of one node. `node` owns the parts the routes call."""
     app = web.Application(client_max_size=node.config.socket_request_max_bytes, middlewares=[_errors(node)])
@@ -65,6 +71,9 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         except ProtocolError as error:
             node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
             return _refuse(400, error.code, f"{api.value}: {error}")
+        except NotServingYet as error:
+            node.metrics.observe_request(api.value, ErrorCode.BROKER_NOT_AVAILABLE.name, time.perf_counter() - started)
+            return _refuse(503, ErrorCode.BROKER_NOT_AVAILABLE, f"{api.value}: {error}")
         node.metrics.observe_request(api.value, "NONE", time.perf_counter() - started)
         return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
 

@@ -1,5 +1,6 @@
 """A whole cluster stopped with SIGTERM and started again from its dirs: clean-shutdown markers,
-committed offsets and records survive; a node refuses a log dir of another cluster."""
+committed offsets and records survive; a node refuses a log dir of another cluster, and refuses
+clients until it has caught up with the metadata log."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from client.admin import Admin, NewTopic
+from client.connection import Connections, NodeUnavailableError
 from client.consumer import Consumer
+from client.errors import NetworkException
 from client.metadata import TopicPartition
 from client.producer import Producer
-from node.dev import DevCluster
-from tests.node.cluster_harness import read_replica, start_cluster
+from client.protocol import Api, MetadataRequest, MetadataResponse
+from node.dev import DevCluster, healthy
+from tests.node.cluster_harness import FAST, eventually, free_port_block, read_replica, start_cluster
 
 TOPIC = "durable"
 
@@ -69,3 +75,49 @@ def test_a_node_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "belongs to node 1 of cluster" in result.stderr and "AnotherClusterAAAAAAAAA" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def metadata_of(connections: Connections, address: str) -> MetadataResponse | str:
+    """The node's metadata answer, or why there was none."""
+    try:
+        return await connections.call(address, Api.METADATA, MetadataRequest(None), MetadataResponse, 5000)
+    except NodeUnavailableError as error:
+        return str(error)
+
+
+async def refused_until_caught_up(cluster: DevCluster) -> None:
+    first = cluster.nodes[1].address
+    connections = Connections()
+    try:
+        async def answers() -> bool:
+            answer = await metadata_of(connections, first)
+            return not isinstance(answer, str) or "BROKER_NOT_AVAILABLE" in answer
+
+        await eventually(answers, "node 1 answers on its port")
+        answer = await metadata_of(connections, first)
+        assert isinstance(answer, str) and "node 1 is starting" in answer, answer
+        assert not healthy(first)
+        async with Admin(first) as admin:
+            with pytest.raises(NetworkException, match="not yet caught up with the metadata log"):
+                await admin.create_topics([NewTopic("early", 1, 1)])
+
+        cluster.start_node(2, wait=False)
+        cluster.start_node(3, wait=False)
+        await asyncio.to_thread(cluster.wait_healthy)
+        answer = await metadata_of(connections, first)
+        assert isinstance(answer, MetadataResponse), answer
+        assert sorted(broker.node_id for broker in answer.brokers) == [1, 2, 3]
+    finally:
+        await connections.close()
+
+
+def test_a_node_refuses_clients_until_it_has_caught_up_with_the_metadata_log(tmp_path: Path) -> None:
+    """Kafka opens a broker's client listeners only after its initial metadata catch-up. Node 1
+    starts alone, one of three voters: no quorum, so it cannot catch up, and refuses clients with
+    503 BROKER_NOT_AVAILABLE (Raft is still served, or the quorum could never form)."""
+    cluster = DevCluster(tmp_path, 3, free_port_block(3), FAST)
+    try:
+        cluster.start_node(1, wait=False)
+        asyncio.run(refused_until_caught_up(cluster))
+    finally:
+        cluster.stop()
