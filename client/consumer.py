@@ -98,7 +98,7 @@ class Consumer:
         self.retry_backoff_ms = retry_backoff_ms
         self._own_connections = connections is None
         self.connections = connections or Connections()
-        self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms)
+        self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
         self.positions: dict[TopicPartition, int | None] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
         self._preferred: dict[TopicPartition, int] = {}
@@ -357,7 +357,7 @@ class Consumer:
         return leader
 
     def _send_fetches(self) -> None:
-        if self.metadata.stale and self._metadata_task is None:
+        if self.metadata.stale and self._metadata_task is None and self.metadata.may_refresh():
             self._metadata_task = asyncio.create_task(self._refresh_metadata())
         now = asyncio.get_running_loop().time()
         busy = {tp for _, tps in self._in_flight.values() for tp in tps}
@@ -385,12 +385,10 @@ class Consumer:
             self._in_flight[node] = (task, tps)
 
     async def _refresh_metadata(self) -> None:
-        """In the background of a poll. A failure leaves the metadata stale and holds this task for
-        `retry.backoff.ms`, so a poll while no node answers asks again at that pace, not in a loop."""
-        try:
+        """In the background of a poll: a failure leaves the metadata stale, to be tried again
+        after `retry.backoff.ms`."""
+        with contextlib.suppress(TributaryError):
             await self.metadata.refresh()
-        except TributaryError:
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
 
     async def _handle_fetch(self, node: int, task: asyncio.Task[FetchResponse], tps: dict[TopicPartition, int]) -> None:
         try:

@@ -3,7 +3,9 @@
 Filled from `Api.METADATA` answers of any reachable node (the bootstrap list is only where the
 first request goes, as Kafka's `bootstrap.servers`; later requests go to known brokers too).
 Refreshed on demand (`refresh`) and after errors that mean it is stale (`invalidate`, then the
-next `refresh_if_stale`). Concurrent refreshes share one request.
+next `refresh_if_stale`). Concurrent refreshes share one request. After a refresh that failed (no
+node answered), `refresh_if_stale` waits `retry.backoff.ms` before asking again (Kafka's metadata
+refresh backoff), so a client whose nodes are all down does not ask in a loop.
 """
 
 from __future__ import annotations
@@ -55,11 +57,14 @@ class Metadata:
     """Metadata cache over `Connections`. `request_timeout_ms` bounds each METADATA call."""
 
     def __init__(
-        self, bootstrap: str, connections: Connections, request_timeout_ms: int = 5000, rng: random.Random | None = None
+        self, bootstrap: str, connections: Connections, request_timeout_ms: int = 5000,
+        rng: random.Random | None = None, retry_backoff_ms: int = 100,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.connections = connections
         self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._failed_at: float | None = None  # loop time of the last failed refresh, None after a success
         self._rng = rng or random.Random()
         self.cluster_id = ""
         self.controller_id = -1
@@ -115,8 +120,14 @@ class Metadata:
     def stale(self) -> bool:
         return self._stale
 
+    def may_refresh(self) -> bool:
+        """False within `retry_backoff_ms` of a failed refresh."""
+        return (self._failed_at is None
+                or asyncio.get_running_loop().time() - self._failed_at >= self.retry_backoff_ms / 1000)
+
     async def refresh_if_stale(self) -> None:
-        if self._stale:
+        """Refresh if stale and not backing off after a failed refresh; a failure raises."""
+        if self._stale and self.may_refresh():
             await self.refresh()
 
     async def refresh(self, all_topics: bool = False) -> MetadataResponse:
@@ -131,9 +142,11 @@ class Metadata:
             topics = None if all_topics or not self._wanted else tuple(sorted(self._wanted))
             response = await self.request(Api.METADATA, MetadataRequest(topics), MetadataResponse)
             self.update(response)
+            self._failed_at = None
             refreshing.set_result(None)
             return response
         except BaseException as error:
+            self._failed_at = asyncio.get_running_loop().time()
             refreshing.set_exception(error)
             refreshing.exception()  # retrieved: waiters re-raise, nobody logs it as lost
             raise

@@ -74,7 +74,7 @@ class Producer:
         self.buffer_memory = buffer_memory
         self._own_connections = connections is None
         self.connections = connections or Connections()
-        self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms)
+        self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
         self.accumulator = RecordAccumulator(batch_size, linger_ms, max_request_size)
         self.partitioner = StickyPartitioner()
         self._clock = clock
@@ -240,9 +240,8 @@ class Producer:
         while True:
             now_ms = self._clock()
             self._expire(now_ms)
-            if self.metadata.stale:
-                with contextlib.suppress(TributaryError):
-                    await self.metadata.refresh()
+            with contextlib.suppress(TributaryError):
+                await self.metadata.refresh_if_stale()
             nodes, wait_ms, unknown_leader = self.accumulator.ready(now_ms, self.metadata.leader_for)
             if unknown_leader:
                 self.metadata.invalidate()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from client.metadata import Metadata
 from client.protocol import (
     CONTENT_TYPE,
     EARLIEST_TIMESTAMP,
@@ -119,8 +120,7 @@ class FakeCluster:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        for node_id in list(self.runners):
-            await self.stop_node(node_id)
+        await self.stop_all()
         for partition in self.state.partitions.values():
             partition.log.close()
 
@@ -141,6 +141,11 @@ class FakeCluster:
 
     async def stop_node(self, node_id: int) -> None:
         await self.runners.pop(node_id).cleanup()
+
+    async def stop_all(self) -> None:
+        """Every node stops: connections to them are refused at once."""
+        for node_id in list(self.runners):
+            await self.stop_node(node_id)
 
     # -- test controls ------------------------------------------------------------------
 
@@ -467,3 +472,16 @@ if __name__ == "__main__":
     import sys
 
     asyncio.run(serve_forever(Path(sys.argv[1]), 3, sys.argv[2:]))
+
+
+def count_refreshes(metadata: Metadata) -> list[int]:
+    """Wrap `metadata.refresh`: the returned list has one entry per call from then on."""
+    calls: list[int] = []
+    refresh = metadata.refresh
+
+    async def counted(all_topics: bool = False) -> MetadataResponse:
+        calls.append(len(calls))
+        return await refresh(all_topics)
+
+    metadata.refresh = counted  # type: ignore[method-assign]
+    return calls

@@ -15,7 +15,7 @@ from client.partitioner import partition_for_key
 from client.producer import Producer
 from client.protocol import Api, ErrorCode, ProduceRequest
 from storage.records import decode_records
-from tests.client.fake_node import FakeCluster
+from tests.client.fake_node import FakeCluster, count_refreshes
 
 
 def values_in(cluster: FakeCluster, topic: str, partition: int) -> list[bytes | None]:
@@ -116,6 +116,17 @@ async def test_delivery_timeout_fails_a_batch_that_keeps_failing(cluster: FakeCl
         with pytest.raises(TributaryError) as raised:
             await future
     assert raised.value.retriable
+
+
+async def test_while_no_node_answers_metadata_is_asked_for_at_the_retry_backoff(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, retry_backoff_ms=100, delivery_timeout_ms=1000) as producer:
+        await producer.send_and_wait("t", b"before", partition=0)
+        await cluster.stop_all()
+        refreshes = count_refreshes(producer.metadata)
+        with pytest.raises(ERRORS[ErrorCode.REQUEST_TIMED_OUT]):
+            await producer.send_and_wait("t", b"after", partition=0)
+    # one refresh per 100 ms backoff within the 1 s delivery timeout (without it, one per linger: ~160)
+    assert 1 <= len(refreshes) <= 11
 
 
 async def test_an_unknown_topic_is_an_error_named_unknown_topic(cluster: FakeCluster) -> None:
