@@ -76,14 +76,20 @@ def status_table(description: ClusterDescription) -> str:
         replicas = []
         for node in p.info.replicas:
             state = p.replica_states.get(node)
-            replicas.append(f"{node}:?" if state is None else f"{node}:{state.log_end_offset}({p.lag(node)})")
+            replicas.append(f"{node}:?" if state is None else f"{node}:{state.log_end_offset}({known(p.lag(node))})")
+        leader_known = p.leader_state is not None  # else its HW, log start and the lags are unknown
         partition_rows.append((
             p.info.topic, str(p.info.partition), "none" if p.info.leader < 0 else str(p.info.leader),
-            str(p.info.leader_epoch), ",".join(map(str, p.info.isr)), str(p.high_watermark), str(p.log_start_offset),
+            str(p.info.leader_epoch), ",".join(map(str, p.info.isr)),
+            str(p.high_watermark) if leader_known else "?", str(p.log_start_offset) if leader_known else "?",
             " ".join(replicas),
         ))
     lines += format_rows(partition_rows)
     return "\n".join(lines) + "\n"
+
+
+def known(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def format_rows(rows: list[tuple[str, ...]]) -> list[str]:

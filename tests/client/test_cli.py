@@ -7,6 +7,7 @@ are captured; expected failures must print the Kafka error name, exit 1 and show
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sys
@@ -133,6 +134,14 @@ def test_status_table_shows_lag_per_replica() -> None:
     assert "active controller: 0" in table
     assert "unreachable (down)" in table
     assert "0:10(0) 1:8(2) 2:?" in table
+
+
+def test_status_table_says_unknown_when_the_leader_did_not_answer() -> None:
+    partition = description().partitions[0]
+    unanswered = dataclasses.replace(partition, replica_states={1: partition.replica_states[1]})
+    table = status_table(dataclasses.replace(description(), partitions=(unanswered,)))
+    row = table.splitlines()[-1].split()
+    assert row[5:] == ["?", "?", "0:?", "1:8(?)", "2:?"]  # HW, LOG-START, each replica's LEO (lag)
 
 
 # -- end to end against the fake cluster ----------------------------------------------------
