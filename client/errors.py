@@ -25,6 +25,7 @@ INVALID_METADATA = frozenset(
         ErrorCode.NOT_CONTROLLER,
         ErrorCode.LISTENER_NOT_FOUND,
         ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.KAFKA_STORAGE_ERROR,
     }
 )
 

@@ -88,7 +88,7 @@ class PartitionHost(PartitionDriver):
         try:
             self.handle_event(event)
         except BaseException:
-            # Not a StorageError (those are answers): an OSError on append, a bug. The caller's request
+            # A bug (storage errors, OSErrors of an append included, are answers). The caller's request
             # fails (500); no future may stay behind to be "unanswered" at stop.
             self._futures.pop(event.request_id, None)
             raise

@@ -5,7 +5,10 @@ fetch through `harness.fetch_round`. Every test states the Kafka rule it checks.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
+
+import pytest
 
 from replication.events import (
     AlterPartitionResponse,
@@ -17,6 +20,7 @@ from replication.events import (
 )
 from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, FetchResult, ProduceResult, Role
+from storage import log_segment
 from storage.error_codes import ErrorCode
 from tests.replication.harness import (
     LAG_MS,
@@ -78,6 +82,27 @@ def test_corrupt_batch_is_refused_and_log_unchanged(brokers: Brokers) -> None:
     assert results[0].error == ErrorCode.CORRUPT_MESSAGE
     assert "CRC" in results[0].error_message or "crc" in results[0].error_message.lower()
     assert leader.log.log_end_offset == 0
+
+
+def test_a_failed_disk_write_is_kafka_storage_error_and_the_next_produce_lands(
+        brokers: Brokers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka answers an IOException on append KAFKA_STORAGE_ERROR (retriable); the log took the
+    request back (storage's undo), so the core keeps serving and a retry lands at the same offset."""
+    leader, *_ = setup(brokers)
+    produce(leader, batch(b"a"), acks=1)
+    real_pwritev = log_segment.os.pwritev
+
+    def no_space(fd: int, buffers: object, position: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+    monkeypatch.setattr(log_segment.os, "pwritev", no_space)
+    _, results = produce(leader, batch(b"b", b"c"), acks=-1)
+    assert [r.error for r in results] == [ErrorCode.KAFKA_STORAGE_ERROR]
+    assert "No space left" in results[0].error_message and "nothing was appended" in results[0].error_message
+    assert leader.log.log_end_offset == 1
+    monkeypatch.setattr(log_segment.os, "pwritev", real_pwritev)
+    request_id, results = produce(leader, batch(b"b", b"c"), acks=1)
+    assert results == [ProduceResult(request_id, ErrorCode.NONE, 1, -1, 0)]
 
 
 def test_acks_all_completes_when_the_high_watermark_passes_the_last_offset(brokers: Brokers) -> None:
