@@ -146,7 +146,8 @@ class Metadata:
             refreshing.set_result(None)
             return response
         except BaseException as error:
-            self._failed_at = asyncio.get_running_loop().time()
+            if not isinstance(error, asyncio.CancelledError):
+                self._failed_at = asyncio.get_running_loop().time()
             refreshing.set_exception(error)
             refreshing.exception()  # retrieved: waiters re-raise, nobody logs it as lost
             raise

@@ -42,6 +42,9 @@ METADATA_TOPIC = "__cluster_metadata"
 NODE_TO_NODE_APIS = frozenset(
     {Api.RAFT, Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION}
 )
+# Topic admin is forwarded to the active controller on these public routes; it answers them from
+# the quorum's state, so they are served there even while its own broker catches up.
+CONTROLLER_ADMIN_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.INCREMENTAL_ALTER_CONFIGS})
 OFFSETS_TOPIC_SEGMENT_BYTES = 104857600  # Kafka's offsets.topic.segment.bytes
 
 
@@ -98,7 +101,8 @@ class Node:
         """The answer to one decoded request that arrived on `listener`."""
         broker = self.broker
         assert broker is not None, "routes are served only after the broker exists (start)"
-        if api not in NODE_TO_NODE_APIS and not broker.is_caught_up:
+        if not (broker.is_caught_up or api in NODE_TO_NODE_APIS or (
+                api in CONTROLLER_ADMIN_APIS and self.quorum.active_controller_id == self.config.node_id)):
             raise NotServingYet(
                 f"node {self.config.node_id} is starting: it has not yet caught up with the metadata log "
                 f"(applied up to offset {self.quorum.metadata_offset}, its registration not yet among it); "
