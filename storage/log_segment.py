@@ -126,7 +126,8 @@ class LogSegment:
         baseOffset lies outside the CRC, so a damaged one passes validation; for logs that are
         not compacted, `contiguous` also cuts at the first batch that does not start where the
         previous one ended (or, first, at the segment's base offset). Returns the bytes cut
-        (Kafka's LogSegment.recover)."""
+        (Kafka's LogSegment.recover). Like a roll, it ends the time index with the segment's
+        largest timestamp, so a recovered segment's index is the one a clean roll leaves."""
         batches = self._iter_valid_batches(max_message_bytes)
         if contiguous:
             batches = self._contiguous(batches)
@@ -135,6 +136,7 @@ class LogSegment:
         if truncated:
             self._file.truncate(valid_bytes)
             self.size = valid_bytes
+        self._append_final_time_entry()
         return truncated
 
     def rebuild_indexes(self) -> None:
@@ -263,12 +265,15 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """On roll: record the segment's max timestamp in the time index, trim both indexes."""
+        self._append_final_time_entry()
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def _append_final_time_entry(self) -> None:
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
             )
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
 
     # -- reading ------------------------------------------------------------------------
 

@@ -133,6 +133,31 @@ def test_damaged_index_after_clean_shutdown_is_detected_and_rebuilt(tmp_path: Pa
         log.close()
 
 
+def test_recovery_rebuilds_the_time_index_a_roll_left_its_final_entry_included(tmp_path: Path) -> None:
+    # A roll ends a segment's time index with its largest timestamp (Kafka's onBecomeInactiveSegment);
+    # recovery must leave the same entries (Kafka's recover appends that entry too). Batches are
+    # about half of index.interval.bytes, so a segment's last batch (its largest timestamp) often
+    # follows its last sparse entry: then only the final entry records it.
+    directory = tmp_path / "t-0"
+    log = LogLoader(directory, CONFIG, 0).load()
+    for number in range(80):
+        log.append_as_leader(build_batch([(b"k", b"v" * 10)], timestamps=[1000 + number]), 1, number)
+    segments = list(log.segments)
+    rolled = [index_entries(segment) for segment in segments[:-1]]
+    assert len(rolled) >= 3
+    assert [times[-1][0] for _, times in rolled] == [segment.max_timestamp_so_far for segment in segments[:-1]]
+    assert any(times[-1][1] not in {offset for offset, _ in offsets} for offsets, times in rolled), "none final-only"
+    for segment in log.segments:
+        segment.close_handlers()
+    recovered = LogLoader(directory, CONFIG, 0).load(recovery_point=0, had_clean_shutdown=False)
+    try:
+        *recovered_rolled, active = recovered.segments
+        assert [index_entries(segment) for segment in recovered_rolled] == rolled
+        assert index_entries(active)[1][-1] == (active.max_timestamp_so_far, active.offset_of_max_timestamp_so_far)
+    finally:
+        recovered.close()
+
+
 def test_unflushed_tail_torn_mid_batch_is_cut_at_the_last_whole_batch(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     reference = write_log(directory, [[(i, b"v" * 40)] for i in range(10)])
