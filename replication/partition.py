@@ -311,11 +311,6 @@ class Partition:
             out.completions.append(ProduceResult(event.request_id, error_of(storage_error),
                                                  error_message=str(storage_error)))
             return
-        except OSError as io_error:  # the log took back what the request wrote: nothing was appended
-            out.completions.append(ProduceResult(event.request_id, ErrorCode.KAFKA_STORAGE_ERROR, error_message=(
-                f"writing to the log of {self.topic_partition} failed ({io_error}); nothing was appended. "
-                f"Check the log dir's disk (space, permissions); the request may be retried")))
-            return
         if event.acks != ACKS_ALL:
             out.completions.append(ProduceResult(event.request_id, ErrorCode.NONE, info.first_offset,
                                                  info.log_append_time_ms, self.log.log_start_offset))

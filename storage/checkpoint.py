@@ -27,6 +27,7 @@ field that does not parse. Like Kafka, a missing or empty file reads as no entri
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -90,14 +91,20 @@ def write_atomically(path: Path, text: str) -> None:
     """Replace `path` with `text` so that a crash leaves either the old or the new file.
 
     Write `<path>.tmp`, fsync it, rename it over `path`, then fsync the directory so that the
-    rename itself survives a crash (Kafka's `Utils.atomicMoveWithFallback`).
+    rename itself survives a crash (Kafka's `Utils.atomicMoveWithFallback`). If writing or
+    renaming fails, the `.tmp` is removed (best effort) and `path` is as it was.
     """
     temporary_path = path.with_name(path.name + TEMPORARY_SUFFIX)
-    with open(temporary_path, "wb") as file:
-        file.write(text.encode("utf-8"))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary_path, path)
+    try:
+        with open(temporary_path, "wb") as file:
+            file.write(text.encode("utf-8"))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary_path.unlink(missing_ok=True)
+        raise
     fsync_directory(path.parent)
 
 

@@ -69,6 +69,13 @@ class InconsistentClusterIdError(StorageError):
     error_name = "INCONSISTENT_CLUSTER_ID"
 
 
+class KafkaStorageError(StorageError):
+    """A write to the log failed (an OSError: a full or failing disk) and the log took the
+    request back: it is as it was before. `__cause__` is the OSError."""
+
+    error_name = "KAFKA_STORAGE_ERROR"
+
+
 class CorruptCheckpointError(StorageError):
     """A checkpoint or meta.properties file is malformed; the message names the file and line."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,9 +25,10 @@ class LeaderEpochCache:
     strictly increase along the list.
 
     Backing file: the partition's `leader-epoch-checkpoint` (`LeaderEpochCheckpointFile`),
-    rewritten atomically after every change, so a reload always equals the cache. Kafka flushes
-    truncations asynchronously and repairs stale entries at load; we flush synchronously, which
-    costs an fsync per truncation (rare) and keeps the file exact.
+    rewritten atomically for every change before the change is made in memory, so a reload
+    always equals the cache, and a write that fails changes neither. Kafka flushes truncations
+    asynchronously and repairs stale entries at load; we flush synchronously, which costs an
+    fsync per truncation (rare) and keeps the file exact.
 
     Owner: the partition's `Log` (one owner, no locks). Followers use `end_offset_for` on the
     leader (OffsetsForLeaderEpoch) to find where their log diverges and truncate there.
@@ -38,8 +40,8 @@ class LeaderEpochCache:
         # As Kafka does, load through the assign rule: should the file hold non-monotonic
         # entries, the later ones win and the cache still satisfies its invariant.
         for entry in self.checkpoint.read():
-            self._assign_entry(entry)
-        self._check_invariants()
+            self._entries = _assigned(self._entries, entry) or self._entries
+        self._check_invariants(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -71,10 +73,11 @@ class LeaderEpochCache:
         entries describe records that no longer exist. Then the entry is appended and flushed.
         """
         self._validate_entry(epoch, start_offset)
-        changed = self._assign_entry(EpochEntry(epoch, start_offset))
-        if changed:
-            self._flush()
-        return changed
+        assigned = _assigned(self._entries, EpochEntry(epoch, start_offset))
+        if assigned is None:
+            return False
+        self._replace(assigned)
+        return True
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetsForLeaderEpoch, exactly as Kafka's endOffsetFor.
@@ -115,9 +118,7 @@ class LeaderEpochCache:
         index = bisect.bisect_left(self._entries, end_offset, key=_start_offset_of)
         removed = self._entries[index:]
         if removed:
-            del self._entries[index:]
-            self._check_invariants()
-            self._flush()
+            self._replace(self._entries[:index])
         return removed
 
     def truncate_from_start(self, start_offset: int) -> list[EpochEntry]:
@@ -130,9 +131,7 @@ class LeaderEpochCache:
         index = bisect.bisect_right(self._entries, start_offset, key=_start_offset_of)
         removed = self._entries[:index]
         if removed:
-            self._entries[:index] = [EpochEntry(removed[-1].epoch, start_offset)]
-            self._check_invariants()
-            self._flush()
+            self._replace([EpochEntry(removed[-1].epoch, start_offset), *self._entries[index:]])
         return removed
 
     def restore(self, entries: Sequence[EpochEntry]) -> bool:
@@ -145,33 +144,18 @@ class LeaderEpochCache:
         restored = list(entries)
         if restored == self._entries:
             return False
-        self._entries = restored
-        self._check_invariants()
-        self._flush()
+        self._replace(restored)
         return True
 
     def clear_and_flush(self) -> None:
         """Remove every entry and write the empty checkpoint."""
-        self._entries.clear()
-        self._flush()
+        self._replace([])
 
-    def _assign_entry(self, entry: EpochEntry) -> bool:
-        latest = self.latest_entry()
-        # Every batch of the current epoch calls assign: the common case changes nothing.
-        if (
-            latest is not None
-            and latest.epoch == entry.epoch
-            and latest.start_offset <= entry.start_offset
-        ):
-            return False
-        while self._entries and (
-            self._entries[-1].epoch >= entry.epoch
-            or self._entries[-1].start_offset >= entry.start_offset
-        ):
-            self._entries.pop()
-        self._entries.append(entry)
-        self._check_invariants()
-        return True
+    def _replace(self, entries: list[EpochEntry]) -> None:
+        """Write `entries` to the checkpoint, then hold them: a failed write leaves both as they were."""
+        self._check_invariants(entries)
+        self.checkpoint.write(entries)
+        self._entries = entries
 
     @staticmethod
     def _validate_entry(epoch: int, start_offset: int) -> None:
@@ -182,15 +166,23 @@ class LeaderEpochCache:
                 "both must be >= 0"
             )
 
-    def _check_invariants(self) -> None:
-        for previous, current in zip(self._entries, self._entries[1:], strict=False):
-            assert previous.epoch < current.epoch, f"epochs not increasing: {self._entries}"
-            assert previous.start_offset < current.start_offset, (
-                f"start offsets not increasing: {self._entries}"
-            )
+    @staticmethod
+    def _check_invariants(entries: list[EpochEntry]) -> None:
+        for previous, current in itertools.pairwise(entries):
+            assert previous.epoch < current.epoch, f"epochs not increasing: {entries}"
+            assert previous.start_offset < current.start_offset, f"start offsets not increasing: {entries}"
 
-    def _flush(self) -> None:
-        self.checkpoint.write(self._entries)
+
+def _assigned(entries: list[EpochEntry], entry: EpochEntry) -> list[EpochEntry] | None:
+    """`entries` after Kafka's assign rule adds `entry` (see `assign`); None if unchanged."""
+    latest = entries[-1] if entries else None
+    # Every batch of the current epoch calls assign: the common case changes nothing.
+    if latest is not None and latest.epoch == entry.epoch and latest.start_offset <= entry.start_offset:
+        return None
+    keep = len(entries)
+    while keep and (entries[keep - 1].epoch >= entry.epoch or entries[keep - 1].start_offset >= entry.start_offset):
+        keep -= 1
+    return [*entries[:keep], entry]
 
 
 def _epoch_of(entry: EpochEntry) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from storage.checkpoint import EpochEntry, fsync_directory
 from storage.config import LogConfig, TimestampType
-from storage.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from storage.errors import InvalidRecordError, KafkaStorageError, OffsetOutOfRangeError, RecordTooLargeError
 from storage.leader_epoch_cache import LeaderEpochCache
 from storage.log_segment import (
     DELETED_SUFFIX,
@@ -237,7 +237,9 @@ class Log:
         """Append validated batches in order, rolling first where a segment says so.
 
         All or nothing: if a write (or a roll) fails with OSError, the batches of the request
-        already appended are taken back (`_undo_append`) before the error propagates."""
+        already appended are taken back (`_undo_append`), then KafkaStorageError is raised (the
+        OSError itself if the undo failed too). A failed flush after the append is an OSError:
+        the records are in the log then."""
         rolled: RollReason | None = None
         max_timestamp = -1
         records_count = 0
@@ -277,7 +279,10 @@ class Log:
                 # A disk step of the undo failed too: report it, caused by the write that failed first.
                 undo_failure.add_note(f"raised while taking back a failed append to {self.name}")
                 raise undo_failure from failure
-            raise
+            raise KafkaStorageError(
+                f"writing to the log of {self.name} failed ({failure}); nothing was appended. "
+                f"Check the log dir's disk (space, permissions); the request may be retried"
+            ) from failure
         if active.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms)
         return LogAppendInfo(

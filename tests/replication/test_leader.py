@@ -105,6 +105,22 @@ def test_a_failed_disk_write_is_kafka_storage_error_and_the_next_produce_lands(
     assert results == [ProduceResult(request_id, ErrorCode.NONE, 1, -1, 0)]
 
 
+def test_a_failed_flush_after_the_append_is_not_answered_as_nothing_appended(
+        brokers: Brokers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With flush.messages=1 the append fsyncs after writing: if that fails the records are in the
+    log, so the answer must not invite a retry that would write them twice. The OSError reaches
+    the node (a 500), as before KAFKA_STORAGE_ERROR answers existed."""
+    leader, *_ = setup(brokers, **{"flush.messages": "1"})
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "fsync failed (injected)")
+
+    monkeypatch.setattr(log_segment.os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="fsync failed"):
+        produce(leader, batch(b"a"), acks=1)
+    assert leader.log.log_end_offset == 1
+
+
 def test_acks_all_completes_when_the_high_watermark_passes_the_last_offset(brokers: Brokers) -> None:
     leader, one, two = setup(brokers)
     request_id, results = produce(leader, batch(b"a", b"b", b"c"), acks=-1)

@@ -26,7 +26,13 @@ from hypothesis import strategies as st
 
 from storage import log_segment
 from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochCheckpointFile
-from storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, StorageError
+from storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaStorageError,
+    RecordTooLargeError,
+    StorageError,
+)
 from storage.log import Log, LogAppendInfo
 from storage.log_segment import RollReason
 from storage.records import build_batch, decode_records
@@ -239,9 +245,9 @@ def assert_failed_write_appends_nothing(log: Log, failing_call: int, append_requ
     before, before_state, epochs_on_disk = snapshot(log), append_state(log), checkpoint_entries(log)
     with pytest.MonkeyPatch.context() as monkeypatch:
         calls = fail_write(monkeypatch, failing_call)
-        with pytest.raises(OSError, match="injected") as raised:
+        with pytest.raises(KafkaStorageError, match=r"injected.*nothing was appended") as raised:
             append_request()
-    assert raised.value.errno == errno.ENOSPC
+    assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == errno.ENOSPC
     assert len(calls) == failing_call, "the request stopped at the failed write"
     after = snapshot(log)
     if LEADER_EPOCH_CHECKPOINT not in before.files and LEADER_EPOCH_CHECKPOINT in after.files:
@@ -341,7 +347,8 @@ def test_failed_undo_step_is_chained_to_the_failed_write_and_leaves_the_offsets_
     # The request (a new epoch) rolls, so the recovery point passes its first batch; then the
     # rolled-to segment's write fails, and so does the undo's leader-epoch-checkpoint write. The
     # undo's error must name the write's as its cause, and the offsets be as before the request
-    # (the recovery point not above the log end).
+    # (the recovery point not above the log end). The epoch cache keeps what its file holds (the
+    # new epoch starting at the log end: what the next append in it would assign).
     log, request = rolling_request(make_log)
     leo, recovery_point = log.log_end_offset, log.recovery_point
     real_replace = os.replace
@@ -361,7 +368,7 @@ def test_failed_undo_step_is_chained_to_the_failed_write_and_leaves_the_offsets_
     assert raised.value.__cause__.errno == errno.ENOSPC
     assert (log.log_end_offset, log.recovery_point) == (leo, recovery_point)
     assert [segment.base_offset for segment in log.segments] == [0]
-    assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0)]
+    assert log.leader_epoch_cache.entries() == checkpoint_entries(log) == [EpochEntry(1, 0), EpochEntry(2, leo)]
 
 
 def test_failed_write_after_a_roll_fsyncs_the_cut_segment_and_the_directory(make_log: OpenLog) -> None:
@@ -384,7 +391,7 @@ def test_failed_write_after_a_roll_fsyncs_the_cut_segment_and_the_directory(make
             real_fsync(fd)
 
         monkeypatch.setattr(os, "fsync", fsync)
-        with pytest.raises(OSError, match="injected"):
+        with pytest.raises(KafkaStorageError, match="injected"):
             log.append_as_leader(request, 1, NOW_MS)
     assert (log_path, size) in synced
     assert (str(log.directory), files) in synced
@@ -447,7 +454,7 @@ def test_failed_leader_epoch_checkpoint_write_appends_nothing(log: Log, monkeypa
         raise OSError(errno.EIO, "injected")
 
     monkeypatch.setattr(os, "replace", replace_once)
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(KafkaStorageError, match="injected"):
         log.append_as_leader(good(2, b"a") + good(2, b"b"), 2, NOW_MS)
     assert os.replace is real_replace, "the checkpoint write was attempted"
     assert snapshot(log) == before

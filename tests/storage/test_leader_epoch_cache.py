@@ -10,6 +10,7 @@ the epoch that wrote it.
 
 from __future__ import annotations
 
+import errno
 import shutil
 import tempfile
 from pathlib import Path
@@ -248,6 +249,34 @@ def test_a_corrupt_file_is_reported(tmp_path: Path) -> None:
     path.write_text("0\n2\n1 0\n")
     with pytest.raises(CorruptCheckpointError, match="leader-epoch-checkpoint line 2"):
         LeaderEpochCache(path)
+
+
+@pytest.mark.parametrize("change", ["assign", "truncate_from_end", "truncate_from_start", "restore", "clear"])
+def test_a_failed_checkpoint_write_changes_neither_the_cache_nor_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    # The file is written before memory changes: a caller that sees the write fail (a full disk)
+    # keeps a cache that still equals what a restart would load.
+    cache = make_cache(tmp_path, (1, 0), (3, 10), (5, 20))
+    before = pairs(cache)
+
+    def full_disk(entries: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+    monkeypatch.setattr(cache.checkpoint, "write", full_disk)
+    with pytest.raises(OSError, match="injected"):
+        match change:
+            case "assign":
+                cache.assign(4, 15)
+            case "truncate_from_end":
+                cache.truncate_from_end(10)
+            case "truncate_from_start":
+                cache.truncate_from_start(12)
+            case "restore":
+                cache.restore([EpochEntry(1, 0)])
+            case "clear":
+                cache.clear_and_flush()
+    assert pairs(cache) == before
+    assert reloaded(cache) == before
 
 
 # --- reference model ------------------------------------------------------------------------
