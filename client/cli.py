@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from client import cli_cluster, cli_consume, cli_perf, cli_produce, cli_topics, dump_log
+from client import cli_cluster, cli_consume, cli_groups, cli_perf, cli_produce, cli_topics, dump_log
 from client.cli_support import add_global_bootstrap
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
@@ -30,7 +30,9 @@ class Subcommand(Protocol):
     def register(self, subcommands: Any) -> None: ...
 
 
-SUBCOMMANDS: tuple[Subcommand, ...] = (cli_topics, cli_produce, cli_consume, cli_cluster, cli_perf, dump_log)
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    cli_topics, cli_produce, cli_consume, cli_groups, cli_cluster, cli_perf, dump_log
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -464,11 +464,14 @@ class Consumer:
 
         await self._retrying(attempt)
 
-    async def committed(self, tps: Iterable[TopicPartition | tuple[str, int]]) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets (None: nothing committed)."""
+    async def committed(
+        self, tps: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None: nothing committed); `tps` None: every partition the
+        group has committed (Kafka's Admin listConsumerGroupOffsets)."""
         group = self._require_group()
-        wanted = [as_tp(tp) for tp in tps]
-        request = OffsetFetchRequest(group, tuple((tp.topic, tp.partition) for tp in wanted))
+        wanted = [] if tps is None else [as_tp(tp) for tp in tps]
+        request = OffsetFetchRequest(group, None if tps is None else tuple((tp.topic, tp.partition) for tp in wanted))
 
         async def attempt() -> dict[TopicPartition, int | None]:
             response = await self.metadata.request(Api.OFFSET_FETCH, request, OffsetFetchResponse)

@@ -191,6 +191,44 @@ def test_consume_with_a_group_commits_and_resumes(fake: FakeCluster, capsys: pyt
     assert rest.splitlines() == ["c"]
 
 
+def test_groups_describe_lag_and_reset_offsets(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "ledger", "--partitions", "2"], capsys)
+    run([*b, "produce", "ledger", "--partition", "0"], capsys, stdin=b"a\nb\nc\nd\n")
+    run([*b, "produce", "ledger", "--partition", "1"], capsys, stdin=b"e\n")
+    assert run([*b, "groups", "describe", "--group", "audit"], capsys)[1] == (
+        "Consumer group 'audit' has no committed offsets.\n")
+    run([*b, "consume", "ledger", "--group", "audit", "--partition", "0", "--from-beginning", "--max-records", "1"],
+        capsys)
+    status, out, _ = run([*b, "groups", "describe", "--group", "audit"], capsys)
+    assert status == 0
+    assert [line.split() for line in out.splitlines()] == [
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"],
+        ["audit", "ledger", "0", "1", "4", "3"],
+    ]
+
+    reset = [*b, "groups", "reset-offsets", "--group", "audit", "--topic", "ledger"]
+    status, out, err = run([*reset, "--to-latest"], capsys)  # a dry run: shown, not committed
+    assert (status, [line.split()[-1] for line in out.splitlines()]) == (0, ["NEW-OFFSET", "4", "1"])
+    assert "add --execute" in err
+    assert json.loads(run([*b, "groups", "describe", "--group", "audit", "--json"], capsys)[1])["partitions"] == [
+        {"topic": "ledger", "partition": 0, "committedOffset": 1, "logEndOffset": 4, "lag": 3}]
+
+    assert run([*reset, "--to-offset", "99", "--execute"], capsys)[0] == 0  # clamped to the log end
+    assert run([*reset[:-1], "ledger:0", "--shift-by", "-2", "--execute"], capsys)[0] == 0
+    assert run([*reset[:-1], "ledger:1", "--to-datetime", "1970-01-01T00:00:00", "--execute"], capsys)[0] == 0
+    lines = run([*b, "groups", "describe", "--group", "audit"], capsys)[1].splitlines()
+    assert [line.split()[2:] for line in lines[1:]] == [["0", "2", "4", "2"], ["1", "0", "1", "1"]]
+
+    status, _, err = run([*reset, "--shift-by", "1"], capsys)
+    assert status == 0, err
+    status, _, err = run([*b, "groups", "reset-offsets", "--group", "other", "--topic", "ledger", "--shift-by", "1"],
+                         capsys)
+    assert (status, err.startswith("Error: --shift-by needs a committed offset")) == (2, True)
+    status, _, err = run([*reset[:-1], "ledger:7", "--to-earliest"], capsys)
+    assert (status, "ledger has partitions [0, 1], not [7]" in err) == (2, True)
+
+
 def test_consume_from_a_timestamp(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
     b = ["--bootstrap", fake.bootstrap]
     run([*b, "topics", "create", "--topic", "timed", "--partitions", "1"], capsys)
