@@ -27,6 +27,7 @@ from controller.metadata import ClusterMetadata
 from node.broker_settings import BrokerSettings
 from node.partition_host import PartitionHost
 from replication.events import NO_LEADER, FetchResponseFromLeader
+from replication.follower import Follower
 from replication.ready import EpochEndOffset, FetchResult, FollowerFetchPosition
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
@@ -165,9 +166,14 @@ class ReplicaFetcher:
             if host is None or topic_partition not in self.partitions or answer is None:
                 continue
             host.handle_event(FetchResponseFromLeader.from_result(position, _fetch_result(answer)))
-            if answer.error_code != ErrorCode.NONE:
+            error, message = answer.error_code, answer.error_message
+            if error == ErrorCode.NONE and isinstance(host.partition.state, Follower):
+                # The core refused the records (a full disk, a damaged transfer): the same fetch
+                # would fail again at once, so it waits out the backoff too.
+                error, message = host.partition.state.last_error, "the records could not be appended here"
+            if error != ErrorCode.NONE:
                 log.debug("broker %s: fetch of %s from %s: %s %s", self.settings.node_id, topic_partition,
-                          self.leader_id, answer.error_code.name, answer.error_message)
+                          self.leader_id, error.name, message)
                 self.partitions[topic_partition] = now_ms + self.settings.replica_fetch_backoff_ms
 
     def _back_off(self, positions: dict[TopicPartition, FollowerFetchPosition], reason: str) -> None:

@@ -88,8 +88,9 @@ class PartitionHost(PartitionDriver):
         try:
             self.handle_event(event)
         except BaseException:
-            # A bug (storage errors, OSErrors of an append included, are answers). The caller's request
-            # fails (500); no future may stay behind to be "unanswered" at stop.
+            # A bug, or an OSError the log could not take back (a failed flush after the append, a
+            # failed undo); a write the log took back is a KafkaStorageError answer. The caller's
+            # request fails (500); no future may stay behind to be "unanswered" at stop.
             self._futures.pop(event.request_id, None)
             raise
         return future

@@ -4,11 +4,14 @@ record the replica fetches they receive."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import errno
+import os
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from storage import log_segment
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values
@@ -76,3 +79,30 @@ async def test_unreachable_leader_backs_off_then_replication_resumes(cluster: Cl
     assert log.log_end_offset == 0
     cluster.nodes[0].cut = False
     await until(follower, P0, lambda: log.log_end_offset == 1 and log.high_watermark == 1)
+
+
+async def test_a_follower_that_cannot_append_backs_off_then_catches_up(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Broker 1's disk is full: each answer's records are refused (KAFKA_STORAGE_ERROR, the log taken
+    # back). The same fetch would fail again at once, so the partition waits out the backoff like
+    # a refused fetch does, instead of refetching in a loop; once the disk has room it catches up.
+    await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
+    follower = cluster.broker(1)
+    log = follower.hosts[P0].partition.log
+    fetcher = follower.replicas.fetchers.fetchers[0]
+    real_pwritev = log_segment.os.pwritev
+    refused: list[int] = []
+
+    def full_disk_for_broker_1(fd: int, buffers: Sequence[bytes | memoryview], position: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(log.directory)):
+            refused.append(fd)
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return real_pwritev(fd, buffers, position)
+
+    monkeypatch.setattr(log_segment.os, "pwritev", full_disk_for_broker_1)
+    await cluster.produce(0, P0, batch(b"a"), acks=1)
+    await until(follower, P0, lambda: fetcher.partitions[P0] > 0)
+    assert refused and log.log_end_offset == 0
+    assert follower.hosts[P0].partition.state.last_error == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(log_segment.os, "pwritev", real_pwritev)
+    await until(follower, P0, lambda: log.log_end_offset == 1)
