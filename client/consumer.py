@@ -214,7 +214,10 @@ class Consumer:
                 self.metadata.add_topics([tp.topic])
                 leader = self.metadata.leader_for(tp)
                 if leader is None:
-                    if self.metadata.topic_errors.get(tp.topic) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    # Only a fresh answer may say the topic does not exist (not one kept while a
+                    # refresh waits out its backoff).
+                    if (not self.metadata.stale
+                            and self.metadata.topic_errors.get(tp.topic) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                         self.metadata.require_topic(tp.topic)
                     last_error = error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp} has no leader now")
                     continue

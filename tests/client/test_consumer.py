@@ -207,6 +207,24 @@ async def test_a_poll_while_no_node_answers_asks_for_metadata_at_the_retry_backo
     assert 1 <= len(refreshes) <= 11
 
 
+async def test_a_topic_unknown_before_a_failed_refresh_is_asked_about_again(cluster: FakeCluster) -> None:
+    # The last answer said "no such topic"; then a refresh failed (nodes down), and the topic was
+    # created. Within the refresh backoff the old answer must not be taken as the truth.
+    async with Consumer(cluster.bootstrap, retry_backoff_ms=200) as consumer:
+        consumer.metadata.add_topics(["later"])
+        await consumer.metadata.refresh()
+        assert consumer.metadata.topic_errors["later"] is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        await cluster.stop_all()
+        consumer.metadata.invalidate()
+        with pytest.raises(ERRORS[ErrorCode.NETWORK_EXCEPTION]):
+            await consumer.metadata.refresh()
+        for node_id in cluster.node_ids:
+            await cluster.start_node(node_id)
+        cluster.create_topic("later")
+        assert not consumer.metadata.may_refresh()
+        assert await consumer.end_offsets([("later", 0)]) == {TopicPartition("later", 0): 0}
+
+
 async def test_one_fetch_per_node_carries_all_its_partitions(cluster: FakeCluster) -> None:
     cluster.move_leader("t", 1, leader=0)
     async with Consumer(cluster.bootstrap, fetch_max_wait_ms=10) as consumer:
