@@ -1,23 +1,21 @@
-"""Broker: the broker side of a node — the data path from HTTP requests to the partition cores.
+"""Broker: the broker side of a node — the broker core on the event loop, and its I/O.
 
-Composition (each part in its own module): `BrokerLifecycleManager` (registration, heartbeats,
-controlled shutdown), `ReplicaManager` (hosted partitions kept in step with the metadata, their
-replica fetchers and AlterPartition requests), `LogTasks` (retention on leaders, flush,
-checkpoints, compaction) and `PartitionWatchers` (long-poll wake-ups).
+The decisions are the core's (`replication.replica_manager.ReplicaManager`: metadata to roles,
+requests over partitions, the delayed fetch, replica fetch sessions and backoff, KIP-392); this
+module only feeds it events and carries out its `BrokerReady` in the order that class fixes:
+AlterPartition requests go to the active controller (one task each) and their answers come back;
+client answers resolve the future of the request that asked; replica fetches go to the leaders'
+inter-broker endpoints (one task each) and their answers, or the failure, come back; one timer
+ticks the core when it asked. `BrokerLifecycleManager` registers and heartbeats; `LogTasks` runs
+retention, flush, checkpoints and compaction.
 
-Requests: the server decodes a `client.protocol` request and awaits the matching method here,
-which answers with the protocol response. Failures of one partition travel inside the answer
-(UNKNOWN_TOPIC_OR_PARTITION when the metadata has no such partition, NOT_LEADER_OR_FOLLOWER with
-`current_leader` when this broker cannot serve it, the core's errors otherwise); nothing raises
-for a bad partition. Each partition's part goes to its core as an event with a fresh request id
-and is answered by the core's completion.
+One owner without a task of its own: `ReplicaManager.handle` is synchronous and the event loop runs
+one callback at a time, so stepping the core from any coroutine of this broker never interleaves
+two events (no lock, no queue).
 
-Fetch is Kafka's DelayedFetch over many partitions: read every partition at once (the core never
-parks the read: max_wait 0); answer if min_bytes is reached, a partition has an error or news for
-a follower (the leader's HW passed the follower's), or the wait is over; otherwise sleep until a
-requested partition's log, HW or role changes (`PartitionWatchers`, woken by the drivers) and read
-again. Time: `clock()` is wall-clock ms (record timestamps and retention are wall-clock in Kafka);
-the broker never lets it run backwards, since the cores assert that time does not fall.
+Two clocks: `clock` is monotonic (every timeout, deadline and backoff of the core), `wall_clock`
+only reaches storage (record and segment timestamps, retention), so a wall-clock step changes no
+timeout (DESIGN §2).
 """
 
 from __future__ import annotations
@@ -25,34 +23,47 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable
 
 from client import protocol
-from client.connection import Connections
+from client.connection import Connections, NodeUnavailableError, RequestRejectedError
+from controller.controller_api import AlterPartitionData, AlterPartitionRequest
+from controller.controller_api import AlterPartitionResponse as ControllerAlterPartitionResponse
 from node.broker_settings import BrokerSettings
 from node.lifecycle import BrokerLifecycleManager, Quorum
 from node.log_tasks import LogTasks
-from node.long_poll import PartitionWatchers
 from node.metrics import ReplicaMetrics
-from node.partition_host import PartitionHost
-from node.replica_manager import Located, ReplicaManager
+from replication.broker_events import (
+    CONSUMER_REPLICA_ID,
+    AlterPartitionAnswer,
+    ClientRequest,
+    FetchWait,
+    MetadataChanged,
+    ReplicaFetchAnswer,
+    Shutdown,
+)
+from replication.broker_ready import AlterPartitionSend, BrokerReady, ClientAnswer, PartAnswer, ReplicaFetchSend
 from replication.events import (
     ConsumerFetch,
     DeleteRecords,
     FollowerFetch,
     ListOffsets,
     OffsetsForLeaderEpoch,
+    PartitionRequest,
     ProduceRequest,
+    RunRetention,
+    Tick,
 )
 from replication.ready import (
     DeleteRecordsResult,
+    EpochEndOffset,
     FetchResult,
     ListOffsetsResult,
     OffsetsForLeaderEpochResult,
     ProduceResult,
     Role,
 )
+from replication.replica_manager import HostedPartition, ReplicaManager
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
@@ -61,51 +72,33 @@ __all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
 
-CONSUMER_REPLICA_ID = -1
-NO_PREFERRED_READ_REPLICA = -1
-_CURRENT_LEADER_ERRORS = frozenset(
-    {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH}
-)
-
-
-class _PartitionAddressed(Protocol):
-    """Any per-partition part of a request (they all name their topic and partition)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-
-
-PartitionPart = TypeVar("PartitionPart", bound=_PartitionAddressed)
 
 class Broker:
     """One node's broker: started once, stopped once; one event loop, no locks."""
 
     def __init__(self, settings: BrokerSettings, quorum: Quorum, connections: Connections,
-                 clock: Callable[[], int], log_manager: LogManager) -> None:
+                 clock: Callable[[], int], wall_clock: Callable[[], int], log_manager: LogManager) -> None:
         self.settings = settings
         self.quorum = quorum
         self.log_manager = log_manager
+        self._connections = connections
         self._clock = clock
-        self._last_now_ms = clock()
+        self._wall_clock = wall_clock
         self._request_ids = itertools.count(1)
+        self._futures: dict[int, asyncio.Future[ClientAnswer]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_at_ms: int | None = None
+        self._changed = asyncio.Event()
         self._stopped = False
         self._caught_up = False
-        self.watchers = PartitionWatchers()
+        self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
         self.lifecycle = BrokerLifecycleManager(settings, quorum, on_registered=self._on_metadata)
-        self.replicas = ReplicaManager(settings, quorum, connections, log_manager, self.now_ms, self.watchers,
-                                       lambda: self.lifecycle.broker_epoch)
-        self.log_tasks = LogTasks(settings, log_manager, self.replicas.hosts, self.now_ms)
-
-    def now_ms(self) -> int:
-        """The clock, never lower than before."""
-        self._last_now_ms = max(self._last_now_ms, self._clock())
-        return self._last_now_ms
+        self.log_tasks = LogTasks(settings, log_manager, self.run_retention, wall_clock)
 
     @property
-    def hosts(self) -> dict[TopicPartition, PartitionHost]:
-        return self.replicas.hosts
+    def hosts(self) -> dict[TopicPartition, HostedPartition]:
+        return self.core.hosted
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -136,18 +129,24 @@ class Broker:
 
     async def stop(self, controlled: bool) -> None:
         """Stop serving. `controlled`: first ask the controller to move leaderships away, up to
-        `controlled_shutdown_timeout_ms`. Then stop the fetchers and log tasks, answer parked
-        requests, and shut the LogManager down (flush, checkpoints, clean-shutdown marker)."""
+        `controlled_shutdown_timeout_ms`. Then stop the log tasks and the core (parked requests are
+        answered), drop the sends in flight, and shut the LogManager down (flush, checkpoints,
+        clean-shutdown marker)."""
         if self._stopped:
             return
         if controlled:
             await self.lifecycle.controlled_shutdown(self.settings.controlled_shutdown_timeout_ms)
         else:
             await self.lifecycle.stop()
-        self._stopped = True
         await self.log_tasks.stop()
-        await self.replicas.shutdown()
-        self.log_manager.shutdown(self.now_ms())
+        self._step(Shutdown())
+        self._stopped = True
+        self._cancel_tick()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        assert not self._futures, f"broker {self.settings.node_id}: {len(self._futures)} requests unanswered"
+        self.log_manager.shutdown(self._wall_clock())
 
     def _on_metadata(self) -> None:
         """The quorum's listener (and the lifecycle's, after a registration). A failure (a log dir
@@ -155,211 +154,265 @@ class Broker:
         if self._stopped:
             return
         try:
-            if self.replicas.apply_metadata():
-                self._caught_up = True
-                self.lifecycle.set_ready_to_unfence()
+            ready = self._step(MetadataChanged(self.quorum.metadata, self.lifecycle.broker_epoch))
         except Exception:
             log.exception("broker %s: applying metadata at offset %s failed", self.settings.node_id,
                           self.quorum.metadata_offset)
+        else:
+            if ready.caught_up:
+                self._caught_up = True
+                self.lifecycle.set_ready_to_unfence()
         self.lifecycle.on_metadata()
 
-    async def wait_for_change(self, topic_partitions: Iterable[TopicPartition], timeout_ms: int) -> bool:
-        """Sleep until a partition's log, HW or role changes (True) or the time is up (False)."""
-        return await self.watchers.wait(topic_partitions, timeout_ms)
+    def run_retention(self) -> None:
+        """The leaders' retention pass (LogTasks' `kafka-log-retention` job)."""
+        if not self._stopped:
+            self._step(RunRetention())
 
-    # -- produce ------------------------------------------------------------------------------------
+    async def wait_for_change(self, timeout_ms: int) -> bool:
+        """Sleep until some partition's log, HW, role or epoch changes (True) or the time is up
+        (False): for tools and tests that watch replication without polling."""
+        self._changed.clear()
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await self._changed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    # -- the core and its Ready ---------------------------------------------------------------------
+
+    def _step(self, event: object) -> BrokerReady:
+        ready = self.core.handle(event, self._clock(), self._wall_clock())
+        self._perform(ready)
+        return ready
+
+    def _perform(self, ready: BrokerReady) -> None:
+        """Carry out a Ready in the order `BrokerReady` fixes."""
+        for deleted in ready.deleted_logs:
+            log.info("broker %s: deleted the log of %s (%s)", self.settings.node_id, deleted.topic_partition,
+                     deleted.reason)
+        for send in ready.alter_partitions:
+            self._spawn(self._alter_partition(send), f"alter-partition-{send.topic_partition}")
+        for answer in ready.answers:
+            future = self._futures.pop(answer.request_id, None)
+            assert future is not None, f"broker {self.settings.node_id}: answer to unknown request {answer.request_id}"
+            if not future.done():  # the asker may have been cancelled (client gone)
+                future.set_result(answer)
+        for fetch in ready.fetches:
+            self._spawn(self._replica_fetch(fetch), f"replica-fetch-{self.settings.node_id}-from-{fetch.leader_id}")
+        self._schedule_tick(ready.next_tick_ms)
+        if any(step.ready.log_changes or step.ready.high_watermark is not None for step in ready.steps):
+            self._changed.set()
+
+    def _spawn(self, coroutine: object, name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("broker %s: %s failed", self.settings.node_id, task.get_name(), exc_info=task.exception())
+
+    def _schedule_tick(self, at_ms: int | None) -> None:
+        """One timer, at the time the core asked for (ticking early is harmless)."""
+        if at_ms == self._tick_at_ms or self._stopped:
+            return
+        self._cancel_tick()
+        if at_ms is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay_s = max(at_ms - self._clock(), 0) / 1000
+        self._tick_at_ms = at_ms
+        self._tick_handle = loop.call_at(loop.time() + delay_s, self._on_tick_timer)
+
+    def _cancel_tick(self) -> None:
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        self._tick_handle = None
+        self._tick_at_ms = None
+
+    def _on_tick_timer(self) -> None:
+        self._tick_handle = None
+        self._tick_at_ms = None
+        if not self._stopped:
+            self._step(Tick())
+
+    async def _submit(self, parts: tuple[tuple[TopicPartition, PartitionRequest], ...],
+                      wait: FetchWait | None = None) -> ClientAnswer:
+        """Step one client request and await the core's answer to it."""
+        request_id = next(self._request_ids)
+        future: asyncio.Future[ClientAnswer] = asyncio.get_running_loop().create_future()
+        self._futures[request_id] = future
+        try:
+            self._step(ClientRequest(request_id, parts, wait))
+        except BaseException:
+            # A bug, or an OSError the log could not take back (a failed flush after the append, a
+            # failed undo); a write the log took back is a KafkaStorageError answer. The caller's
+            # request fails (500); no future may stay behind to be "unanswered" at stop.
+            self._futures.pop(request_id, None)
+            raise
+        return await future
+
+    # -- I/O the core asked for ---------------------------------------------------------------------
+
+    async def _alter_partition(self, send: AlterPartitionSend) -> None:
+        proposal = send.proposal
+        data = AlterPartitionData(send.topic_id, send.topic_partition.partition, proposal.leader_epoch,
+                                  proposal.partition_epoch, proposal.new_isr, proposal.new_isr_broker_epochs)
+        request = AlterPartitionRequest(self.settings.node_id, send.broker_epoch, (data,))
+        response = await self.quorum.controller_request(request, self.settings.request_timeout_ms)
+        assert isinstance(response, ControllerAlterPartitionResponse), response
+        result = response.partitions[0] if response.partitions else None
+        if response.error_code != ErrorCode.NONE or result is None:
+            answer = AlterPartitionAnswer(send.request_id, response.error_code)
+        else:
+            answer = AlterPartitionAnswer(send.request_id, result.error_code, result.leader_id, result.leader_epoch,
+                                          result.partition_epoch, result.isr)
+        if not self._stopped:
+            self._step(answer)
+
+    async def _replica_fetch(self, send: ReplicaFetchSend) -> None:
+        partitions = tuple(
+            protocol.FetchPartition(
+                topic=topic_partition.topic,
+                partition=topic_partition.partition,
+                fetch_offset=position.fetch_offset,
+                partition_max_bytes=position.max_bytes,
+                current_leader_epoch=position.leader_epoch,
+                last_fetched_epoch=position.last_fetched_epoch,
+                log_start_offset=position.log_start_offset,
+                high_watermark=position.high_watermark,
+            )
+            for topic_partition, position in send.positions
+        )
+        request = protocol.FetchRequest(partitions=partitions, replica_id=self.settings.node_id,
+                                        broker_epoch=send.broker_epoch, max_wait_ms=send.max_wait_ms,
+                                        min_bytes=send.min_bytes, max_bytes=send.max_bytes)
+        try:
+            response = await self._connections.call(send.address, protocol.Api.FETCH, request,
+                                                    protocol.FetchResponse, self.core.config.replica_fetch_timeout_ms)
+        except (NodeUnavailableError, RequestRejectedError) as error:
+            log.info("broker %s: fetch from broker %s failed (%s); the core backs off", self.settings.node_id,
+                     send.leader_id, error)
+            answer = ReplicaFetchAnswer(send.request_id, error=ErrorCode.NETWORK_EXCEPTION, error_message=str(error))
+        else:
+            wanted = {(tp.topic, tp.partition): tp for tp, _ in send.positions}
+            answer = ReplicaFetchAnswer(send.request_id, tuple(
+                (wanted[(part.topic, part.partition)], _fetch_result(part))
+                for part in response.partitions if (part.topic, part.partition) in wanted
+            ))
+        if not self._stopped:
+            self._step(answer)
+
+    # -- client requests ----------------------------------------------------------------------------
 
     async def produce(self, request: protocol.ProduceRequest) -> protocol.ProduceResponse:
-        def event_of(part: protocol.ProducePartition) -> ProduceRequest:
-            return ProduceRequest(next(self._request_ids), part.records, request.acks, request.timeout_ms,
-                                  part.current_leader_epoch)
-
-        answers = []
-        for part, located, result in await self._submit_all(request.partitions, event_of):
-            if result is None:
-                answers.append(protocol.ProducePartitionResponse(part.topic, part.partition, located.error,
-                                                                 located.message))
-                continue
+        answer = await self._submit(tuple(
+            (TopicPartition(part.topic, part.partition),
+             ProduceRequest(0, part.records, request.acks, request.timeout_ms, part.current_leader_epoch))
+            for part in request.partitions
+        ))
+        parts = []
+        for part in answer.parts:
+            result = part.result
             assert isinstance(result, ProduceResult), result
-            answers.append(protocol.ProducePartitionResponse(
-                part.topic, part.partition, result.error, result.error_message, result.base_offset,
-                result.log_append_time_ms, result.log_start_offset,
+            parts.append(protocol.ProducePartitionResponse(
+                part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
+                result.base_offset, result.log_append_time_ms, result.log_start_offset,
             ))
-        return protocol.ProduceResponse(tuple(answers))
-
-    async def _submit_all(self, parts: Sequence[PartitionPart], event_of: Callable[[PartitionPart], object]
-                          ) -> list[tuple[PartitionPart, Located, object | None]]:
-        """Each partition's event submitted to its host, then every result awaited in request order
-        (None where this node hosts no replica to ask: `Located` says why). Submitting all before
-        awaiting any lets the partitions of one request proceed together, as acks=all waits do."""
-        pending = []
-        for part in parts:
-            located = self.replicas.locate(part.topic, part.partition)
-            future = None if located.host is None else located.host.submit(event_of(part))
-            pending.append((part, located, future))
-        return [(part, located, None if future is None else await future) for part, located, future in pending]
-
-    # -- fetch --------------------------------------------------------------------------------------
+        return protocol.ProduceResponse(tuple(parts))
 
     async def fetch(self, request: protocol.FetchRequest) -> protocol.FetchResponse:
         """Consumers (replica_id -1, any replica serves up to its HW) and followers (replica_id = their
-        node id, leader only); long-polls up to max_wait_ms for min_bytes (see the module docstring)."""
-        loop = asyncio.get_running_loop()
-        deadline_s = loop.time() + request.max_wait_ms / 1000
-        topic_partitions = [TopicPartition(part.topic, part.partition) for part in request.partitions]
-        while True:
-            answers, done = self._read_fetch(request)
-            remaining_ms = int((deadline_s - loop.time()) * 1000)
-            if done or remaining_ms <= 0 or self._stopped:
-                return protocol.FetchResponse(tuple(answers))
-            await self.watchers.wait(topic_partitions, remaining_ms)
-
-    def _read_fetch(self, request: protocol.FetchRequest) -> tuple[list[protocol.FetchPartitionResponse], bool]:
-        """One read of every requested partition, and whether that answers the request."""
-        answers = []
-        bytes_left = request.max_bytes
-        done = False
+        node id, leader only); the core long-polls up to max_wait_ms for min_bytes."""
+        parts: list[tuple[TopicPartition, PartitionRequest]] = []
         for part in request.partitions:
-            answer = self._read_partition(request, part, max(bytes_left, 0))
-            bytes_left -= len(answer.records)
-            news_for_follower = (request.replica_id != CONSUMER_REPLICA_ID
-                                 and 0 <= part.high_watermark < answer.high_watermark)
-            if (answer.error_code != ErrorCode.NONE or news_for_follower
-                    or answer.preferred_read_replica != NO_PREFERRED_READ_REPLICA):
-                done = True
-            answers.append(answer)
-        total_bytes = request.max_bytes - bytes_left
-        return answers, done or total_bytes >= request.min_bytes or request.max_wait_ms <= 0
-
-    def _read_partition(self, request: protocol.FetchRequest, part: protocol.FetchPartition,
-                        bytes_left: int) -> protocol.FetchPartitionResponse:
-        located = self.replicas.locate(part.topic, part.partition)
-        host = located.host
-        if host is None:
-            return protocol.FetchPartitionResponse(part.topic, part.partition, located.error, located.message,
-                                                   current_leader=located.current_leader)
-        max_bytes = min(part.partition_max_bytes, bytes_left)
-        request_id = next(self._request_ids)
-        if request.replica_id == CONSUMER_REPLICA_ID:
-            event: ConsumerFetch | FollowerFetch = ConsumerFetch(request_id, part.fetch_offset, max_bytes,
-                                                                 part.current_leader_epoch)
-        else:
-            event = FollowerFetch(request_id=request_id, replica_id=request.replica_id,
-                                  fetch_offset=part.fetch_offset, last_fetched_epoch=part.last_fetched_epoch,
-                                  log_start_offset=part.log_start_offset,
-                                  current_leader_epoch=part.current_leader_epoch, max_bytes=max_bytes,
-                                  broker_epoch=request.broker_epoch, high_watermark=part.high_watermark)
-        future = host.submit(event)
-        assert future.done(), f"fetch with max_wait_ms 0 parked on {host.topic_partition}"
-        result = future.result()
-        assert isinstance(result, FetchResult), result
-        preferred = NO_PREFERRED_READ_REPLICA
-        if request.replica_id == CONSUMER_REPLICA_ID and result.error == ErrorCode.NONE:
-            preferred = self._preferred_read_replica(host, request.rack_id)
-        diverging = result.diverging_epoch
-        return protocol.FetchPartitionResponse(
-            topic=part.topic,
-            partition=part.partition,
-            error_code=result.error,
-            error_message=result.error_message,
-            high_watermark=result.high_watermark,
-            log_start_offset=result.log_start_offset,
-            log_end_offset=result.log_end_offset,
-            # KIP-392: with a preferred replica the leader sends no records; the consumer goes there.
-            records=result.records if preferred == NO_PREFERRED_READ_REPLICA else b"",
-            diverging_epoch=None if diverging is None else protocol.EpochEndOffset(diverging.epoch,
-                                                                                   diverging.end_offset),
-            current_leader=located.current_leader if result.error in _CURRENT_LEADER_ERRORS else None,
-            preferred_read_replica=preferred,
-        )
-
-    def _preferred_read_replica(self, host: PartitionHost, rack_id: str) -> int:
-        """KIP-392 on the leader: a live in-sync replica in the consumer's rack (first in replica
-        order), unless the leader is in that rack itself (then -1: read here, as Kafka's
-        RackAwareReplicaSelector prefers the leader)."""
-        partition = host.partition
-        if not rack_id or partition.role != Role.LEADER or self.settings.broker_rack == rack_id:
-            return NO_PREFERRED_READ_REPLICA
-        metadata = self.quorum.metadata
-        for replica in partition.isr:
-            broker = metadata.broker(replica)
-            if replica != self.settings.node_id and broker is not None and broker.active and broker.rack == rack_id:
-                return replica
-        return NO_PREFERRED_READ_REPLICA
-
-    # -- offsets ------------------------------------------------------------------------------------
+            event: ConsumerFetch | FollowerFetch
+            if request.replica_id == CONSUMER_REPLICA_ID:
+                event = ConsumerFetch(0, part.fetch_offset, part.partition_max_bytes, part.current_leader_epoch)
+            else:
+                event = FollowerFetch(request_id=0, replica_id=request.replica_id, fetch_offset=part.fetch_offset,
+                                      last_fetched_epoch=part.last_fetched_epoch,
+                                      log_start_offset=part.log_start_offset,
+                                      current_leader_epoch=part.current_leader_epoch,
+                                      max_bytes=part.partition_max_bytes, broker_epoch=request.broker_epoch,
+                                      high_watermark=part.high_watermark)
+            parts.append((TopicPartition(part.topic, part.partition), event))
+        wait = FetchWait(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                         request.rack_id)
+        answer = await self._submit(tuple(parts), wait)
+        return protocol.FetchResponse(tuple(_fetch_partition_response(part) for part in answer.parts))
 
     async def list_offsets(self, request: protocol.ListOffsetsRequest) -> protocol.ListOffsetsResponse:
-        def event_of(part: protocol.ListOffsetsPartition) -> ListOffsets:
-            return ListOffsets(next(self._request_ids), part.timestamp, part.current_leader_epoch,
-                               require_leader=not request.from_follower)
-
-        answers = []
-        for part, located, result in await self._submit_all(request.partitions, event_of):
-            if result is None:
-                answers.append(protocol.ListOffsetsPartitionResponse(part.topic, part.partition, located.error,
-                                                                     located.message))
-                continue
+        answer = await self._submit(tuple(
+            (TopicPartition(part.topic, part.partition),
+             ListOffsets(0, part.timestamp, part.current_leader_epoch, require_leader=not request.from_follower))
+            for part in request.partitions
+        ))
+        parts = []
+        for part in answer.parts:
+            result = part.result
             assert isinstance(result, ListOffsetsResult), result
-            answers.append(protocol.ListOffsetsPartitionResponse(
-                part.topic, part.partition, result.error, result.error_message, result.timestamp, result.offset,
-                result.leader_epoch,
+            parts.append(protocol.ListOffsetsPartitionResponse(
+                part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
+                result.timestamp, result.offset, result.leader_epoch,
             ))
-        return protocol.ListOffsetsResponse(tuple(answers))
+        return protocol.ListOffsetsResponse(tuple(parts))
 
     async def offsets_for_leader_epoch(
         self, request: protocol.OffsetsForLeaderEpochRequest
     ) -> protocol.OffsetsForLeaderEpochResponse:
-        def event_of(part: protocol.OffsetForLeaderPartition) -> OffsetsForLeaderEpoch:
-            return OffsetsForLeaderEpoch(next(self._request_ids), part.leader_epoch, part.current_leader_epoch)
-
-        answers = []
-        for part, located, result in await self._submit_all(request.partitions, event_of):
-            if result is None:
-                answers.append(protocol.EpochEndOffsetResponse(part.topic, part.partition, located.error,
-                                                               located.message))
-                continue
+        answer = await self._submit(tuple(
+            (TopicPartition(part.topic, part.partition),
+             OffsetsForLeaderEpoch(0, part.leader_epoch, part.current_leader_epoch))
+            for part in request.partitions
+        ))
+        parts = []
+        for part in answer.parts:
+            result = part.result
             assert isinstance(result, OffsetsForLeaderEpochResult), result
-            answers.append(protocol.EpochEndOffsetResponse(part.topic, part.partition, result.error,
-                                                           result.error_message, result.leader_epoch,
-                                                           result.end_offset))
-        return protocol.OffsetsForLeaderEpochResponse(tuple(answers))
+            parts.append(protocol.EpochEndOffsetResponse(
+                part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
+                result.leader_epoch, result.end_offset,
+            ))
+        return protocol.OffsetsForLeaderEpochResponse(tuple(parts))
 
     async def delete_records(self, request: protocol.DeleteRecordsRequest) -> protocol.DeleteRecordsResponse:
-        def event_of(part: protocol.DeleteRecordsPartition) -> DeleteRecords:
-            return DeleteRecords(next(self._request_ids), part.offset, request.timeout_ms)
-
-        answers = []
-        for part, located, result in await self._submit_all(request.partitions, event_of):
-            if result is None:
-                answers.append(protocol.DeleteRecordsPartitionResponse(part.topic, part.partition, located.error,
-                                                                       located.message))
-                continue
+        answer = await self._submit(tuple(
+            (TopicPartition(part.topic, part.partition), DeleteRecords(0, part.offset, request.timeout_ms))
+            for part in request.partitions
+        ))
+        parts = []
+        for part in answer.parts:
+            result = part.result
             assert isinstance(result, DeleteRecordsResult), result
-            answers.append(protocol.DeleteRecordsPartitionResponse(part.topic, part.partition, result.error,
-                                                                   result.error_message, result.low_watermark))
-        return protocol.DeleteRecordsResponse(tuple(answers))
+            parts.append(protocol.DeleteRecordsPartitionResponse(
+                part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
+                result.low_watermark,
+            ))
+        return protocol.DeleteRecordsResponse(tuple(parts))
 
     # -- state for tools and metrics ----------------------------------------------------------------
 
     def describe_replicas(self, request: protocol.DescribeReplicasRequest) -> protocol.DescribeReplicasResponse:
         replicas = []
-        for topic_partition, host in sorted(self.hosts.items()):
+        for topic_partition, partition in self.core.partitions():
             if request.topics is not None and topic_partition.topic not in request.topics:
                 continue
-            partition = host.partition
-            log = partition.log
+            log_ = partition.log
             replicas.append(protocol.ReplicaState(
                 topic=topic_partition.topic,
                 partition=topic_partition.partition,
                 role=partition.role.value,
                 leader_id=partition.leader_id,
                 leader_epoch=partition.leader_epoch,
-                log_start_offset=log.log_start_offset,
-                log_end_offset=log.log_end_offset,
-                high_watermark=log.high_watermark,
+                log_start_offset=log_.log_start_offset,
+                log_end_offset=log_.log_end_offset,
+                high_watermark=log_.high_watermark,
                 isr=tuple(partition.isr),
-                size_bytes=log.size_in_bytes(),
+                size_bytes=log_.size_in_bytes(),
             ))
         return protocol.DescribeReplicasResponse(self.settings.node_id, tuple(replicas))
 
@@ -367,9 +420,8 @@ class Broker:
         """Per hosted partition: LEO, HW, logStartOffset, size; on the leader also the ISR size and
         the under-replicated / under-min-ISR flags (Kafka reports those on leaders only)."""
         metrics = []
-        for topic_partition, host in sorted(self.hosts.items()):
-            partition = host.partition
-            log = partition.log
+        for topic_partition, partition in self.core.partitions():
+            log_ = partition.log
             is_leader = partition.role == Role.LEADER
             isr_size = len(partition.isr)
             replica_count = len(partition.state.replicas) if partition.state is not None else 0
@@ -377,12 +429,47 @@ class Broker:
                 topic=topic_partition.topic,
                 partition=topic_partition.partition,
                 is_leader=is_leader,
-                log_end_offset=log.log_end_offset,
-                high_watermark=log.high_watermark,
-                log_start_offset=log.log_start_offset,
+                log_end_offset=log_.log_end_offset,
+                high_watermark=log_.high_watermark,
+                log_start_offset=log_.log_start_offset,
                 isr_size=isr_size,
                 under_replicated=is_leader and isr_size < replica_count,
                 under_min_isr=is_leader and isr_size < partition.min_insync_replicas(),
-                size_bytes=log.size_in_bytes(),
+                size_bytes=log_.size_in_bytes(),
             ))
         return metrics
+
+
+def _fetch_result(answer: protocol.FetchPartitionResponse) -> FetchResult:
+    """A leader's wire answer as the core's `FetchResult` (request ids do not cross the wire)."""
+    diverging = answer.diverging_epoch
+    return FetchResult(
+        request_id=-1,
+        error=answer.error_code,
+        records=answer.records,
+        high_watermark=answer.high_watermark,
+        log_start_offset=answer.log_start_offset,
+        log_end_offset=answer.log_end_offset,
+        diverging_epoch=None if diverging is None else EpochEndOffset(diverging.epoch, diverging.end_offset),
+        error_message=answer.error_message,
+    )
+
+
+def _fetch_partition_response(part: PartAnswer) -> protocol.FetchPartitionResponse:
+    result = part.result
+    assert isinstance(result, FetchResult), result
+    diverging = result.diverging_epoch
+    leader = part.current_leader
+    return protocol.FetchPartitionResponse(
+        topic=part.topic_partition.topic,
+        partition=part.topic_partition.partition,
+        error_code=result.error,
+        error_message=result.error_message,
+        high_watermark=result.high_watermark,
+        log_start_offset=result.log_start_offset,
+        log_end_offset=result.log_end_offset,
+        records=result.records,
+        diverging_epoch=None if diverging is None else protocol.EpochEndOffset(diverging.epoch, diverging.end_offset),
+        current_leader=None if leader is None else protocol.LeaderIdAndEpoch(leader.leader_id, leader.leader_epoch),
+        preferred_read_replica=part.preferred_read_replica,
+    )

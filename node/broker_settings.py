@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from replication.config import ReplicationConfig
+from replication.config import ReplicaManagerConfig, ReplicationConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +69,17 @@ class BrokerSettings:
         for name in ("replica_fetch_wait_max_ms", "replica_fetch_min_bytes", "replica_fetch_backoff_ms",
                      "controlled_shutdown_timeout_ms"):
             assert getattr(self, name) >= 0, f"{name}={getattr(self, name)}"
+
+    def replica_manager_config(self) -> ReplicaManagerConfig:
+        """The broker core's settings (a replica fetch's socket timeout is `request.timeout.ms`)."""
+        return ReplicaManagerConfig(
+            broker_id=self.node_id,
+            inter_broker_listener_name=self.inter_broker_listener_name,
+            replication=self.replication,
+            broker_rack=self.broker_rack,
+            replica_fetch_wait_max_ms=self.replica_fetch_wait_max_ms,
+            replica_fetch_min_bytes=self.replica_fetch_min_bytes,
+            replica_fetch_response_max_bytes=self.replica_fetch_response_max_bytes,
+            replica_fetch_backoff_ms=self.replica_fetch_backoff_ms,
+            replica_socket_timeout_ms=self.request_timeout_ms,
+        )

@@ -1,30 +1,26 @@
 """LogTasks: the broker's periodic log work, one named task per job (Kafka's LogManager scheduler).
 
-- `kafka-log-retention` every `log.retention.check.interval.ms`: RunRetention on the partitions
-  this broker leads only (followers follow the leader's logStartOffset, DESIGN §4), then removal
-  of `.deleted` files past `file.delete.delay.ms` on every log. `LogManager.cleanup_logs` is not
-  used: it would run retention on followers too.
+- `kafka-log-retention` every `log.retention.check.interval.ms`: the broker core's retention pass
+  (it runs on the partitions this broker leads only: followers follow the leader's logStartOffset,
+  DESIGN §4), then removal of `.deleted` files past `file.delete.delay.ms` on every log.
+  `LogManager.cleanup_logs` is not used: it would run retention on followers too.
 - `kafka-log-flusher` every `log.flush.scheduler.interval.ms`: flush logs past their `flush.ms`.
 - `kafka-checkpoint` every `replica.high.watermark.checkpoint.interval.ms`: HW, recovery-point and
   log-start-offset checkpoints.
 - `kafka-log-cleaner` every `log.cleaner.backoff.ms`: compaction, on every replica (as Kafka:
   compaction keeps offsets, so replicas need not agree on which records it has dropped yet).
 
-A pass does bounded work (one pass over the hosted logs). An exception is logged with the job
-(and the partition, for retention) and the job runs again at its next interval.
+A pass does bounded work (one pass over the hosted logs). An exception is logged with the job and
+the job runs again at its next interval. Times given to storage are wall-clock (`wall_clock`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from node.broker_settings import BrokerSettings
-from node.partition_host import PartitionHost
-from replication.events import RunRetention
-from replication.ready import Role
-from storage.checkpoint import TopicPartition
 from storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -33,12 +29,12 @@ log = logging.getLogger(__name__)
 class LogTasks:
     """The periodic jobs over one broker's logs; `start` launches them, `stop` cancels and awaits."""
 
-    def __init__(self, settings: BrokerSettings, log_manager: LogManager,
-                 hosts: Mapping[TopicPartition, PartitionHost], clock: Callable[[], int]) -> None:
+    def __init__(self, settings: BrokerSettings, log_manager: LogManager, run_retention: Callable[[], None],
+                 wall_clock: Callable[[], int]) -> None:
         self.settings = settings
         self.log_manager = log_manager
-        self._hosts = hosts
-        self._clock = clock
+        self._run_retention = run_retention
+        self._clock = wall_clock
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -71,14 +67,10 @@ class LogTasks:
 
     def retention_pass(self) -> None:
         """Retention on led partitions, then expired `.deleted` files everywhere."""
-        for topic_partition, host in sorted(self._hosts.items()):
-            if host.partition.role != Role.LEADER:
-                continue
-            try:
-                host.handle_event(RunRetention())
-            except Exception:
-                log.exception("broker %s: retention of %s failed", self.settings.node_id, topic_partition)
-        self.log_manager.delete_expired_files(self._clock())
+        try:
+            self._run_retention()
+        finally:
+            self.log_manager.delete_expired_files(self._clock())
 
     def flush_pass(self) -> None:
         self.log_manager.flush_dirty_logs(self._clock())

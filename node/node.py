@@ -52,10 +52,16 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class Node:
-    def __init__(self, config: NodeConfig, clock: Any = wall_clock_ms, rng: random.Random | None = None) -> None:
+    def __init__(self, config: NodeConfig, clock: Any = wall_clock_ms, rng: random.Random | None = None,
+                 monotonic_clock: Any = monotonic_ms) -> None:
         self.config = config
         self.clock = clock
+        self.monotonic_clock = monotonic_clock
         self.rng = rng or random.Random()
         self.connections = Connections()
         self.quorum = QuorumService(config, self.connections, clock, self.rng)
@@ -70,8 +76,8 @@ class Node:
             meta_properties.ensure(Path(log_dir), self.config.node_id, self.config.cluster_id)
         self.log_manager = LogManager([Path(d) for d in self.config.log_dirs], self._log_config, self.clock(),
                                       skip_topics=frozenset({METADATA_TOPIC}))
-        self.broker = Broker(self.config.broker_settings(), self.quorum, self.connections, self.clock,
-                             self.log_manager)
+        self.broker = Broker(self.config.broker_settings(), self.quorum, self.connections, self.monotonic_clock,
+                             self.clock, self.log_manager)
         self.group_offsets = GroupOffsets(
             self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
             self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self._forward,

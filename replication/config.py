@@ -6,7 +6,7 @@ node applies to the `Log` (`LogManager.update_config`) reaches the core at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +21,10 @@ class ReplicationConfig:
     - `ineligible_replica_backoff_ms`: after the controller refuses to add a replica to the ISR
       (INELIGIBLE_REPLICA: fenced or shutting down), the leader waits this long before proposing
       it again. Kafka consults its metadata cache instead; the core has no view of broker states.
-    - `delayed_produce_max`, `delayed_fetch_max`, `delayed_delete_records_max`: bounds on the
-      requests one partition parks (STYLE §7: bound everything); a request over the bound is
-      answered at once (produce: REQUEST_TIMED_OUT before any append; fetch: with what is there).
+    - `delayed_produce_max`, `delayed_delete_records_max`: bounds on the requests one partition
+      parks, and `delayed_fetch_max` on the fetches the broker parks (STYLE §7: bound everything);
+      a request over the bound is answered at once (produce: REQUEST_TIMED_OUT before any append;
+      fetch: with what is there).
     """
 
     replica_lag_time_max_ms: int = 30_000
@@ -44,3 +45,45 @@ class ReplicationConfig:
         assert self.delayed_produce_max > 0, f"delayed_produce_max={self.delayed_produce_max}"
         assert self.delayed_fetch_max > 0, f"delayed_fetch_max={self.delayed_fetch_max}"
         assert self.delayed_delete_records_max > 0, f"delayed_delete_records_max={self.delayed_delete_records_max}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaManagerConfig:
+    """What the broker core (`ReplicaManager`) reads: this broker's identity, the partitions' settings
+    and the replica fetchers' (Kafka's keys in snake_case, Kafka's defaults).
+
+    - `broker_id` (`node.id`), `broker_rack` (`broker.rack`, None: no rack; KIP-392 selection).
+    - `inter_broker_listener_name`: the endpoint of a leader that followers fetch from.
+    - `replica_fetch_wait_max_ms`, `replica_fetch_min_bytes`, `replica_fetch_response_max_bytes`:
+      a follower's long-poll fetch (`replica.fetch.*`), one per leader with all its partitions.
+    - `replica_fetch_backoff_ms` (`replica.fetch.backoff.ms`): a partition whose fetch failed (or
+      whose records could not be appended) waits this long; a leader that did not answer, all its
+      partitions.
+    - `replica_socket_timeout_ms` (`replica.socket.timeout.ms`): a replica fetch unanswered this long
+      after its `replica_fetch_wait_max_ms` counts as failed, and a late answer is dropped.
+    """
+
+    broker_id: int
+    inter_broker_listener_name: str
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    broker_rack: str | None = None
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_backoff_ms: int = 1_000
+    replica_socket_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        assert self.broker_id >= 0, f"broker_id={self.broker_id}"
+        assert self.replica_fetch_wait_max_ms >= 0, f"replica_fetch_wait_max_ms={self.replica_fetch_wait_max_ms}"
+        assert self.replica_fetch_min_bytes >= 0, f"replica_fetch_min_bytes={self.replica_fetch_min_bytes}"
+        assert self.replica_fetch_response_max_bytes > 0, (
+            f"replica_fetch_response_max_bytes={self.replica_fetch_response_max_bytes}"
+        )
+        assert self.replica_fetch_backoff_ms >= 0, f"replica_fetch_backoff_ms={self.replica_fetch_backoff_ms}"
+        assert self.replica_socket_timeout_ms > 0, f"replica_socket_timeout_ms={self.replica_socket_timeout_ms}"
+
+    @property
+    def replica_fetch_timeout_ms(self) -> int:
+        """How long a replica fetch may take before the fetcher gives up on it."""
+        return self.replica_fetch_wait_max_ms + self.replica_socket_timeout_ms

@@ -16,7 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replication.ready import AlterPartitionProposal, EpochEndOffset, FetchResult, FollowerFetchPosition
+from replication.ready import (
+    AlterPartitionProposal,
+    Completion,
+    DeleteRecordsResult,
+    EpochEndOffset,
+    FetchResult,
+    FollowerFetchPosition,
+    ListOffsetsResult,
+    OffsetsForLeaderEpochResult,
+    ProduceResult,
+)
 from storage.error_codes import ErrorCode
 
 NO_EPOCH = -1
@@ -79,16 +89,14 @@ class ProduceRequest:
 @dataclass(frozen=True, slots=True)
 class ConsumerFetch:
     """A consumer reads from `fetch_offset`, up to `max_bytes` (at least one whole batch), below
-    the serving replica's HW (KIP-392: any replica serves). `min_bytes` / `max_wait_ms`: park the
-    fetch until that many bytes are readable or the time passes (0: answer at once).
-    `require_leader`: refuse on a follower (NOT_LEADER_OR_FOLLOWER)."""
+    the serving replica's HW (KIP-392: any replica serves), answered at once (the long poll over a
+    request's partitions is the broker's). `require_leader`: refuse on a follower
+    (NOT_LEADER_OR_FOLLOWER)."""
 
     request_id: int
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = NO_EPOCH
-    min_bytes: int = 0
-    max_wait_ms: int = 0
     require_leader: bool = False
 
 
@@ -132,9 +140,9 @@ class FollowerFetch:
     every offset below `fetch_offset`, the batch before it has `last_fetched_epoch` (NO_EPOCH:
     empty log), its logStartOffset is `log_start_offset`, its broker epoch `broker_epoch` (KIP-903).
 
-    `high_watermark` is the follower's own HW; a parked fetch is answered as soon as the leader's
-    HW passes it, so followers (and the consumers they serve, KIP-392) learn the HW without waiting
-    `max_wait_ms` (not in Kafka's RPC; KRaft's fetch does the same)."""
+    `high_watermark` is the follower's own HW; the broker answers a parked fetch as soon as the
+    leader's HW passes it, so followers (and the consumers they serve, KIP-392) learn the HW without
+    waiting `max_wait_ms` (not in Kafka's RPC; KRaft's fetch does the same)."""
 
     request_id: int
     replica_id: int
@@ -145,12 +153,9 @@ class FollowerFetch:
     max_bytes: int
     broker_epoch: int = -1
     high_watermark: int = -1
-    min_bytes: int = 0
-    max_wait_ms: int = 0
 
     @staticmethod
-    def from_position(position: FollowerFetchPosition, request_id: int, broker_epoch: int = -1,
-                      min_bytes: int = 0, max_wait_ms: int = 0) -> FollowerFetch:
+    def from_position(position: FollowerFetchPosition, request_id: int, broker_epoch: int = -1) -> FollowerFetch:
         """The fetch a fetcher sends for the core's `Ready.fetch` position."""
         return FollowerFetch(
             request_id=request_id,
@@ -162,8 +167,6 @@ class FollowerFetch:
             max_bytes=position.max_bytes,
             broker_epoch=broker_epoch,
             high_watermark=position.high_watermark,
-            min_bytes=min_bytes,
-            max_wait_ms=max_wait_ms,
         )
 
 
@@ -232,7 +235,23 @@ class RunRetention:
     A follower ignores it: its logStartOffset follows the leader's (DESIGN §4)."""
 
 
+PartitionRequest = ProduceRequest | ConsumerFetch | FollowerFetch | ListOffsets | OffsetsForLeaderEpoch | DeleteRecords
+"""The events a client (or follower) sends; each is answered by one `Completion` with its `request_id`."""
+
 Event = (
-    MakeLeader | MakeFollower | StopReplica | ProduceRequest | ConsumerFetch | ListOffsets | OffsetsForLeaderEpoch
-    | DeleteRecords | FollowerFetch | FetchResponseFromLeader | AlterPartitionResponse | Tick | RunRetention
+    MakeLeader | MakeFollower | StopReplica | PartitionRequest | FetchResponseFromLeader | AlterPartitionResponse
+    | Tick | RunRetention
 )
+
+
+def error_result(request: PartitionRequest, error: ErrorCode, message: str) -> Completion:
+    """The completion of the right kind that answers `request` with `error` alone."""
+    if isinstance(request, ProduceRequest):
+        return ProduceResult(request.request_id, error, error_message=message)
+    if isinstance(request, ConsumerFetch | FollowerFetch):
+        return FetchResult(request.request_id, error, error_message=message)
+    if isinstance(request, ListOffsets):
+        return ListOffsetsResult(request.request_id, error, error_message=message)
+    if isinstance(request, OffsetsForLeaderEpoch):
+        return OffsetsForLeaderEpochResult(request.request_id, error, error_message=message)
+    return DeleteRecordsResult(request.request_id, error, error_message=message)

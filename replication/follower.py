@@ -19,7 +19,8 @@ says where to fetch (`position`), the owner's fetcher sends the fetch and hands 
 - OFFSET_OUT_OF_RANGE (Kafka's fetchOffsetAndTruncate): behind the leader's logStartOffset, start
   empty there; ahead of the leader's LEO (possible only after an unclean election), cut to it.
 - FENCED_LEADER_EPOCH: the leader is in a newer epoch than this follower knows: stop fetching until
-  newer metadata arrives. Other errors leave the state alone; the fetcher backs off and retries.
+  newer metadata arrives. Other errors leave the state alone; the Ready asks the fetcher to back
+  off (`fetch_backoff`) and retry, as it does when the records could not be appended here.
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ class Follower:
     """The follower-only state of one partition in one leader epoch.
 
     State: `leader_id` (NO_LEADER: offline, nothing to fetch), `leader_epoch`, `partition_epoch`,
-    `isr` and `replicas` as the metadata says, `fenced` (the leader answered FENCED_LEADER_EPOCH),
-    and the last fetch answer the core rejected (`last_error`, for metrics and traces).
+    `isr` and `replicas` as the metadata says, and `fenced` (the leader answered FENCED_LEADER_EPOCH).
     """
 
     def __init__(self, leader_id: int, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...],
@@ -50,7 +50,6 @@ class Follower:
         self.isr = isr
         self.replicas = replicas
         self.fenced = False
-        self.last_error = ErrorCode.NONE
 
     def update(self, partition_epoch: int, isr: tuple[int, ...], replicas: tuple[int, ...]) -> None:
         """Newer metadata in the same leader epoch (an ISR change)."""
@@ -85,10 +84,11 @@ class Follower:
 
     def on_fetch_response(self, response: FetchResponseFromLeader, log: ReplicaLog, now_ms: int,
                           out: Outbox) -> None:
-        """Apply the leader's answer (ignored unless `is_current`)."""
+        """Apply the leader's answer (ignored unless `is_current`). `now_ms` is wall-clock time, for
+        storage; an error answer, or records this replica could not append, set `out.fetch_backoff`."""
         if not self.is_current(response, log):
             return
-        self.last_error = response.error
+        out.fetch_backoff = response.error != ErrorCode.NONE
         if response.error == ErrorCode.FENCED_LEADER_EPOCH:
             self.fenced = True
         elif response.error == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -104,11 +104,10 @@ class Follower:
         if response.records:
             try:
                 log.append_as_follower(response.records, now_ms, out)
-            except StorageError as error:
+            except StorageError:
                 # Kafka marks the partition failed; here the answer is dropped and the same offset
-                # is fetched again (a damaged transfer heals, a damaged leader log shows in metrics).
-                self.last_error = ErrorCode.CORRUPT_MESSAGE if error.error_name == "CORRUPT_MESSAGE" else (
-                    ErrorCode.KAFKA_STORAGE_ERROR)
+                # is fetched again after the backoff (a damaged transfer heals, a full disk may get room).
+                out.fetch_backoff = True
                 return
         target = min(response.high_watermark, log.log.log_end_offset)
         log.maybe_increment_high_watermark(target)

@@ -22,17 +22,20 @@ class Outbox:
         self.log_changes: list[LogChange] = []
         self.messages: list[AlterPartitionProposal] = []
         self.completions: list[Completion] = []
+        self.fetch_backoff = False
 
-    def ready(self, role: Role, leader_epoch: int, high_watermark: HighWatermarkChange | None,
+    def ready(self, role: Role, leader_epoch: int, partition_epoch: int, high_watermark: HighWatermarkChange | None,
               fetch: FollowerFetchPosition | None, next_tick_ms: int | None) -> Ready:
         return Ready(
             role=role,
             leader_epoch=leader_epoch,
+            partition_epoch=partition_epoch,
             log_changes=tuple(self.log_changes),
             high_watermark=high_watermark,
             messages=tuple(self.messages),
             completions=tuple(self.completions),
             fetch=fetch,
+            fetch_backoff=self.fetch_backoff,
             next_tick_ms=next_tick_ms,
         )
 

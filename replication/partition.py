@@ -24,10 +24,16 @@ leader's bytes unchanged; truncates to the largest common epoch's end on a diver
 Both serve consumers (KIP-392) below their own HW, and fence requests from stale or future leader
 epochs (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 
-Purgatory as data: parked acks=all produces, fetches (min_bytes / max_wait_ms) and DeleteRecords
-wait in lists (`purgatory.py`). After every event, `_settle` checks them against the HW, LEO,
-role and time, so the answers leave in the `Ready` of the call that made them answerable; the
-owner ticks the core at `Ready.next_tick_ms` for timeouts and the ISR check. Nothing polls.
+Purgatory as data: parked acks=all produces and DeleteRecords wait in lists (`purgatory.py`).
+After every event, `_settle` checks them against the HW, role and time, so the answers leave in
+the `Ready` of the call that made them answerable; the owner ticks the core at `Ready.next_tick_ms`
+for timeouts and the ISR check. Nothing polls. Fetches are answered at once: the long poll over
+many partitions (min_bytes / max_wait_ms) is the broker's (`replica_manager.py`), in one place.
+
+Two clocks (DESIGN §2): `now_ms` is monotonic and drives every timeout (ISR lag, produce and
+DeleteRecords deadlines, AlterPartition resends); `wall_clock_ms` only reaches storage (record and
+segment timestamps, retention, file deletion delays), so a wall-clock step never fires or freezes a
+timeout.
 
 Invariants (asserted after every call): logStartOffset <= HW <= LEO (storage); the HW never falls
 except by a truncation below it (reported in the Ready; only lost disks or an unclean election
@@ -53,15 +59,17 @@ from replication.events import (
     MakeFollower,
     MakeLeader,
     OffsetsForLeaderEpoch,
+    PartitionRequest,
     ProduceRequest,
     RunRetention,
     StopReplica,
     Tick,
+    error_result,
 )
 from replication.follower import Follower
 from replication.leader import Leader
 from replication.outbox import Outbox, epoch_error
-from replication.purgatory import DelayedDeleteRecords, DelayedFetch, DelayedList, DelayedProduce, ProducePurgatory
+from replication.purgatory import DelayedDeleteRecords, DelayedList, DelayedProduce, ProducePurgatory
 from replication.ready import (
     DeleteRecordsResult,
     FetchResult,
@@ -95,17 +103,17 @@ class Partition:
     """
 
     def __init__(self, topic_partition: TopicPartition, log_manager: LogManager, broker_id: int,
-                 config: ReplicationConfig, now_ms: int) -> None:
+                 config: ReplicationConfig, now_ms: int, wall_clock_ms: int) -> None:
         self.topic_partition = topic_partition
         self.broker_id = broker_id
         self.config = config
-        self.replica_log = ReplicaLog(log_manager, topic_partition, now_ms)
+        self.replica_log = ReplicaLog(log_manager, topic_partition, wall_clock_ms)
         self.state: Leader | Follower | None = None
         self.stopped = False
         self.produce_purgatory = ProducePurgatory(config.delayed_produce_max)
-        self.fetch_purgatory = DelayedList(config.delayed_fetch_max)
         self.delete_records_purgatory = DelayedList(config.delayed_delete_records_max)
         self.now_ms = now_ms
+        self.wall_clock_ms = wall_clock_ms
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -154,26 +162,29 @@ class Partition:
 
     # -- the entry point -------------------------------------------------------------------------
 
-    def handle(self, event: Event, now_ms: int) -> Ready:
-        """Apply one event at time `now_ms`; return the work for the owner."""
+    def handle(self, event: Event, now_ms: int, wall_clock_ms: int) -> Ready:
+        """Apply one event at monotonic time `now_ms` (wall clock `wall_clock_ms`, for storage only);
+        return the work for the owner."""
         assert now_ms >= self.now_ms, f"time went back: {now_ms} < {self.now_ms} in {self.topic_partition}"
         self.now_ms = now_ms
+        self.wall_clock_ms = wall_clock_ms
         out = Outbox()
         log = self.log
-        before = (log.high_watermark, log.log_end_offset, self.role, self.leader_epoch)
+        before = (log.high_watermark, self.leader_epoch)
         handler = _HANDLERS.get(type(event))
         assert handler is not None, f"not a partition event: {event!r}"
         if self.stopped and not isinstance(event, StopReplica | Tick):
             self._refuse(event, out)
         else:
             handler(self, event, now_ms, out)
-        self._settle(now_ms, out, before)
-        high_watermark_before, _, _, leader_epoch_before = before
+        self._settle(now_ms, out)
+        high_watermark_before, leader_epoch_before = before
         self._check_invariants(high_watermark_before, leader_epoch_before, out)
         change = None
         if log.high_watermark != high_watermark_before:
             change = HighWatermarkChange(high_watermark_before, log.high_watermark)
-        return out.ready(self.role, self.leader_epoch, change, self.fetch_position(), self._next_tick_ms())
+        return out.ready(self.role, self.leader_epoch, self.partition_epoch, change, self.fetch_position(),
+                         self._next_tick_ms())
 
     def _check_invariants(self, high_watermark_before: int, leader_epoch_before: int, out: Outbox) -> None:
         log = self.log
@@ -185,7 +196,6 @@ class Partition:
             f"leader epoch fell {leader_epoch_before} -> {self.leader_epoch} in {self.topic_partition}"
         )
         assert len(self.produce_purgatory) <= self.config.delayed_produce_max, len(self.produce_purgatory)
-        assert len(self.fetch_purgatory) <= self.config.delayed_fetch_max, len(self.fetch_purgatory)
         assert len(self.delete_records_purgatory) <= self.config.delayed_delete_records_max, (
             len(self.delete_records_purgatory)
         )
@@ -195,7 +205,6 @@ class Partition:
     def _next_tick_ms(self) -> int | None:
         times = [
             self.produce_purgatory.next_deadline_ms(),
-            self.fetch_purgatory.next_deadline_ms(),
             self.delete_records_purgatory.next_deadline_ms(),
             self.state.next_timer_ms() if isinstance(self.state, Leader) else None,
         ]
@@ -249,8 +258,7 @@ class Partition:
         self.stopped = True
 
     def _fail_leader_requests(self, out: Outbox, reason: str) -> None:
-        """Answer every parked produce and DeleteRecords NOT_LEADER_OR_FOLLOWER (parked fetches are
-        re-examined by `_settle` under the new role)."""
+        """Answer every parked produce and DeleteRecords NOT_LEADER_OR_FOLLOWER."""
         message = f"broker {self.broker_id} {reason} for {self.topic_partition}; refresh metadata and retry"
         for delayed in self.produce_purgatory.pop_all():
             out.completions.append(ProduceResult(delayed.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -261,18 +269,9 @@ class Partition:
 
     def _refuse(self, event: Event, out: Outbox) -> None:
         """A request to a stopped replica: NOT_LEADER_OR_FOLLOWER; any other event is ignored."""
-        error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        message = f"{self.topic_partition} is not hosted on broker {self.broker_id}"
-        if isinstance(event, ProduceRequest):
-            out.completions.append(ProduceResult(event.request_id, error, error_message=message))
-        elif isinstance(event, ConsumerFetch | FollowerFetch):
-            out.completions.append(FetchResult(event.request_id, error, error_message=message))
-        elif isinstance(event, ListOffsets):
-            out.completions.append(ListOffsetsResult(event.request_id, error, error_message=message))
-        elif isinstance(event, OffsetsForLeaderEpoch):
-            out.completions.append(OffsetsForLeaderEpochResult(event.request_id, error, error_message=message))
-        elif isinstance(event, DeleteRecords):
-            out.completions.append(DeleteRecordsResult(event.request_id, error, error_message=message))
+        if isinstance(event, PartitionRequest):
+            message = f"{self.topic_partition} is not hosted on broker {self.broker_id}"
+            out.completions.append(error_result(event, ErrorCode.NOT_LEADER_OR_FOLLOWER, message))
 
     # -- checks shared by requests ---------------------------------------------------------------
 
@@ -306,7 +305,7 @@ class Partition:
             return
         assert isinstance(self.state, Leader)
         try:
-            info = self.replica_log.append_as_leader(event.records, self.state.leader_epoch, now_ms, out)
+            info = self.replica_log.append_as_leader(event.records, self.state.leader_epoch, self.wall_clock_ms, out)
         except StorageError as storage_error:
             out.completions.append(ProduceResult(event.request_id, error_of(storage_error),
                                                  error_message=str(storage_error)))
@@ -356,7 +355,7 @@ class Partition:
         if proposal is not None:
             out.messages.append(proposal)
         self._maybe_increment_leader_high_watermark()
-        self._answer_or_park(event, now_ms, out)
+        out.completions.append(self._read(event))
 
     def _on_consumer_fetch(self, event: ConsumerFetch, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(event.current_leader_epoch, event.require_leader)
@@ -366,7 +365,7 @@ class Partition:
         if error != ErrorCode.NONE:
             out.completions.append(self._fetch_error(event.request_id, error, message))
             return
-        self._answer_or_park(event, now_ms, out)
+        out.completions.append(self._read(event))
 
     def _fetch_error(self, request_id: int, error: ErrorCode, message: str) -> FetchResult:
         log = self.log
@@ -380,42 +379,6 @@ class Partition:
         data = log.read(request.fetch_offset, request.max_bytes, max_offset=bound)
         return FetchResult(request.request_id, ErrorCode.NONE, data.records, log.high_watermark,
                            log.log_start_offset, log.log_end_offset)
-
-    def _is_satisfied(self, request: ConsumerFetch | FollowerFetch, result: FetchResult) -> bool:
-        """Enough bytes to answer a parked fetch (or, for a follower behind on the HW, a new HW)."""
-        if len(result.records) >= min(request.min_bytes, request.max_bytes):
-            return True
-        return isinstance(request, FollowerFetch) and 0 <= request.high_watermark < self.log.high_watermark
-
-    def _answer_or_park(self, request: ConsumerFetch | FollowerFetch, now_ms: int, out: Outbox) -> None:
-        result = self._read(request)
-        if request.max_wait_ms <= 0 or self._is_satisfied(request, result) or self.fetch_purgatory.is_full:
-            out.completions.append(result)
-            return
-        self.fetch_purgatory.add(DelayedFetch(request, now_ms + request.max_wait_ms))
-
-    def _complete_delayed_fetches(self, now_ms: int, out: Outbox) -> None:
-        """Re-examine every parked fetch under the current state: answer errors at once (role or
-        epoch changed, offset gone), data when there is enough, whatever there is at the deadline."""
-        for item in self.fetch_purgatory.take_all():
-            assert isinstance(item, DelayedFetch), item
-            request = item.request
-            is_follower = isinstance(request, FollowerFetch)
-            require_leader = is_follower or (isinstance(request, ConsumerFetch) and request.require_leader)
-            error, message = self._request_error(request.current_leader_epoch, require_leader)
-            if error == ErrorCode.NONE and self.stopped:
-                error, message = ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.topic_partition} stopped"
-            if error == ErrorCode.NONE:
-                message = self._out_of_range(request.fetch_offset) or ""
-                error = ErrorCode.OFFSET_OUT_OF_RANGE if message else ErrorCode.NONE
-            if error != ErrorCode.NONE:
-                out.completions.append(self._fetch_error(request.request_id, error, message))
-                continue
-            result = self._read(request)
-            if self._is_satisfied(request, result) or item.deadline_ms <= now_ms:
-                out.completions.append(result)
-            else:
-                self.fetch_purgatory.add(item)
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -476,7 +439,7 @@ class Partition:
             return
         reason = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
         if self.replica_log.maybe_increment_log_start_offset(target, reason, out):
-            self.replica_log.delete_segments_below_log_start_offset(now_ms, out)
+            self.replica_log.delete_segments_below_log_start_offset(self.wall_clock_ms, out)
         self.delete_records_purgatory.add(DelayedDeleteRecords(event.request_id, target,
                                                                now_ms + max(event.timeout_ms, 0)))
 
@@ -484,7 +447,7 @@ class Partition:
 
     def _on_fetch_response(self, event: FetchResponseFromLeader, now_ms: int, out: Outbox) -> None:
         if isinstance(self.state, Follower):
-            self.state.on_fetch_response(event, self.replica_log, now_ms, out)
+            self.state.on_fetch_response(event, self.replica_log, self.wall_clock_ms, out)
 
     def _on_alter_partition_response(self, event: AlterPartitionResponse, now_ms: int, out: Outbox) -> None:
         if isinstance(self.state, Leader):
@@ -492,14 +455,14 @@ class Partition:
 
     def _on_run_retention(self, event: RunRetention, now_ms: int, out: Outbox) -> None:
         if isinstance(self.state, Leader):
-            self.replica_log.delete_old_segments(now_ms, out)
+            self.replica_log.delete_old_segments(self.wall_clock_ms, out)
 
     def _on_tick(self, event: Tick, now_ms: int, out: Outbox) -> None:
         """Timers are examined by `_settle`, after every event."""
 
     # -- after every event -----------------------------------------------------------------------
 
-    def _settle(self, now_ms: int, out: Outbox, before: tuple[int, int, Role, int]) -> None:
+    def _settle(self, now_ms: int, out: Outbox) -> None:
         """Work every event may have made due: ISR shrink and resends, the leader's HW, and the
         purgatories (a parked request leaves in the Ready of the call that made it answerable)."""
         leader = self.state if isinstance(self.state, Leader) and not self.stopped else None
@@ -510,11 +473,6 @@ class Partition:
             self._maybe_increment_leader_high_watermark()
             self._complete_delayed_produces(leader, now_ms, out)
             self._complete_delayed_delete_records(leader, now_ms, out)
-        log = self.log
-        after = (log.high_watermark, log.log_end_offset, self.role, self.leader_epoch)
-        deadline = self.fetch_purgatory.next_deadline_ms()
-        if after != before or (deadline is not None and deadline <= now_ms):
-            self._complete_delayed_fetches(now_ms, out)
 
     def _maybe_increment_leader_high_watermark(self) -> None:
         """The HW holds while the committed ISR is below min.insync.replicas (Kafka's KIP-966): records

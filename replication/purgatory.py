@@ -1,4 +1,4 @@
-"""Purgatories as data: the requests a partition parks until its HW or LEO moves, or time passes.
+"""Purgatories as data: the requests a partition parks until its HW moves, or time passes.
 
 Kafka keeps delayed operations in timer wheels and watcher lists and polls `tryComplete` when a
 key is touched. Here each purgatory is a plain list owned by the core: the core checks it in the
@@ -9,8 +9,6 @@ same `handle` call that moved the HW (or LEO, or time), and the answers leave in
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from replication.events import ConsumerFetch, FollowerFetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +66,6 @@ class ProducePurgatory:
 
 
 @dataclass(frozen=True, slots=True)
-class DelayedFetch:
-    """A parked fetch (consumer or follower) that had fewer than `min_bytes` to read."""
-
-    request: ConsumerFetch | FollowerFetch
-    deadline_ms: int
-
-
-@dataclass(frozen=True, slots=True)
 class DelayedDeleteRecords:
     """A DeleteRecords waiting for every ISR member's logStartOffset to reach `offset`."""
 
@@ -89,7 +79,7 @@ class DelayedList:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.items: list[DelayedFetch | DelayedDeleteRecords] = []
+        self.items: list[DelayedDeleteRecords] = []
 
     def __len__(self) -> int:
         return len(self.items)
@@ -98,11 +88,11 @@ class DelayedList:
     def is_full(self) -> bool:
         return len(self.items) >= self.capacity
 
-    def add(self, item: DelayedFetch | DelayedDeleteRecords) -> None:
+    def add(self, item: DelayedDeleteRecords) -> None:
         assert not self.is_full, f"{len(self.items)} parked >= {self.capacity}"
         self.items.append(item)
 
-    def take_all(self) -> list[DelayedFetch | DelayedDeleteRecords]:
+    def take_all(self) -> list[DelayedDeleteRecords]:
         taken, self.items = self.items, []
         return taken
 

@@ -210,17 +210,20 @@ class Ready:
     4. `completions`: answer the requests, in order (their effects are in steps 1-2). A produce
        answer follows the append (acks 0/1) or the HW move (acks=all) that made it answerable.
     5. `fetch`: a follower's next fetch position (None: do not fetch). The fetcher sends one fetch
-       at a time per partition and hands the answer back as `FetchResponseFromLeader`; after an
-       error answer it waits `replica.fetch.backoff.ms` before fetching again.
+       at a time per partition and hands the answer back as `FetchResponseFromLeader`; when
+       `fetch_backoff` is set (the answer was an error, or its records could not be appended
+       here) it waits `replica.fetch.backoff.ms` before fetching this partition again.
 
-    `role`, `leader_epoch`: the state after this call. `next_tick_ms`: the core wants a `Tick` no
-    later than this (None: no timer); ticking earlier is harmless."""
+    `role`, `leader_epoch`, `partition_epoch`: the state after this call. `next_tick_ms`: the core
+    wants a `Tick` no later than this (None: no timer); ticking earlier is harmless."""
 
     role: Role
     leader_epoch: int
+    partition_epoch: int = -1
     log_changes: tuple[LogChange, ...] = ()
     high_watermark: HighWatermarkChange | None = None
     messages: tuple[AlterPartitionProposal, ...] = ()
     completions: tuple[Completion, ...] = ()
     fetch: FollowerFetchPosition | None = None
+    fetch_backoff: bool = False
     next_tick_ms: int | None = None

@@ -51,6 +51,10 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class FakeQuorum:
     """The QuorumService interface over a `QuorumController` whose records commit at once."""
 
@@ -228,7 +232,7 @@ class Cluster:
                                   inter_broker_listener_name=LISTENER, broker_rack=f"rack-{node.broker_id}",
                                   **self.settings)
         log_manager = LogManager([node.directory], self.log_config, wall_clock_ms())
-        node.broker = Broker(settings, self.quorum, self.connections, wall_clock_ms, log_manager)
+        node.broker = Broker(settings, self.quorum, self.connections, monotonic_ms, wall_clock_ms, log_manager)
         await node.broker.start()
 
     async def restart(self, broker_id: int) -> Broker:
@@ -283,11 +287,11 @@ class Cluster:
 
 
 async def until(broker: Broker, topic_partition: TopicPartition, predicate: Callable[[], bool]) -> None:
-    """Wait, without polling, until `predicate` holds; it is re-checked whenever the partition's
-    log, HW or role changes on `broker` (and once a second as a safety net)."""
+    """Wait, without polling, until `predicate` holds; it is re-checked whenever a partition's log or
+    HW changes on `broker` (and once a second as a safety net)."""
     async with asyncio.timeout(TIMEOUT_S):
         while not predicate():
-            await broker.wait_for_change([topic_partition], 1_000)
+            await broker.wait_for_change(1_000)
 
 
 def log_bytes(broker: Broker, topic_partition: TopicPartition) -> bytes:

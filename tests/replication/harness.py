@@ -38,12 +38,12 @@ class Broker:
         self.directory = root / f"broker-{broker_id}"
         self.log_config = config
         self.manager = LogManager([self.directory], lambda topic: config, now_ms)
-        self.partition = Partition(TOPIC_PARTITION, self.manager, broker_id, CONFIG, now_ms)
+        self.partition = Partition(TOPIC_PARTITION, self.manager, broker_id, CONFIG, now_ms, now_ms)
         self.readies: list[Ready] = []
         self.next_request_id = 1
 
     def handle(self, event: Event, now_ms: int) -> Ready:
-        ready = self.partition.handle(event, now_ms)
+        ready = self.partition.handle(event, now_ms, wall_clock_ms=now_ms)
         self.readies.append(ready)
         return ready
 

@@ -32,8 +32,8 @@ RECORDS = st.one_of(st.binary(max_size=200), st.just(batch(b"ok")), st.builds(la
 
 REQUESTS = st.one_of(
     st.builds(ProduceRequest, st.just(1), RECORDS, INT, INT, INT),
-    st.builds(ConsumerFetch, st.just(1), INT, INT, INT, INT, INT, st.booleans()),
-    st.builds(FollowerFetch, st.just(1), st.sampled_from((2, 3, 9, -1)), INT, INT, INT, INT, INT, INT, INT, INT, INT),
+    st.builds(ConsumerFetch, st.just(1), INT, INT, INT, st.booleans()),
+    st.builds(FollowerFetch, st.just(1), st.sampled_from((2, 3, 9, -1)), INT, INT, INT, INT, INT, INT, INT),
     st.builds(ListOffsets, st.just(1), INT, INT, st.booleans()),
     st.builds(OffsetsForLeaderEpoch, st.just(1), INT, INT),
     st.builds(DeleteRecords, st.just(1), INT, INT),
@@ -57,8 +57,7 @@ def test_any_request_is_answered_and_the_log_stays_valid(requests: list, on_foll
             event = dataclasses.replace(request, request_id=number)
             ready = target.handle(event, now_ms)
             answered = [c for c in ready.completions if c.request_id == number]
-            parked = len(target.partition.fetch_purgatory) + len(target.partition.produce_purgatory) + len(
-                target.partition.delete_records_purgatory)
+            parked = len(target.partition.produce_purgatory) + len(target.partition.delete_records_purgatory)
             assert len(answered) == 1 or parked, (event, ready)
             now_ms += 1_000_000
             target.handle(Tick(), now_ms)  # expires whatever was parked

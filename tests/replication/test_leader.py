@@ -12,7 +12,6 @@ import pytest
 
 from replication.events import (
     AlterPartitionResponse,
-    ConsumerFetch,
     FollowerFetch,
     MakeLeader,
     ProduceRequest,
@@ -350,36 +349,13 @@ def test_fetch_beyond_the_leader_log_end_is_out_of_range(brokers: Brokers) -> No
     assert (result.log_start_offset, result.log_end_offset) == (0, 0)
 
 
-def test_parked_follower_fetch_completes_when_leo_moves(brokers: Brokers) -> None:
-    leader, one, _ = setup(brokers)
-    position = one.partition.fetch_position()
-    request = FollowerFetch.from_position(position, 77, min_bytes=1, max_wait_ms=500)
-    ready = leader.handle(request, now_ms=0)
-    assert ready.completions == ()
-    assert ready.next_tick_ms == 500
-    _, _results = produce(leader, batch(b"a"), acks=1, now_ms=5)
-    ready = leader.readies[-1]
-    result = only(ready.completions, FetchResult)
-    assert result.request_id == 77 and result.records
-
-
-def test_parked_fetch_answers_empty_at_deadline(brokers: Brokers) -> None:
-    leader, *_ = setup(brokers)
-    ready = leader.handle(ConsumerFetch(5, 0, 100, min_bytes=1, max_wait_ms=50), now_ms=0)
-    assert ready.completions == ()
-    ready = leader.handle(Tick(), now_ms=50)
-    result = only(ready.completions, FetchResult)
-    assert (result.request_id, result.error, result.records) == (5, ErrorCode.NONE, b"")
-
-
-def test_becoming_follower_fails_delayed_produce_and_parked_follower_fetches(brokers: Brokers) -> None:
+def test_becoming_follower_fails_delayed_produce(brokers: Brokers) -> None:
     leader, _one, _ = setup(brokers)
     request_id, _ = produce(leader, batch(b"a"), acks=-1)
-    leader.handle(FollowerFetch(9, 2, 1, 1, 0, 1, 100, min_bytes=1, max_wait_ms=1_000), now_ms=1)
     ready = make_follower(leader, 2, 2, now_ms=2)
     assert ready.role == Role.FOLLOWER
     results = {c.request_id: c.error for c in ready.completions}
-    assert results == {request_id: ErrorCode.NOT_LEADER_OR_FOLLOWER, 9: ErrorCode.FENCED_LEADER_EPOCH}
+    assert results == {request_id: ErrorCode.NOT_LEADER_OR_FOLLOWER}
 
 
 def test_re_elected_leader_keeps_delayed_produce_and_completes_it(brokers: Brokers) -> None:

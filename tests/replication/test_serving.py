@@ -86,18 +86,6 @@ def test_consumer_fetch_epoch_fencing_and_require_leader(brokers: Brokers) -> No
     assert fetch(leader, 0, require_leader=True).error == ErrorCode.NONE
 
 
-def test_parked_consumer_fetch_on_follower_completes_when_its_hw_moves(brokers: Brokers) -> None:
-    leader, follower, _ = setup(brokers)
-    ready = follower.handle(ConsumerFetch(50, 0, 1 << 20, min_bytes=1, max_wait_ms=1_000), now_ms=0)
-    assert ready.completions == ()
-    append(leader, b"a")
-    _, ready = fetch_round(leader, follower, now_ms=1)
-    assert ready.completions == (), "appended, but the follower's HW is still 0"
-    _, ready = fetch_round(leader, follower, now_ms=2)
-    result = only(ready.completions, FetchResult)
-    assert result.request_id == 50 and offsets(result.records) == [0]
-
-
 def test_list_offsets_earliest_latest_and_by_timestamp(brokers: Brokers) -> None:
     leader, follower, _ = setup(brokers)
     append(leader, b"a", timestamp_ms=100)

@@ -115,7 +115,7 @@ class ReplicationChecker:
             if isinstance(completion, FetchResult) and completion.request_id in consumer_requests:
                 self._check_served(topic_partition, broker_id, completion)
         for base_offset, tail in acked:
-            self._check_acked(topic_partition, base_offset, tail)
+            self.check_acked(topic_partition, base_offset, tail)
 
     def _apply_truncations(self, key: ReplicaKey, ready: Ready, progress: ReplicaProgress) -> None:
         """Move the replica's verified point back, and forget what a crash cut from it: after a
@@ -200,7 +200,7 @@ class ReplicationChecker:
                              header.partition_leader_epoch, batch, f"consumer of {broker_id}")
             self.consumed_batches += 1
 
-    def _check_acked(self, topic_partition: TopicPartition, base_offset: int, tail: bytes) -> None:
+    def check_acked(self, topic_partition: TopicPartition, base_offset: int, tail: bytes) -> None:
         history = self.histories[topic_partition]
         known = history.batches.get(base_offset)
         if known is None and self.is_excused(topic_partition, base_offset):

@@ -24,10 +24,11 @@ from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 
 TOPIC = "orders"
+LISTENER = "PLAINTEXT"
 
 
 def endpoints(broker_id: int) -> dict[str, str]:
-    return {"PLAINTEXT": f"broker-{broker_id}:9092"}
+    return {LISTENER: f"broker-{broker_id}:9092"}
 
 
 def incarnation_id(broker_id: int, incarnation: int) -> str:

@@ -2,8 +2,8 @@
 
 Broker <-> controller bodies wrap the controller's own request and response dataclasses
 (`controller/controller_api.py`) with a correlation id; broker <-> broker and client <-> broker
-bodies wrap the replication core's events and completions. Nothing is encoded: the simulator tests
-the cores, not the wire format.
+bodies wrap the broker core's sends, events and completions. Nothing is encoded: the simulator
+tests the cores, not the wire format.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.metadata import PartitionRegistration
-from replication.events import ConsumerFetch, FollowerFetch, ProduceRequest
-from replication.ready import FetchResult, FollowerFetchPosition, ProduceResult
+from controller.metadata import ClusterMetadata
+from replication.broker_events import FetchWait, ReplicaFetchAnswer
+from replication.broker_ready import ReplicaFetchSend
+from replication.events import ConsumerFetch, ProduceRequest
+from replication.ready import FetchResult, ProduceResult
 from storage.checkpoint import TopicPartition
 
 CONTROLLER_ID = 0
@@ -54,25 +56,25 @@ class MetadataFetch:
 
 @dataclass(frozen=True, slots=True)
 class MetadataAnswer:
+    """A copy of the controller's metadata as of its last record (the broker reads it, never the
+    controller's own object)."""
+
     correlation_id: int
-    offset: int
-    partitions: dict[TopicPartition, PartitionRegistration]
+    metadata: ClusterMetadata
 
 
 @dataclass(frozen=True, slots=True)
-class ReplicaFetchRequest:
-    correlation_id: int
-    topic_partition: TopicPartition
-    fetch: FollowerFetch
-    position: FollowerFetchPosition
+class ReplicaFetchMessage:
+    """A follower core's fetch, to its leader."""
+
+    send: ReplicaFetchSend
 
 
 @dataclass(frozen=True, slots=True)
-class ReplicaFetchAnswer:
-    correlation_id: int
-    topic_partition: TopicPartition
-    position: FollowerFetchPosition
-    result: FetchResult
+class ReplicaFetchReply:
+    """The leader core's answer, back to the follower."""
+
+    answer: ReplicaFetchAnswer
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ class ClientProduceAnswer:
 class ClientFetch:
     topic_partition: TopicPartition
     request: ConsumerFetch
+    wait: FetchWait
 
 
 @dataclass(frozen=True, slots=True)

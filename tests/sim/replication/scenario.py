@@ -13,12 +13,13 @@ import dataclasses
 from collections.abc import Callable
 
 from controller.metadata import PartitionRegistration
-from replication.events import AlterPartitionResponse, Event, MakeFollower, MakeLeader
-from replication.ready import FetchResult, ProduceResult, Ready, Truncated, TruncatedFully
+from replication.broker_ready import PartitionStep
+from replication.events import AlterPartitionResponse, MakeFollower, MakeLeader
+from replication.ready import FetchResult, ProduceResult, Truncated, TruncatedFully
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.records import iter_headers
-from tests.sim.replication.broker import Pending, SimBroker
+from tests.sim.replication.broker import SimBroker
 from tests.sim.replication.controller import TOPIC
 from tests.sim.replication.messages import CONTROLLER_ID, PRODUCER_ID
 from tests.sim.replication.options import ReplicationSimOptions
@@ -54,9 +55,9 @@ class Scenario(Simulation):
 
     # -- the story ---------------------------------------------------------------------------------
 
-    def observe(self, broker: SimBroker, topic_partition: TopicPartition, event: Event, ready: Ready,
-                requests: dict[int, Pending]) -> None:
-        super().observe(broker, topic_partition, event, ready, requests)
+    def observe(self, broker: SimBroker, step: PartitionStep) -> None:
+        super().observe(broker, step)
+        event, ready = step.event, step.ready
         name = f"broker {broker.broker_id}"
         if isinstance(event, MakeLeader | MakeFollower) and ready.leader_epoch == event.leader_epoch:
             role = "leader" if isinstance(event, MakeLeader) else f"follower of {event.leader_id}"

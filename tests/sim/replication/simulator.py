@@ -6,8 +6,9 @@ FoundationDB's simulation): one `random.Random(seed)` draws the options and then
 run — delays, drops, duplicates, partitions, crashes, restarts, pauses, torn writes, the workload —
 in the order events happen, so a seed replays exactly.
 
-Cast: three `SimBroker`s (real `storage` on a temp dir, /dev/shm when present; a `Partition` core
-per hosted partition), a `SimController` (the real `QuorumController`, committing at once), a
+Cast: three `SimBroker`s (real `storage` on a temp dir, /dev/shm when present; the node's own broker
+core, `ReplicaManager`, with a `Partition` core per hosted partition), a `SimController` (the real
+`QuorumController`, committing at once), a
 producer (acks=1 and acks=all, to the leader it believes in) and a consumer (reads from any replica,
 KIP-392). Messages go through `tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions
 over the brokers and the controller). Time is an integer of simulated ms in one event heap.
@@ -34,16 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from controller.metadata_records import NO_LEADER
+from replication.broker_events import FetchWait
+from replication.broker_ready import PartitionStep
 from replication.config import ReplicationConfig
-from replication.events import ConsumerFetch, Event, ProduceRequest
-from replication.ready import FetchResult, ProduceResult, Ready, Role
+from replication.events import ConsumerFetch, ProduceRequest, Tick
+from replication.ready import FetchResult, ProduceResult, Role
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values, iter_headers
 from tests.sim.disk import default_root
 from tests.sim.network import SimNetwork
-from tests.sim.replication.broker import Pending, SimBroker
+from tests.sim.replication.broker import SimBroker
 from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
 from tests.sim.replication.controller import TOPIC, SimController
 from tests.sim.replication.messages import (
@@ -60,8 +63,8 @@ from tests.sim.replication.messages import (
     Message,
     MetadataAnswer,
     MetadataFetch,
-    ReplicaFetchAnswer,
-    ReplicaFetchRequest,
+    ReplicaFetchMessage,
+    ReplicaFetchReply,
 )
 from tests.sim.replication.options import ReplicationSimOptions
 
@@ -77,7 +80,7 @@ PRODUCES_IN_FLIGHT_MAX = 8
 class Kind(IntEnum):
     DELIVER = 0
     DUTY = 1
-    PARTITION_TICK = 2
+    BROKER_TICK = 2
     CONTROLLER_TICK = 3
     PRODUCE = 4
     CONSUME = 5
@@ -194,34 +197,29 @@ class Simulation:
         for at_ms in self.network.delivery_times(message.source, message.destination, self.now_ms):
             self.schedule(at_ms, Kind.DELIVER, message)
 
-    def schedule_partition_tick(self, broker: SimBroker, topic_partition: TopicPartition, at_ms: int) -> None:
-        self.schedule(at_ms, Kind.PARTITION_TICK, (broker.broker_id, broker.incarnation, topic_partition, at_ms))
+    def schedule_broker_tick(self, broker: SimBroker, at_ms: int) -> None:
+        self.schedule(at_ms, Kind.BROKER_TICK, (broker.broker_id, broker.incarnation, at_ms))
 
-    def observe(self, broker: SimBroker, topic_partition: TopicPartition, event: Event, ready: Ready,
-                requests: dict[int, Pending]) -> None:
-        """Every Ready of every core: trace it, then check the replica that moved."""
+    def observe(self, broker: SimBroker, step: PartitionStep) -> None:
+        """Every partition step of every broker core: trace it, then check the replica that moved."""
+        topic_partition, event, ready = step.topic_partition, step.event, step.ready
         if self.trace_sink is not None:
             self.trace(f"b{broker.broker_id}.{broker.incarnation} {topic_partition} {describe(event)} -> "
                        f"{describe(ready)}")
-        consumer_requests = set()
-        acked = []
-        for completion in ready.completions:
-            pending = requests.get(completion.request_id)
-            if pending is None:
-                continue
-            if pending.kind == "consume":
-                consumer_requests.add(completion.request_id)
-            elif (pending.kind == "produce" and pending.acks == -1 and isinstance(completion, ProduceResult)
-                  and completion.error == ErrorCode.NONE):
-                acked.append((completion.base_offset, pending.records[TAIL:]))
+        consumer_requests = {event.request_id} if isinstance(event, ConsumerFetch) else set()
         partition = broker.partitions[topic_partition]
         key = (broker.broker_id, broker.incarnation, topic_partition)
-        self.checker.observe(key, partition.log, ready, consumer_requests, acked)
-        self.result.acked_all += len(acked)
+        self.checker.observe(key, partition.log, ready, consumer_requests, [])
         self.result.truncations += sum(1 for change in ready.log_changes if type(change).__name__ == "Truncated")
         if ready.role == Role.LEADER and self.last_leader.get(topic_partition) != broker.broker_id:
             self.last_leader[topic_partition] = broker.broker_id
             self.result.leader_changes += 1
+
+    def acked(self, broker: SimBroker, topic_partition: TopicPartition, result: ProduceResult,
+              records: bytes) -> None:
+        """An acks=all produce answered with success: it must be the committed batch there."""
+        self.checker.check_acked(topic_partition, result.base_offset, records[TAIL:])
+        self.result.acked_all += 1
 
     def _isr_of(self, topic_partition: TopicPartition) -> tuple[int, ...]:
         return self.controller.partition(topic_partition).isr
@@ -296,11 +294,11 @@ class Simulation:
             self._deliver(payload)
         elif kind == Kind.DUTY:
             self._duty(*payload)
-        elif kind == Kind.PARTITION_TICK:
-            broker_id, incarnation, topic_partition, at_ms = payload
+        elif kind == Kind.BROKER_TICK:
+            broker_id, incarnation, at_ms = payload
             broker = self.brokers[broker_id]
             if broker.up and broker.incarnation == incarnation and not self._paused(broker):
-                broker.partition_tick(topic_partition, at_ms)
+                broker.tick(at_ms)
         elif kind == Kind.CONTROLLER_TICK:
             self.controller.controller.tick(self.now_ms)
             self._answer_parked_metadata()
@@ -347,9 +345,9 @@ class Simulation:
             broker.on_controller_answer(body)
         elif isinstance(body, MetadataAnswer):
             broker.on_metadata(body)
-        elif isinstance(body, ReplicaFetchRequest):
+        elif isinstance(body, ReplicaFetchMessage):
             broker.on_replica_fetch(message.source, body)
-        elif isinstance(body, ReplicaFetchAnswer):
+        elif isinstance(body, ReplicaFetchReply):
             broker.on_replica_fetch_answer(body)
         else:
             broker.on_client(message.source, body)
@@ -368,8 +366,7 @@ class Simulation:
         self._answer_parked_metadata()
 
     def _answer_metadata(self, fetch: MetadataFetch) -> None:
-        answer = MetadataAnswer(fetch.correlation_id, self.controller.metadata.last_applied_offset,
-                                self.controller.partitions())
+        answer = MetadataAnswer(fetch.correlation_id, self.controller.metadata.copy())
         self.send(Message(CONTROLLER_ID, fetch.broker_id, answer))
 
     def _answer_parked_metadata(self) -> None:
@@ -431,10 +428,12 @@ class Simulation:
         state = self.controller.partition(topic_partition)
         replica = self.rng.choice(state.replicas)
         self.client_ids += 1
-        request = ConsumerFetch(self.client_ids, self.consumer_positions[topic_partition], self.rng.choice((200, 4000)),
-                                current_leader_epoch=state.leader_epoch if self.rng.random() < 0.3 else -1,
-                                min_bytes=self.rng.choice((0, 1)), max_wait_ms=self.rng.choice((0, 20)))
-        self.send(Message(CONSUMER_ID, replica, ClientFetch(topic_partition, request)))
+        max_bytes = self.rng.choice((200, 4000))
+        request = ConsumerFetch(self.client_ids, self.consumer_positions[topic_partition], max_bytes,
+                                current_leader_epoch=state.leader_epoch if self.rng.random() < 0.3 else -1)
+        wait = FetchWait(-1, min_bytes=self.rng.choice((0, 1)), max_wait_ms=self.rng.choice((0, 20)),
+                         max_bytes=max_bytes)
+        self.send(Message(CONSUMER_ID, replica, ClientFetch(topic_partition, request, wait)))
 
     def _to_client(self, body: Any) -> None:
         now_ms = self.now_ms
@@ -531,10 +530,9 @@ class Simulation:
         self.trace(f"resume broker {broker_id} with {len(held)} held messages")
         for message in held:
             self._deliver(message)
-        for topic_partition in sorted(broker.partitions):
-            broker.tick_at.pop(topic_partition, None)
-            if broker.up and topic_partition in broker.partitions:
-                broker.partition_tick(topic_partition, -1)
+        if broker.up:
+            broker.tick_at_ms = None
+            broker.step(Tick())
         self.schedule(self.now_ms, Kind.DUTY, (broker_id, incarnation))
 
     def _heal(self) -> None:
@@ -584,8 +582,11 @@ class Simulation:
             ends = set()
             for broker_id in state.replicas:
                 partition = self.brokers[broker_id].partitions.get(topic_partition)
-                if partition is None or partition.leader_epoch != state.leader_epoch:
-                    return f"{topic_partition}: broker {broker_id} is not at epoch {state.leader_epoch}"
+                if partition is None or (partition.leader_epoch, partition.partition_epoch) != (
+                    state.leader_epoch, state.partition_epoch
+                ):
+                    return (f"{topic_partition}: broker {broker_id} has not applied leader epoch "
+                            f"{state.leader_epoch}, partition epoch {state.partition_epoch}")
                 log = partition.log
                 if log.high_watermark != log.log_end_offset:
                     return f"{topic_partition}: broker {broker_id} HW {log.high_watermark} < LEO {log.log_end_offset}"

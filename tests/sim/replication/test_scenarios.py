@@ -33,14 +33,14 @@ broker 2: follower of 1 in epoch 2, ISR [1]
 broker 1: leader in epoch 2, ISR [1]
 broker 1: proposes ISR [1, 2]
 broker 1: AlterPartition answer NONE ISR [1, 2]
-broker 3: follower of 1 in epoch 2, ISR [1, 2]
 broker 2: follower of 1 in epoch 2, ISR [1, 2]
 broker 1: leader in epoch 2, ISR [1, 2]
+broker 3: follower of 1 in epoch 2, ISR [1, 2]
 broker 1: proposes ISR [1, 2, 3]
-broker 3: follower of 1 in epoch 2, ISR [1, 2, 3]
 broker 1: AlterPartition answer NONE ISR [1, 2, 3]
 broker 2: follower of 1 in epoch 2, ISR [1, 2, 3]
-broker 1: leader in epoch 2, ISR [1, 2, 3]""".splitlines()
+broker 1: leader in epoch 2, ISR [1, 2, 3]
+broker 3: follower of 1 in epoch 2, ISR [1, 2, 3]""".splitlines()
 
 
 def started(**overrides: object) -> Scenario:

@@ -71,7 +71,7 @@ def hosted_log_end_offset(broker: Broker) -> int:
 async def test_a_log_of_an_older_topic_of_the_same_name_is_deleted_and_a_fresh_log_copies_the_new_topic(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="node.replica_manager")
+    caplog.set_level(logging.INFO, logger="node.broker")
     old_topic_id, directory = await topic_with_records_then_follower_stopped(cluster)
     await cluster.delete_topic(TOPIC)
     await cluster.create_topic(TOPIC, REPLICAS)
@@ -84,7 +84,7 @@ async def test_a_log_of_an_older_topic_of_the_same_name_is_deleted_and_a_fresh_l
     restarted = await cluster.restart(FOLLOWER)
     assert restarted.hosts[TP].topic_id == new_topic_id
     assert PartitionMetadataFile(directory).read() == PartitionMetadata(0, new_topic_id)
-    assert f"deleting stray log {TP} of an older topic" in caplog.text
+    assert f"deleted the log of {TP} (stray: a log of an older topic" in caplog.text
     # The old records (offsets 0-2, leader epoch 0, like the new topic's first record) would pass
     # for the new topic's: the follower would keep old-0 at offset 0 where the leader has new-0.
     log = restarted.hosts[TP].partition.log

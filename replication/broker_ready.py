@@ -1,0 +1,113 @@
+"""The outputs of the broker core: `BrokerReady` and what it carries (frozen dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replication.events import Event
+from replication.ready import AlterPartitionProposal, Completion, FollowerFetchPosition, Ready
+from storage.checkpoint import TopicPartition
+
+NO_PREFERRED_READ_REPLICA = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIdAndEpoch:
+    """Where a partition's leader is, for an answer that sends the client elsewhere."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartAnswer:
+    """One partition's answer within a `ClientAnswer`: the partition core's completion (or the
+    broker's refusal in the same shape). `current_leader` is set with NOT_LEADER_OR_FOLLOWER,
+    FENCED_LEADER_EPOCH and UNKNOWN_LEADER_EPOCH when the metadata knows the partition (Kafka's
+    CurrentLeader, KIP-951); `preferred_read_replica` (KIP-392) tells a consumer to fetch from that
+    replica instead (the answer then has no records)."""
+
+    topic_partition: TopicPartition
+    result: Completion
+    current_leader: LeaderIdAndEpoch | None = None
+    preferred_read_replica: int = NO_PREFERRED_READ_REPLICA
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAnswer:
+    """The answer to `ClientRequest` `request_id`: one part per requested part, in request order."""
+
+    request_id: int
+    parts: tuple[PartAnswer, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchSend:
+    """A follower fetch to send to leader `leader_id` at `address` (its inter-broker endpoint), all
+    its partitions in one request (Kafka's FetchRequest with replica_id = this broker). The owner
+    hands the answer back as `ReplicaFetchAnswer(request_id, ...)`, or an error if there is none."""
+
+    request_id: int
+    leader_id: int
+    address: str
+    broker_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    positions: tuple[tuple[TopicPartition, FollowerFetchPosition], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionSend:
+    """A partition leader's ISR proposal for the active controller (Kafka's AlterPartition, one
+    partition per request). The owner hands the answer back as `AlterPartitionAnswer(request_id,
+    ...)`, REQUEST_TIMED_OUT if none comes."""
+
+    request_id: int
+    broker_epoch: int
+    topic_id: str
+    topic_partition: TopicPartition
+    proposal: AlterPartitionProposal
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStep:
+    """One step of a partition core inside this call: the event and its Ready (already performed by
+    the broker core). For observers: the simulator's checker, traces."""
+
+    topic_partition: TopicPartition
+    event: Event
+    ready: Ready
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedLog:
+    """A log this broker deleted, and why (for the operator's log)."""
+
+    topic_partition: TopicPartition
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerReady:
+    """The work one `ReplicaManager.handle` call hands back. Log writes are done already (the cores
+    write through `storage.Log`). The owner then, in this order:
+
+    1. sends each `alter_partitions` request to the active controller;
+    2. sends each `answers` entry to the client that asked (in order: a produce answer precedes the
+       fetches its append made answerable);
+    3. sends each `fetches` request to its leader;
+    4. asks for a `Tick` no later than `next_tick_ms` (None: no timer; ticking earlier is harmless).
+
+    `caught_up`: the last metadata given was applied: it includes this broker's current registration
+    (a broker serves clients only once it has been, and asks to be unfenced each time it is).
+    `deleted_logs`: logs this call deleted, and why (strays, replicas moved away), to be logged.
+    `steps`: every partition step of this call, for observers; the owner need not read them."""
+
+    caught_up: bool
+    steps: tuple[PartitionStep, ...] = ()
+    alter_partitions: tuple[AlterPartitionSend, ...] = ()
+    answers: tuple[ClientAnswer, ...] = ()
+    fetches: tuple[ReplicaFetchSend, ...] = ()
+    deleted_logs: tuple[DeletedLog, ...] = ()
+    next_tick_ms: int | None = None

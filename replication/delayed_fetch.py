@@ -1,0 +1,91 @@
+"""Delayed fetches: the one long poll of a Fetch request over its partitions (Kafka's DelayedFetch).
+
+The broker core reads every requested partition at once (a partition core never parks a read) and
+asks `is_answerable`: answer now if `min_bytes` are readable over the partitions, a partition has an
+error, a follower's fetch has news for it (the leader's HW passed the HW the follower sent, so the
+follower and the consumers it serves learn the HW without waiting `max_wait_ms`), a consumer is sent
+to its preferred replica (KIP-392), or the request does not wait. Otherwise the request parks in the
+`FetchPurgatory` until a partition it reads changes (log, HW, role or epoch: the core re-reads it
+then) or its deadline passes (answered with whatever is there). Nothing polls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from replication.broker_events import ClientRequest, FetchWait
+from replication.broker_ready import NO_PREFERRED_READ_REPLICA, PartAnswer
+from replication.events import FollowerFetch
+from replication.ready import FetchResult
+from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
+
+
+def is_answerable(request: ClientRequest, answers: Iterable[PartAnswer]) -> bool:
+    """Whether a Fetch whose partitions read as `answers` is answered now (see the module docstring)."""
+    wait = request.wait
+    assert wait is not None, f"request {request.request_id} is not a fetch"
+    total_bytes = 0
+    for (_, part), answer in zip(request.parts, answers, strict=True):
+        result = answer.result
+        assert isinstance(result, FetchResult), result
+        if result.error != ErrorCode.NONE or answer.preferred_read_replica != NO_PREFERRED_READ_REPLICA:
+            return True
+        if isinstance(part, FollowerFetch) and 0 <= part.high_watermark < result.high_watermark:
+            return True
+        total_bytes += len(result.records)
+    return total_bytes >= wait.min_bytes or wait.max_wait_ms <= 0
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedFetch:
+    """A Fetch waiting for data, news or its deadline."""
+
+    request: ClientRequest
+    deadline_ms: int
+
+    @property
+    def wait(self) -> FetchWait:
+        assert self.request.wait is not None
+        return self.request.wait
+
+    def reads(self, topic_partitions: set[TopicPartition]) -> bool:
+        return any(topic_partition in topic_partitions for topic_partition, _ in self.request.parts)
+
+
+class FetchPurgatory:
+    """The parked fetches of one broker, in arrival order; at most `capacity` (a fetch over it is
+    answered at once with what it read)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.parked: list[ParkedFetch] = []
+
+    def __len__(self) -> int:
+        return len(self.parked)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self.parked) >= self.capacity
+
+    def add(self, parked: ParkedFetch) -> None:
+        assert not self.is_full, f"{len(self.parked)} fetches parked >= {self.capacity}"
+        self.parked.append(parked)
+
+    def take(self, topic_partitions: set[TopicPartition], now_ms: int) -> list[ParkedFetch]:
+        """The fetches that read one of `topic_partitions` or whose deadline passed, taken out."""
+        taken: list[ParkedFetch] = []
+        kept: list[ParkedFetch] = []
+        for item in self.parked:
+            due = item.deadline_ms <= now_ms or item.reads(topic_partitions)
+            (taken if due else kept).append(item)
+        self.parked = kept
+        return taken
+
+    def take_all(self) -> list[ParkedFetch]:
+        taken, self.parked = self.parked, []
+        return taken
+
+    def next_deadline_ms(self) -> int | None:
+        return min((item.deadline_ms for item in self.parked), default=None)

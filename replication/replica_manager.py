@@ -1,0 +1,592 @@
+"""ReplicaManager: the broker core — every partition this broker hosts, kept in step with the metadata.
+
+Theory of operation
+-------------------
+Kafka's ReplicaManager (applyDelta, appendRecords, fetchMessages, the fetcher manager, the
+AlterPartition manager) as one deterministic state machine: every input goes through
+`handle(event, now_ms, wall_clock_ms)` and the answer is a `BrokerReady` (broker_ready.py says what
+the owner does with it, in which order). It opens, creates and deletes logs through the node's
+`LogManager` (synchronous storage, one owner), reads no clock, opens no socket, draws no random
+number. `node/` and the simulator drive the very same object.
+
+Metadata (`MetadataChanged`, Kafka's ReplicaManager.applyDelta), applied only once it includes this
+broker's own registration: every partition whose replicas include this broker gets a `Partition`
+core, stepped with `MakeLeader` or `MakeFollower` whenever its (leader_epoch, partition_epoch)
+changed. A hosted partition that left the metadata (topic deleted), no longer lists this broker, or
+belongs to an older topic of the same name is stopped and its log deleted; so is a log on disk that
+no partition here owns (a stray, left by a deletion while the broker was down), and one whose
+`partition.metadata` names another topic id (KIP-516). Strays go before any partition is applied,
+so a new topic never opens an old topic's log. Topic config changes reach the open logs.
+
+Requests (`ClientRequest`): each part goes to its partition's core with a fresh partition request
+id; the request is answered once every part is (an acks=all produce when the HW passes it). A part
+for a partition the metadata does not know is UNKNOWN_TOPIC_OR_PARTITION; one this broker does not
+host, NOT_LEADER_OR_FOLLOWER with the current leader. A Fetch is read at once over all its
+partitions and answered or parked (delayed_fetch.py); a parked fetch is re-read when a partition it
+reads changed in a step (log, HW, role, epoch) and answered at its deadline whatever it holds.
+KIP-392: a consumer that names its rack may be sent to a replica in it (replica_selector.py).
+
+Replication: the cores say whom to follow and when to back off; `ReplicaFetchers` (fetch_session.py)
+keeps one session per leader with at most one fetch in flight, built from the cores' positions when
+sent; each partition's answer goes back to its core. The leaders' AlterPartition proposals go out
+as `AlterPartitionSend` and their answers back to the proposing core.
+
+Time: `now_ms` is monotonic (timeouts, deadlines, backoffs); `wall_clock_ms` only reaches storage
+(record and segment timestamps, retention). Partition cores want ticks (`Ready.next_tick_ms`); the
+broker ticks those that are due on every call and asks its owner for the earliest next one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Iterator
+
+from replication.broker_events import (
+    AlterPartitionAnswer,
+    ClientRequest,
+    MetadataChanged,
+    ReplicaFetchAnswer,
+    Shutdown,
+)
+from replication.broker_ready import (
+    NO_PREFERRED_READ_REPLICA,
+    AlterPartitionSend,
+    BrokerReady,
+    ClientAnswer,
+    DeletedLog,
+    LeaderIdAndEpoch,
+    PartAnswer,
+    PartitionStep,
+    ReplicaFetchSend,
+)
+from replication.config import ReplicaManagerConfig
+from replication.delayed_fetch import FetchPurgatory, ParkedFetch, is_answerable
+from replication.events import (
+    NO_LEADER,
+    AlterPartitionResponse,
+    ConsumerFetch,
+    Event,
+    FetchResponseFromLeader,
+    FollowerFetch,
+    MakeFollower,
+    MakeLeader,
+    PartitionRequest,
+    RunRetention,
+    StopReplica,
+    Tick,
+    error_result,
+)
+from replication.fetch_session import FetchSession, InFlightFetch, ReplicaFetchers
+from replication.metadata_view import MetadataView, PartitionStateView
+from replication.partition import Partition
+from replication.ready import AlterPartitionProposal, Completion, FetchResult, Ready, Role
+from replication.replica_selector import preferred_read_replica
+from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
+from storage.log_manager import LogManager
+
+_CURRENT_LEADER_ERRORS = frozenset(
+    {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH}
+)
+ALTER_PARTITION_IN_FLIGHT_MAX = 10_000  # a proposal's answer lost in transit is forgotten past this
+
+
+@dataclasses.dataclass(slots=True)
+class HostedPartition:
+    """A partition core with what the broker keeps beside it: the topic id it was made for (a topic
+    deleted and created again under the same name is a new host) and the (leader_epoch,
+    partition_epoch) last stepped into it, so unchanged metadata is not stepped again."""
+
+    partition: Partition
+    topic_id: str
+    applied: tuple[int, int] | None = None
+    tick_at_ms: int | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class PendingRequest:
+    """A client request some of whose parts wait (acks=all produces, DeleteRecords)."""
+
+    request: ClientRequest
+    parts: list[PartAnswer | None]
+    remaining: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Outbox:
+    """The outputs of one `handle` call, collected as it runs."""
+
+    steps: list[PartitionStep] = dataclasses.field(default_factory=list)
+    alter_partitions: list[AlterPartitionSend] = dataclasses.field(default_factory=list)
+    answers: list[ClientAnswer] = dataclasses.field(default_factory=list)
+    fetches: list[ReplicaFetchSend] = dataclasses.field(default_factory=list)
+    deleted_logs: list[DeletedLog] = dataclasses.field(default_factory=list)
+    changed: set[TopicPartition] = dataclasses.field(default_factory=set)
+
+
+class ReplicaManager:
+    """The partitions of one broker (see the module docstring). One owner, no locks."""
+
+    def __init__(self, config: ReplicaManagerConfig, log_manager: LogManager, now_ms: int) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.log_manager = log_manager
+        self.hosted: dict[TopicPartition, HostedPartition] = {}
+        self.metadata: MetadataView | None = None
+        self.broker_epoch = -1
+        self.caught_up = False
+        self.stopped = False
+        self.now_ms = now_ms
+        self.wall_clock_ms = 0
+        self.fetchers = ReplicaFetchers()
+        self.purgatory = FetchPurgatory(config.replication.delayed_fetch_max)
+        self._pending: dict[int, PendingRequest] = {}
+        self._part_of: dict[int, tuple[int, int]] = {}  # partition request id -> (request id, part index)
+        self._alter_in_flight: dict[int, tuple[TopicPartition, HostedPartition, AlterPartitionProposal, int]] = {}
+        self._topic_configs: dict[str, dict[str, str]] = {}
+        self._ticks: list[tuple[int, TopicPartition]] = []  # heap; stale entries skipped
+        self._next_id = 0
+
+    # -- the entry point ---------------------------------------------------------------------------
+
+    def handle(self, event: object, now_ms: int, wall_clock_ms: int) -> BrokerReady:
+        """Apply one event at monotonic time `now_ms` (wall clock `wall_clock_ms`, for storage)."""
+        assert now_ms >= self.now_ms, f"time went back: {now_ms} < {self.now_ms} on broker {self.broker_id}"
+        self.now_ms = now_ms
+        self.wall_clock_ms = wall_clock_ms
+        out = _Outbox()
+        if isinstance(event, ClientRequest):
+            self._on_client_request(event, out)
+        elif isinstance(event, MetadataChanged):
+            self._on_metadata(event, out)
+        elif isinstance(event, ReplicaFetchAnswer):
+            self._on_replica_fetch_answer(event, out)
+        elif isinstance(event, AlterPartitionAnswer):
+            self._on_alter_partition_answer(event, out)
+        elif isinstance(event, RunRetention):
+            self._on_run_retention(out)
+        elif isinstance(event, Shutdown):
+            self._on_shutdown(out)
+        else:
+            assert isinstance(event, Tick), f"not a broker event: {event!r}"
+        if not self.stopped:
+            self._tick_due_partitions(out)
+            self._expire_fetches(out)
+            self._settle_fetches(out)
+            self._send_fetches(out)
+        self._check_invariants()
+        return BrokerReady(
+            caught_up=self.caught_up,
+            steps=tuple(out.steps),
+            alter_partitions=tuple(out.alter_partitions),
+            answers=tuple(out.answers),
+            fetches=tuple(out.fetches),
+            deleted_logs=tuple(out.deleted_logs),
+            next_tick_ms=None if self.stopped else self._next_tick_ms(),
+        )
+
+    def _check_invariants(self) -> None:
+        assert len(self.purgatory) <= self.purgatory.capacity, len(self.purgatory)
+        assert len(self._alter_in_flight) <= ALTER_PARTITION_IN_FLIGHT_MAX, len(self._alter_in_flight)
+        for topic_partition, leader_id in self.fetchers.leader_of.items():
+            assert topic_partition in self.hosted, f"{topic_partition} fetched from {leader_id} but not hosted"
+
+    def _next_id_value(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    # -- stepping one partition --------------------------------------------------------------------
+
+    def _step(self, topic_partition: TopicPartition, event: Event, out: _Outbox) -> Ready:
+        """Step one core and do what its Ready asks within the broker: completions to their requests,
+        proposals out, the fetch session and tick updated, the partition marked changed."""
+        hosted = self.hosted[topic_partition]
+        partition = hosted.partition
+        before = (partition.role, partition.leader_epoch)
+        ready = partition.handle(event, self.now_ms, self.wall_clock_ms)
+        out.steps.append(PartitionStep(topic_partition, event, ready))
+        if ready.log_changes or ready.high_watermark is not None or (ready.role, ready.leader_epoch) != before:
+            out.changed.add(topic_partition)
+        for proposal in ready.messages:
+            self._send_alter_partition(topic_partition, hosted, proposal, out)
+        for completion in ready.completions:
+            self._complete_part(completion, out)
+        self.fetchers.follow(topic_partition, NO_LEADER if ready.fetch is None else ready.fetch.leader_id)
+        if ready.fetch_backoff:
+            self.fetchers.back_off(topic_partition, self.now_ms + self.config.replica_fetch_backoff_ms)
+        hosted.tick_at_ms = ready.next_tick_ms
+        if ready.next_tick_ms is not None:
+            heapq.heappush(self._ticks, (ready.next_tick_ms, topic_partition))
+        return ready
+
+    def _tick_due_partitions(self, out: _Outbox) -> None:
+        """Tick each partition whose timer is due, once (its next timer waits for the next call)."""
+        due = set()
+        while self._ticks and self._ticks[0][0] <= self.now_ms:
+            at_ms, topic_partition = heapq.heappop(self._ticks)
+            hosted = self.hosted.get(topic_partition)
+            if hosted is not None and hosted.tick_at_ms == at_ms:
+                due.add(topic_partition)
+        for topic_partition in sorted(due):
+            if topic_partition in self.hosted:
+                self._step(topic_partition, Tick(), out)
+
+    def _next_tick_ms(self) -> int | None:
+        while self._ticks:
+            at_ms, topic_partition = self._ticks[0]
+            hosted = self.hosted.get(topic_partition)
+            if hosted is not None and hosted.tick_at_ms == at_ms:
+                break
+            heapq.heappop(self._ticks)
+        times = [
+            self._ticks[0][0] if self._ticks else None,
+            self.purgatory.next_deadline_ms(),
+            self.fetchers.next_time_ms(self.now_ms),
+        ]
+        return min((time for time in times if time is not None), default=None)
+
+    # -- metadata ----------------------------------------------------------------------------------
+
+    def _on_metadata(self, event: MetadataChanged, out: _Outbox) -> None:
+        self.metadata = event.metadata
+        self.broker_epoch = event.broker_epoch
+        metadata = event.metadata
+        if self.stopped or event.broker_epoch < 0 or metadata.metadata_offset < event.broker_epoch:
+            self.caught_up = False
+            return
+        wanted = self._wanted(metadata)
+        for topic_partition, hosted in sorted(self.hosted.items()):
+            entry = wanted.get(topic_partition)
+            if entry is None or entry[0] != hosted.topic_id:
+                self._stop_and_delete(topic_partition, out)
+        self._delete_stray_logs(wanted, out)
+        self._apply_topic_configs(metadata, {topic_partition.topic for topic_partition in wanted})
+        for topic_partition, (topic_id, state) in sorted(wanted.items()):
+            self._apply_partition(topic_partition, topic_id, state, out)
+        self.caught_up = True
+
+    def _wanted(self, metadata: MetadataView) -> dict[TopicPartition, tuple[str, PartitionStateView]]:
+        """Every partition with a replica on this broker, with its topic id and state."""
+        wanted = {}
+        for topic_id, index, state in metadata.all_partitions():
+            if self.broker_id in state.replicas:
+                name = metadata.topic_name(topic_id)
+                assert name is not None, f"partition {index} of unknown topic id {topic_id}"
+                wanted[TopicPartition(name, index)] = (topic_id, state)
+        return wanted
+
+    def _delete_stray_logs(self, wanted: dict[TopicPartition, tuple[str, PartitionStateView]],
+                           out: _Outbox) -> None:
+        """Delete the logs on disk that no partition assigned here owns, as Kafka's stray-log cleanup
+        does (KRaft `isStrayReplica`): those the metadata does not assign to this broker (a topic
+        deleted, or its replicas moved, while this broker was down), and those whose
+        `partition.metadata` names another topic id (deleted and created again under the same name
+        while this broker was down). A log without the file (written before topic ids) cannot be
+        told apart and is adopted by the current topic, as in Kafka. Safe only because metadata is
+        applied once it includes this broker's registration: everything decided before this process
+        started is known by then."""
+        for topic_partition, _ in list(self.log_manager):
+            entry = wanted.get(topic_partition)
+            stored_topic_id = self.log_manager.topic_id(topic_partition)
+            if entry is None:
+                reason = "not assigned to this broker in the metadata"
+            elif stored_topic_id is not None and stored_topic_id != entry[0]:
+                reason = (f"a log of an older topic of the same name (partition.metadata has topic id "
+                          f"{stored_topic_id}, the metadata {entry[0]})")
+            else:
+                continue
+            assert topic_partition not in self.hosted, f"{topic_partition} hosted with topic id {stored_topic_id}"
+            self.log_manager.delete_log(topic_partition)
+            out.deleted_logs.append(DeletedLog(topic_partition, f"stray: {reason}"))
+
+    def _apply_topic_configs(self, metadata: MetadataView, topics: set[str]) -> None:
+        for topic in sorted(topics):
+            configs = dict(metadata.topic_configs(topic))
+            if self._topic_configs.get(topic) != configs:
+                self._topic_configs[topic] = configs
+                self.log_manager.update_config(topic, self.log_manager.config_for(topic))
+        for topic in set(self._topic_configs) - topics:
+            del self._topic_configs[topic]
+
+    def _apply_partition(self, topic_partition: TopicPartition, topic_id: str, state: PartitionStateView,
+                         out: _Outbox) -> None:
+        hosted = self.hosted.get(topic_partition)
+        if hosted is None:
+            # Open or create the log under its topic id first (partition.metadata is written if
+            # absent); the core then finds it open. A log of another topic id was deleted as a stray.
+            self.log_manager.get_or_create_log(topic_partition, self.wall_clock_ms, topic_id)
+            partition = Partition(topic_partition, self.log_manager, self.broker_id, self.config.replication,
+                                  self.now_ms, self.wall_clock_ms)
+            hosted = self.hosted[topic_partition] = HostedPartition(partition, topic_id)
+        version = (state.leader_epoch, state.partition_epoch)
+        if hosted.applied == version:
+            return
+        hosted.applied = version
+        event: Event
+        if state.leader == self.broker_id:
+            event = MakeLeader(state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
+        else:
+            event = MakeFollower(state.leader, state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
+        self._step(topic_partition, event, out)
+
+    def _stop_and_delete(self, topic_partition: TopicPartition, out: _Outbox) -> None:
+        self._step(topic_partition, StopReplica(), out)
+        del self.hosted[topic_partition]
+        self.log_manager.delete_log(topic_partition)
+        out.deleted_logs.append(DeletedLog(topic_partition, "no longer assigned to this broker"))
+
+    # -- client requests ---------------------------------------------------------------------------
+
+    def _on_client_request(self, request: ClientRequest, out: _Outbox) -> None:
+        assert request.request_id not in self._pending, f"request id {request.request_id} reused"
+        if request.wait is not None:
+            self._on_fetch(request, out)
+            return
+        pending = PendingRequest(request, [None] * len(request.parts), len(request.parts))
+        self._pending[request.request_id] = pending
+        for index, (topic_partition, part) in enumerate(request.parts):
+            refused = self._refusal(topic_partition, part)
+            if refused is not None:
+                self._fill(pending, index, refused, out)
+                continue
+            part_id = self._next_id_value()
+            self._part_of[part_id] = (request.request_id, index)
+            self._step(topic_partition, dataclasses.replace(part, request_id=part_id), out)
+        if pending.remaining == 0 and request.request_id in self._pending:
+            self._finish(pending, out)
+
+    def _refusal(self, topic_partition: TopicPartition, part: PartitionRequest) -> PartAnswer | None:
+        """Why this broker cannot hand `part` to a core: the metadata has no such partition, or this
+        broker hosts no replica of it (or is stopping); None if it can."""
+        metadata = self.metadata
+        topic_id = None if metadata is None else metadata.topic_id(topic_partition.topic)
+        state = None if metadata is None or topic_id is None else metadata.partition(topic_id,
+                                                                                       topic_partition.partition)
+        if state is None:
+            offset = -1 if metadata is None else metadata.metadata_offset
+            message = (f"topic {topic_partition.topic!r} has no partition {topic_partition.partition} (metadata "
+                       f"offset {offset}); check the name, or create the topic")
+            return PartAnswer(topic_partition, error_result(part, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message))
+        if topic_partition in self.hosted and not self.stopped:
+            return None
+        message = (f"broker {self.broker_id} hosts no replica of {topic_partition} (replicas {list(state.replicas)}, "
+                   f"leader {state.leader}); refresh metadata")
+        return PartAnswer(topic_partition, error_result(part, ErrorCode.NOT_LEADER_OR_FOLLOWER, message),
+                          LeaderIdAndEpoch(state.leader, state.leader_epoch))
+
+    def _complete_part(self, completion: Completion, out: _Outbox) -> None:
+        """A partition core answered one part: file it; answer the request once every part is in."""
+        owner = self._part_of.pop(completion.request_id, None)
+        if owner is None:
+            return  # a fetch read: `_read` takes it from the Ready itself
+        request_id, index = owner
+        pending = self._pending[request_id]
+        topic_partition, _ = pending.request.parts[index]
+        self._fill(pending, index, self._answer_of(topic_partition, completion), out)
+
+    def _fill(self, pending: PendingRequest, index: int, answer: PartAnswer, out: _Outbox) -> None:
+        assert pending.parts[index] is None, f"part {index} of request {pending.request.request_id} answered twice"
+        pending.parts[index] = answer
+        pending.remaining -= 1
+        if pending.remaining == 0:
+            self._finish(pending, out)
+
+    def _finish(self, pending: PendingRequest, out: _Outbox) -> None:
+        del self._pending[pending.request.request_id]
+        parts = tuple(part for part in pending.parts if part is not None)
+        assert len(parts) == len(pending.request.parts), pending.request.request_id
+        out.answers.append(ClientAnswer(pending.request.request_id, parts))
+
+    def _answer_of(self, topic_partition: TopicPartition, completion: Completion) -> PartAnswer:
+        """A core's completion with the current leader attached where the client must go elsewhere."""
+        current_leader = None
+        if completion.error in _CURRENT_LEADER_ERRORS and self.metadata is not None:
+            topic_id = self.metadata.topic_id(topic_partition.topic)
+            state = None if topic_id is None else self.metadata.partition(topic_id, topic_partition.partition)
+            if state is not None:
+                current_leader = LeaderIdAndEpoch(state.leader, state.leader_epoch)
+        return PartAnswer(topic_partition, completion, current_leader)
+
+    # -- fetch (the long poll) ---------------------------------------------------------------------
+
+    def _on_fetch(self, request: ClientRequest, out: _Outbox) -> None:
+        answers = self._read(request, out)
+        wait = request.wait
+        assert wait is not None
+        if is_answerable(request, answers) or self.purgatory.is_full or self.stopped:
+            out.answers.append(ClientAnswer(request.request_id, tuple(answers)))
+            return
+        self.purgatory.add(ParkedFetch(request, self.now_ms + wait.max_wait_ms))
+
+    def _read(self, request: ClientRequest, out: _Outbox) -> list[PartAnswer]:
+        """Read every part of a Fetch once, at most `wait.max_bytes` over all of them."""
+        wait = request.wait
+        assert wait is not None
+        answers = []
+        bytes_left = wait.max_bytes
+        for topic_partition, part in request.parts:
+            assert isinstance(part, ConsumerFetch | FollowerFetch), part
+            answer = self._refusal(topic_partition, part)
+            if answer is None:
+                part_id = self._next_id_value()
+                event = dataclasses.replace(part, request_id=part_id, max_bytes=min(part.max_bytes,
+                                                                                    max(bytes_left, 0)))
+                ready = self._step(topic_partition, event, out)
+                result = next(item for item in ready.completions if item.request_id == part_id)
+                answer = self._answer_of(topic_partition, result)
+                if isinstance(part, ConsumerFetch) and result.error == ErrorCode.NONE:
+                    answer = self._maybe_redirect(topic_partition, answer, wait.rack_id)
+            assert isinstance(answer.result, FetchResult), answer
+            bytes_left -= len(answer.result.records)
+            answers.append(answer)
+        return answers
+
+    def _maybe_redirect(self, topic_partition: TopicPartition, answer: PartAnswer, rack_id: str) -> PartAnswer:
+        """KIP-392 on the leader: with a preferred replica the answer carries no records."""
+        partition = self.hosted[topic_partition].partition
+        if partition.role != Role.LEADER or self.metadata is None:
+            return answer
+        preferred = preferred_read_replica(self.metadata, self.broker_id, self.config.broker_rack, partition.isr,
+                                           rack_id)
+        if preferred == NO_PREFERRED_READ_REPLICA:
+            return answer
+        assert isinstance(answer.result, FetchResult)
+        return dataclasses.replace(answer, result=dataclasses.replace(answer.result, records=b""),
+                                   preferred_read_replica=preferred)
+
+    def _settle_fetches(self, out: _Outbox) -> None:
+        """Re-read the parked fetches whose partitions changed in this call, or whose time is up.
+        Re-reading a follower's fetch may move a leader's HW (a change of its own), so this repeats
+        until nothing new changed; each round answers or re-parks every fetch it took."""
+        for _ in range(len(self.purgatory) + 2):
+            changed, out.changed = out.changed, set()
+            taken = self.purgatory.take(changed, self.now_ms)
+            if not taken:
+                return
+            for item in taken:
+                answers = self._read(item.request, out)
+                if is_answerable(item.request, answers) or item.deadline_ms <= self.now_ms or self.stopped:
+                    out.answers.append(ClientAnswer(item.request.request_id, tuple(answers)))
+                else:
+                    self.purgatory.add(item)
+        raise AssertionError(f"parked fetches did not settle on broker {self.broker_id}")
+
+    # -- replica fetchers --------------------------------------------------------------------------
+
+    def _send_fetches(self, out: _Outbox) -> None:
+        """One fetch per leader with partitions due and nothing in flight."""
+        self.fetchers.drop_idle()
+        for leader_id, session in sorted(self.fetchers.sessions.items()):
+            if session.in_flight is not None:
+                continue
+            due = session.due(self.now_ms)
+            positions = []
+            for topic_partition in due:
+                position = self.hosted[topic_partition].partition.fetch_position()
+                assert position is not None and position.leader_id == leader_id, (topic_partition, position)
+                positions.append((topic_partition, position))
+            if not positions:
+                continue
+            address = self._leader_address(leader_id)
+            if address is None:
+                for topic_partition, _ in positions:
+                    self.fetchers.back_off(topic_partition, self.now_ms + self.config.replica_fetch_backoff_ms)
+                continue
+            request_id = self._next_id_value()
+            deadline_ms = self.now_ms + self.config.replica_fetch_timeout_ms
+            self.fetchers.sent(session, InFlightFetch(request_id, deadline_ms, tuple(positions)))
+            out.fetches.append(ReplicaFetchSend(
+                request_id=request_id,
+                leader_id=leader_id,
+                address=address,
+                broker_epoch=self.broker_epoch,
+                max_wait_ms=self.config.replica_fetch_wait_max_ms,
+                min_bytes=self.config.replica_fetch_min_bytes,
+                max_bytes=self.config.replica_fetch_response_max_bytes,
+                positions=tuple(positions),
+            ))
+
+    def _leader_address(self, leader_id: int) -> str | None:
+        broker = None if self.metadata is None else self.metadata.broker(leader_id)
+        return None if broker is None else broker.endpoints.get(self.config.inter_broker_listener_name)
+
+    def _on_replica_fetch_answer(self, answer: ReplicaFetchAnswer, out: _Outbox) -> None:
+        taken = self.fetchers.take_answer(answer.request_id)
+        if taken is None:
+            return  # late (given up at its deadline) or a duplicate
+        session, fetch = taken
+        if answer.error != ErrorCode.NONE:
+            self._back_off_all(session, fetch)
+            return
+        results = dict(answer.results)
+        for topic_partition, position in fetch.positions:
+            result = results.get(topic_partition)
+            if result is None or self.fetchers.leader_of.get(topic_partition) != session.leader_id:
+                continue  # not answered, or moved to another leader meanwhile
+            self._step(topic_partition, FetchResponseFromLeader.from_result(position, result), out)
+
+    def _expire_fetches(self, out: _Outbox) -> None:
+        for session, fetch in self.fetchers.take_expired(self.now_ms):
+            self._back_off_all(session, fetch)
+
+    def _back_off_all(self, session: FetchSession, fetch: InFlightFetch) -> None:
+        """The leader did not answer: every partition of the fetch waits `replica.fetch.backoff.ms`."""
+        until_ms = self.now_ms + self.config.replica_fetch_backoff_ms
+        for topic_partition, _ in fetch.positions:
+            if self.fetchers.leader_of.get(topic_partition) == session.leader_id:
+                self.fetchers.back_off(topic_partition, until_ms)
+
+    # -- AlterPartition ----------------------------------------------------------------------------
+
+    def _send_alter_partition(self, topic_partition: TopicPartition, hosted: HostedPartition,
+                              proposal: AlterPartitionProposal, out: _Outbox) -> None:
+        request_id = self._next_id_value()
+        self._expire_alter_partitions()
+        self._alter_in_flight[request_id] = (topic_partition, hosted, proposal, self.now_ms)
+        out.alter_partitions.append(AlterPartitionSend(request_id, self.broker_epoch, hosted.topic_id,
+                                                       topic_partition, proposal))
+
+    def _expire_alter_partitions(self) -> None:
+        """Forget the oldest proposals when the bound is reached: their answers were lost, and the
+        core resends unanswered proposals itself (`alter_partition_timeout_ms`)."""
+        while len(self._alter_in_flight) >= ALTER_PARTITION_IN_FLIGHT_MAX:
+            del self._alter_in_flight[next(iter(self._alter_in_flight))]
+
+    def _on_alter_partition_answer(self, answer: AlterPartitionAnswer, out: _Outbox) -> None:
+        entry = self._alter_in_flight.pop(answer.request_id, None)
+        if entry is None:
+            return
+        topic_partition, hosted, proposal, _ = entry
+        if self.hosted.get(topic_partition) is not hosted:
+            return  # stopped (or made anew) meanwhile
+        event = AlterPartitionResponse(proposal, answer.error, answer.leader_id, answer.leader_epoch,
+                                       answer.partition_epoch, answer.isr)
+        self._step(topic_partition, event, out)
+
+    # -- retention and shutdown --------------------------------------------------------------------
+
+    def _on_run_retention(self, out: _Outbox) -> None:
+        """Retention on the partitions this broker leads only: followers follow the leader's
+        logStartOffset (DESIGN §4)."""
+        for topic_partition, hosted in sorted(self.hosted.items()):
+            if hosted.partition.role == Role.LEADER:
+                self._step(topic_partition, RunRetention(), out)
+
+    def _on_shutdown(self, out: _Outbox) -> None:
+        for item in self.purgatory.take_all():
+            out.answers.append(ClientAnswer(item.request.request_id, tuple(self._read(item.request, out))))
+        self.stopped = True
+        for topic_partition in sorted(self.hosted):
+            self._step(topic_partition, StopReplica(), out)
+        self.hosted.clear()
+        self._ticks.clear()
+        self.fetchers.clear()
+        self._alter_in_flight.clear()
+        assert not self._pending, f"requests unanswered after shutdown: {sorted(self._pending)}"
+
+    # -- reads for tools, metrics and heartbeats ---------------------------------------------------
+
+    def partitions(self) -> Iterator[tuple[TopicPartition, Partition]]:
+        for topic_partition, hosted in sorted(self.hosted.items()):
+            yield topic_partition, hosted.partition

@@ -1,0 +1,260 @@
+"""The broker core (`ReplicaManager`): metadata to roles, requests over partitions, the one delayed
+fetch, the replica fetch sessions and their backoff, KIP-392, shutdown.
+
+Method: `CoreCluster` joins three cores and an instantly committing controller in memory; each test
+drives requests, `pump`s the queued sends and moves time by hand, then reads the answers and the
+cores' state. No event loop, no sockets, no clock."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from replication.broker_events import (
+    ClientRequest,
+    FetchWait,
+    MetadataChanged,
+    ReplicaFetchAnswer,
+    Shutdown,
+)
+from replication.broker_ready import ClientAnswer
+from replication.events import ConsumerFetch, FollowerFetch, ListOffsets, ProduceRequest
+from replication.ready import FetchResult, ProduceResult, Role
+from storage import log_segment
+from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
+from storage.records import build_batch_from_values, iter_headers
+from tests.replication.core_cluster import CoreCluster
+
+TOPIC = "orders"
+P0, P1, P2 = (TopicPartition(TOPIC, index) for index in range(3))
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[CoreCluster]:
+    cluster = CoreCluster(tmp_path)
+    yield cluster
+    cluster.close()
+
+
+def batch(*values: bytes) -> bytes:
+    return build_batch_from_values(list(values), timestamp_ms=1_000_000)
+
+
+_ids = iter(range(1, 1 << 30))
+
+
+def produce(cluster: CoreCluster, broker_id: int, records: bytes, acks: int = -1,
+            topic_partition: TopicPartition = P0) -> int:
+    request_id = next(_ids)
+    cluster.request(broker_id, ClientRequest(request_id, ((topic_partition, ProduceRequest(0, records, acks, 5_000)),)))
+    return request_id
+
+
+def consume(cluster: CoreCluster, broker_id: int, offsets: dict[TopicPartition, int], min_bytes: int = 0,
+            max_wait_ms: int = 0, rack_id: str = "") -> tuple[int, ClientAnswer | None]:
+    request_id = next(_ids)
+    parts = tuple((tp, ConsumerFetch(0, offset, 1 << 20)) for tp, offset in offsets.items())
+    answer = cluster.request(broker_id, ClientRequest(request_id, parts, FetchWait(-1, max_wait_ms, min_bytes,
+                                                                                   1 << 20, rack_id)))
+    return request_id, answer
+
+
+def only_result(answer: ClientAnswer | None) -> FetchResult | ProduceResult:
+    assert answer is not None and len(answer.parts) == 1, answer
+    result = answer.parts[0].result
+    assert isinstance(result, FetchResult | ProduceResult), result
+    return result
+
+
+def offsets_of(records: bytes) -> list[int]:
+    return [header.base_offset for _, header in iter_headers(records)]
+
+
+def test_metadata_makes_the_assigned_roles_and_only_after_the_registration(tmp_path: Path) -> None:
+    cluster = CoreCluster(tmp_path / "a")
+    try:
+        cluster.create_topic(TOPIC, {0: (1, 2, 3), 1: (2, 3, 1)})
+        assert cluster.partition(1, P0).role == Role.LEADER
+        assert cluster.partition(2, P0).role == Role.FOLLOWER
+        assert cluster.partition(2, P1).role == Role.LEADER
+        assert all(ready.caught_up for ready in cluster.brokers[1].readies)
+        late = cluster.brokers[3]
+        ready = late.core.handle(MetadataChanged(cluster.metadata, cluster.metadata.metadata_offset + 1), 1, 1)
+        assert ready.steps == (), "metadata older than the registration it names is not applied"
+    finally:
+        cluster.close()
+
+
+def test_acks_all_produce_is_answered_when_the_followers_have_fetched(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    request_id = produce(cluster, 1, batch(b"a", b"b"))
+    assert request_id not in cluster.brokers[1].answers, "acks=all waits for the ISR"
+    cluster.pump()
+    result = only_result(cluster.brokers[1].answers[request_id])
+    assert (result.error, result.base_offset) == (ErrorCode.NONE, 0)
+    assert [cluster.partition(b, P0).log.high_watermark for b in (1, 2, 3)] >= [2, 0, 0]
+
+
+def test_unknown_partition_and_unhosted_partition_say_where_to_go(tmp_path: Path) -> None:
+    cluster = CoreCluster(tmp_path)
+    try:
+        cluster.create_topic(TOPIC, {0: (1, 2)})
+        answer = cluster.request(3, ClientRequest(next(_ids), ((P0, ProduceRequest(0, batch(b"a"), 1, 100)),)))
+        assert answer is not None
+        part = answer.parts[0]
+        assert part.result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert part.current_leader is not None and part.current_leader.leader_id == 1
+        answer = cluster.request(1, ClientRequest(next(_ids), ((P2, ListOffsets(0, -1)),)))
+        assert answer is not None and answer.parts[0].result.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        cluster.close()
+
+
+def test_a_request_over_partitions_is_answered_once_all_parts_are_in_request_order(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3), 1: (1, 3, 2)})
+    request_id = next(_ids)
+    parts = ((P1, ProduceRequest(0, batch(b"x"), -1, 5_000)), (TopicPartition("nope", 0), ProduceRequest(
+        0, batch(b"y"), -1, 5_000)), (P0, ProduceRequest(0, batch(b"z"), 1, 5_000)))
+    assert cluster.request(1, ClientRequest(request_id, parts)) is None
+    cluster.pump()
+    answer = cluster.brokers[1].answers[request_id]
+    assert [(part.topic_partition, part.result.error) for part in answer.parts] == [
+        (P1, ErrorCode.NONE), (TopicPartition("nope", 0), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), (P0, ErrorCode.NONE)]
+
+
+def test_consumer_long_poll_is_answered_by_the_produce_that_gives_it_data(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    request_id, answer = consume(cluster, 1, {P0: 0}, min_bytes=1, max_wait_ms=10_000)
+    assert answer is None, "nothing to read yet: parked"
+    produce(cluster, 1, batch(b"a"))
+    cluster.pump()
+    result = only_result(cluster.brokers[1].answers[request_id])
+    assert isinstance(result, FetchResult) and offsets_of(result.records) == [0]
+
+
+def test_consumer_long_poll_is_answered_empty_at_its_deadline(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    request_id, answer = consume(cluster, 2, {P0: 0}, min_bytes=1, max_wait_ms=300)
+    assert answer is None
+    ready = cluster.brokers[2].readies[-1]
+    assert ready.next_tick_ms is not None and ready.next_tick_ms <= cluster.now_ms + 300
+    cluster.advance(299)
+    assert request_id not in cluster.brokers[2].answers
+    cluster.advance(1)
+    result = only_result(cluster.brokers[2].answers[request_id])
+    assert (result.error, result.records) == (ErrorCode.NONE, b"")
+
+
+def test_follower_fetch_with_news_is_answered_when_the_leader_hw_passes_the_followers(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2)})
+    produce(cluster, 1, batch(b"a"), acks=1)
+    request_id = next(_ids)
+    part = FollowerFetch(0, 2, fetch_offset=1, last_fetched_epoch=0, log_start_offset=0, current_leader_epoch=0,
+                         max_bytes=1 << 20, broker_epoch=cluster.brokers[2].broker_epoch, high_watermark=0)
+    answer = cluster.request(1, ClientRequest(request_id, ((P0, part),), FetchWait(2, 10_000, 1, 1 << 20)))
+    assert answer is not None, "broker 2 fetching at the leader's LEO moves the HW to 1 > its HW 0: news at once"
+    result = only_result(answer)
+    assert isinstance(result, FetchResult) and (result.high_watermark, result.records) == (1, b"")
+
+
+def test_one_fetch_session_per_leader_carries_all_its_partitions(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3), 1: (1, 3, 2), 2: (3, 2, 1)})
+    cluster.pump()
+    core = cluster.brokers[2].core
+    assert sorted(core.fetchers.sessions) == [1, 3]
+    assert sorted(core.fetchers.sessions[1].backoff_until_ms) == [P0, P1]
+    sends = [send for ready in cluster.brokers[2].readies for send in ready.fetches if send.leader_id == 1]
+    assert any(sorted(tp for tp, _ in send.positions) == [P0, P1] for send in sends)
+
+
+def test_unanswered_fetch_times_out_backs_off_and_a_late_answer_is_dropped(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2)})
+    cluster.cut.add(1)
+    cluster.pump()
+    session = cluster.brokers[2].core.fetchers.sessions[1]
+    in_flight = session.in_flight
+    assert in_flight is not None
+    timeout_ms = cluster.brokers[2].core.config.replica_fetch_timeout_ms
+    cluster.advance(timeout_ms)
+    assert session.in_flight is None
+    assert session.backoff_until_ms[P0] == cluster.now_ms + 50
+    ready = cluster.step(2, ReplicaFetchAnswer(in_flight.request_id, ((P0, FetchResult(-1, ErrorCode.NONE, batch(
+        b"late"), 1, 0, 1)),)))
+    assert ready.steps == (), "a late answer reaches no core"
+    cluster.cut.clear()
+    cluster.advance(49)
+    assert cluster.brokers[2].readies[-1].fetches == (), "still backing off"
+    cluster.advance(1)
+    assert [send.leader_id for send in cluster.brokers[2].readies[-1].fetches] == [1], "fetches again after it"
+
+
+def test_error_answer_backs_off_that_partition_only(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2), 1: (1, 2)})
+    cluster.pump()
+    session = cluster.brokers[2].core.fetchers.sessions[1]
+    in_flight = session.in_flight
+    assert in_flight is not None
+    cluster.queue.clear()
+    results = ((P0, FetchResult(-1, ErrorCode.UNKNOWN_SERVER_ERROR)), (P1, FetchResult(-1, ErrorCode.NONE, b"", 0, 0,
+                                                                                       0)))
+    cluster.step(2, ReplicaFetchAnswer(in_flight.request_id, results))
+    assert session.backoff_until_ms == {P0: cluster.now_ms + 50, P1: 0}
+    assert session.in_flight is not None and [tp for tp, _ in session.in_flight.positions] == [P1]
+
+
+def test_follower_that_cannot_append_backs_off_then_catches_up(cluster: CoreCluster,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk on the follower: the answer's records cannot be appended; the partition waits out
+    the backoff instead of refetching at once (the core says so in its Ready, not in its internals)."""
+    cluster.create_topic(TOPIC, {0: (1, 2)})
+    produce(cluster, 1, batch(b"a"), acks=1)
+    real_pwritev = os.pwritev
+    full = {"on": True}
+
+    def pwritev(fd: int, buffers: object, offset: int) -> int:
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwritev(fd, buffers, offset)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(log_segment.os, "pwritev", pwritev)
+    cluster.pump()
+    session = cluster.brokers[2].core.fetchers.sessions[1]
+    assert session.backoff_until_ms[P0] > cluster.now_ms
+    assert cluster.partition(2, P0).log.log_end_offset == 0
+    full["on"] = False
+    cluster.advance(50)
+    cluster.pump()
+    assert cluster.partition(2, P0).log.log_end_offset == 1
+
+
+def test_consumer_in_another_rack_is_sent_to_a_replica_there(tmp_path: Path) -> None:
+    cluster = CoreCluster(tmp_path, racks={1: "a", 2: "b", 3: "c"})
+    try:
+        cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+        produce(cluster, 1, batch(b"a"))
+        cluster.pump()
+        _, answer = consume(cluster, 1, {P0: 0}, rack_id="b")
+        assert answer is not None and answer.parts[0].preferred_read_replica == 2
+        assert only_result(answer).records == b""
+        _, answer = consume(cluster, 1, {P0: 0}, rack_id="a")
+        assert answer is not None and answer.parts[0].preferred_read_replica == -1
+    finally:
+        cluster.close()
+
+
+def test_shutdown_answers_parked_fetches_and_produces(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    fetch_id, _ = consume(cluster, 1, {P0: 0}, min_bytes=1, max_wait_ms=10_000)
+    cluster.cut.update({2, 3})
+    produce_id = produce(cluster, 1, batch(b"a"))
+    cluster.pump()
+    ready = cluster.step(1, Shutdown())
+    answers = {answer.request_id: answer for answer in ready.answers}
+    assert only_result(answers[produce_id]).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetch_id in answers or fetch_id in cluster.brokers[1].answers
+    assert ready.next_tick_ms is None
