@@ -7,9 +7,10 @@ Sources, later ones winning (`load_config`):
 3. explicit overrides (`tributary-node --override key=value`).
 
 Keys are parsed by the module that owns them, never twice: `controller.quorum.*` and
-`metadata.log.*` by `QuorumConfig.from_properties`; the topic defaults (`log.segment.bytes`,
-`log.retention.hours`, `message.max.bytes`, ...) are Kafka's broker synonyms of `LogConfig`'s
-topic keys and are handed to `LogConfig.from_properties`; the node's own keys are in `_NODE_KEYS`.
+`metadata.log.*` (but `metadata.log.dir`, the node's own) by `QuorumConfig.from_properties`; the
+topic defaults (`log.segment.bytes`, `log.retention.hours`, `message.max.bytes`, ...) are Kafka's
+broker synonyms of `LogConfig`'s topic keys and are handed to `LogConfig.from_properties`; the
+node's own keys are in `_NODE_KEYS`.
 Every bad value raises `ConfigException` naming the key, the value and what is allowed.
 
 Unknown keys are not errors (Kafka logs "supplied but isn't a known config" and carries on, so
@@ -39,6 +40,7 @@ ENV_PREFIX = "TRIBUTARY_"
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
 DEFAULT_LOG_DIR = "/tmp/kafka-logs"  # Kafka's `log.dir` default; `log.dirs` falls back to it
 _QUORUM_PREFIXES = ("controller.quorum.", "metadata.log.")
+METADATA_LOG_DIR_KEY = "metadata.log.dir"  # Kafka's; under a quorum prefix, but the node's own key
 _LISTENER_PATTERN = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(\d+)")
 _CLUSTER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 _UNROUTABLE_HOSTS = frozenset({"", "0.0.0.0", "[::]"})
@@ -140,7 +142,7 @@ _TIME_UNIT_SYNONYMS: dict[str, tuple[tuple[str, int, int], ...]] = {
 }
 _SPECIAL_KEYS = frozenset({
     "node.id", "process.roles", "listeners", "advertised.listeners", "inter.broker.listener.name",
-    "controller.quorum.voters", "log.dirs", "log.dir", "cluster.id", "broker.rack",
+    "controller.quorum.voters", "log.dirs", "log.dir", "cluster.id", "broker.rack", METADATA_LOG_DIR_KEY,
 })
 KNOWN_KEYS = frozenset(
     _SPECIAL_KEYS | set(_NODE_KEYS) | set(TOPIC_DEFAULT_SYNONYMS)
@@ -159,6 +161,7 @@ class NodeConfig:
     advertised_listeners: tuple[Endpoint, ...]
     inter_broker_listener_name: str
     log_dirs: tuple[Path, ...]
+    metadata_log_dir: Path
     cluster_id: str
     broker_rack: str | None
     broker_heartbeat_interval_ms: int
@@ -199,13 +202,15 @@ class NodeConfig:
         scalars = {
             key.replace(".", "_"): _parse_scalar(key, properties.get(key), spec) for key, spec in _NODE_KEYS.items()
         }
+        log_dirs = _parse_log_dirs(properties)
         config = cls(
             node_id=node_id,
             process_roles=roles,
             listeners=listeners,
             advertised_listeners=advertised,
             inter_broker_listener_name=_parse_inter_broker_listener(properties, listeners, advertised),
-            log_dirs=_parse_log_dirs(properties),
+            log_dirs=log_dirs,
+            metadata_log_dir=_parse_metadata_log_dir(properties, log_dirs),
             cluster_id=_parse_cluster_id(properties, quorum),
             broker_rack=_parse_rack(properties.get("broker.rack")),
             quorum=quorum,
@@ -240,6 +245,14 @@ class NodeConfig:
     @property
     def is_controller(self) -> bool:
         return ProcessRole.CONTROLLER in self.process_roles
+
+    @property
+    def data_dirs(self) -> tuple[Path, ...]:
+        """Every directory this node keeps data in: `log.dirs`, then `metadata.log.dir` when it is
+        not one of them. Each carries meta.properties (Kafka's `kafka-storage format` formats them all)."""
+        if self.metadata_log_dir in self.log_dirs:
+            return self.log_dirs
+        return (*self.log_dirs, self.metadata_log_dir)
 
     def listener(self, name: str) -> Endpoint:
         """The listener `name` (as configured, to bind to); KeyError names the known ones."""
@@ -464,7 +477,8 @@ def _parse_inter_broker_listener(properties: Mapping[str, str], listeners: tuple
 
 
 def _parse_quorum(properties: Mapping[str, str]) -> QuorumConfig:
-    quorum_properties = {key: value for key, value in properties.items() if key.startswith(_QUORUM_PREFIXES)}
+    quorum_properties = {key: value for key, value in properties.items()
+                         if key.startswith(_QUORUM_PREFIXES) and key != METADATA_LOG_DIR_KEY}
     try:
         return QuorumConfig.from_properties(quorum_properties)
     except QuorumConfigError as error:
@@ -500,6 +514,18 @@ def _parse_log_dirs(properties: Mapping[str, str]) -> tuple[Path, ...]:
     if len(set(directories)) != len(directories):
         raise ConfigException(f"{key}={raw!r} names a directory twice")
     return tuple(Path(directory) for directory in directories)
+
+
+def _parse_metadata_log_dir(properties: Mapping[str, str], log_dirs: tuple[Path, ...]) -> Path:
+    """Kafka's `metadata.log.dir`: where the metadata log lives; the first log dir when unset. A
+    controller-only node keeps nothing else, so this is its one data directory that matters."""
+    raw = properties.get(METADATA_LOG_DIR_KEY)
+    if raw is None:
+        return log_dirs[0]
+    if not raw.strip() or "," in raw:
+        raise ConfigException(f"{METADATA_LOG_DIR_KEY}={raw!r} must name one directory; remove the key to use the "
+                              "first of log.dirs")
+    return Path(raw.strip())
 
 
 def _parse_cluster_id(properties: Mapping[str, str], quorum: QuorumConfig) -> str:

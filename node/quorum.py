@@ -150,7 +150,7 @@ class QuorumService:
     async def start(self) -> None:
         """Open the metadata log and the quorum state, restore the latest snapshot, start the owner."""
         assert self._driver is None, f"node {self.config.node_id}: quorum service started twice"
-        directory = self.config.log_dirs[0] / METADATA_LOG_DIR
+        directory = self.config.metadata_log_dir / METADATA_LOG_DIR
         directory.mkdir(parents=True, exist_ok=True)
         now_ms = self._now()
         # The metadata log keeps no recovery point, so it is always re-validated: it is small.

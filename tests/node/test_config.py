@@ -141,6 +141,17 @@ def test_voter_address_and_roles() -> None:
     assert broker.is_broker and not broker.is_controller
 
 
+def test_the_metadata_log_dir_is_the_first_log_dir_unless_metadata_log_dir_names_another() -> None:
+    config = config_of(**{"log.dirs": "/data/a,/data/b"})
+    assert config.metadata_log_dir == Path("/data/a")
+    assert config.data_dirs == (Path("/data/a"), Path("/data/b"))
+    assert config.quorum_config() == QuorumConfig.from_properties({"controller.quorum.voters": VOTERS})
+    separate = config_of(**{"log.dirs": "/data/a", "metadata.log.dir": "/meta"})
+    assert separate.metadata_log_dir == Path("/meta")
+    assert separate.data_dirs == (Path("/data/a"), Path("/meta"))
+    assert separate.unused_keys == ()
+
+
 def test_cluster_id_is_derived_from_the_voters_alike_on_every_node() -> None:
     one, two = config_of(), config_of(**{"node.id": "2"})
     assert one.cluster_id == two.cluster_id
@@ -189,6 +200,8 @@ def test_unknown_keys_are_reported_not_fatal() -> None:
         ({"process.roles": "broker"}, r"node.id=1 is in controller.quorum.voters=.*no controller"),
         ({"log.dirs": " , "}, r"log.dirs=' , ' names no directory"),
         ({"log.dirs": "/a,/a"}, r"log.dirs='/a,/a' names a directory twice"),
+        ({"metadata.log.dir": "/a,/b"}, r"metadata.log.dir='/a,/b' must name one directory"),
+        ({"metadata.log.dir": " "}, r"metadata.log.dir=' ' must name one directory"),
         ({"cluster.id": "a b"}, r"cluster.id='a b' must be .*A-Z a-z 0-9 _ -"),
         ({"broker.rack": " "}, r"broker.rack is empty"),
         ({"num.partitions": "0"}, r"num.partitions=0 is outside the allowed range \[1, 2147483647\]"),
