@@ -1,11 +1,20 @@
-"""Node: one process's parts wired together — config, quorum service, broker, group offsets, HTTP.
+"""Node: one process's parts wired together by `process.roles` — config, quorum service, broker,
+group offsets, HTTP.
 
-Start order: claim the log dirs (meta.properties: refuse a dir of another cluster), open the logs
-(storage recovery), listen (peers need the Raft route before anyone can be elected), start the
-quorum, then the broker (it registers with the active controller). Client requests are refused
-(503 BROKER_NOT_AVAILABLE) until the broker has applied the metadata up to its registration, as
-a Kafka broker opens its client listeners only after that catch-up: a restarted node would
-otherwise answer from the metadata it had when it stopped. Stop order is the reverse; a
+Roles (KRaft). Every node runs the quorum service: a controller is a Raft voter and, while it
+leads, the active controller; a broker-only node follows the metadata log as an observer. Only a
+broker opens its partition logs, registers, hosts partitions and keeps group offsets; a
+controller-only node keeps just its metadata log (in `metadata.log.dir`) and serves what Kafka's
+controller listener serves: Raft, the broker-to-controller requests and topic admin (answered as
+the active controller or forwarded to it). It refuses every other request with 503
+BROKER_NOT_AVAILABLE naming the brokers to use, which a client takes as "ask another node".
+
+Start order: claim the data dirs (meta.properties: refuse a dir of another cluster), open the
+logs (storage recovery), listen (peers need the Raft route before anyone can be elected), start
+the quorum, then the broker (it registers with the active controller). Client requests are
+refused (503 BROKER_NOT_AVAILABLE) until the broker has applied the metadata up to its
+registration, as a Kafka broker opens its client listeners only after that catch-up: a restarted
+node would otherwise answer from the metadata it had when it stopped. Stop order is the reverse; a
 controlled stop first moves leadership away through the controller.
 """
 
@@ -29,7 +38,7 @@ from node.config import NodeConfig
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.quorum import QuorumService
-from node.server import NotServingYet, build_app
+from node.server import NotABroker, NotServingYet, build_app
 from storage import meta_properties
 from storage.config import LogConfig
 from storage.log_manager import LogManager
@@ -72,8 +81,20 @@ class Node:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        for log_dir in self.config.log_dirs:
-            meta_properties.ensure(Path(log_dir), self.config.node_id, self.config.cluster_id)
+        for data_dir in self.config.data_dirs:
+            meta_properties.ensure(Path(data_dir), self.config.node_id, self.config.cluster_id)
+        if self.config.is_broker:
+            self._make_broker()
+        self._runner = web.AppRunner(build_app(self), access_log=None)
+        await self._runner.setup()
+        for host, port in self.config.listener_binds():
+            await web.TCPSite(self._runner, host, port).start()
+        await self.quorum.start()
+        if self.broker is not None:
+            await self.broker.start()
+
+    def _make_broker(self) -> None:
+        """The broker's parts: its partition logs (storage recovery runs here), the broker, group offsets."""
         self.log_manager = LogManager([Path(d) for d in self.config.log_dirs], self._log_config, self.clock(),
                                       skip_topics=frozenset({METADATA_TOPIC}))
         self.broker = Broker(self.config.broker_settings(), self.quorum, self.connections, self.monotonic_clock,
@@ -83,12 +104,6 @@ class Node:
             self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self._forward,
             self._create_offsets_topic, self.clock, self.config.request_timeout_ms,
         )
-        self._runner = web.AppRunner(build_app(self), access_log=None)
-        await self._runner.setup()
-        for host, port in self.config.listener_binds():
-            await web.TCPSite(self._runner, host, port).start()
-        await self.quorum.start()
-        await self.broker.start()
 
     async def stop(self, controlled: bool) -> None:
         if self.broker is not None:
@@ -105,15 +120,11 @@ class Node:
 
     async def dispatch(self, api: Api, message: Any, listener: str) -> Any:
         """The answer to one decoded request that arrived on `listener`."""
+        self._check_served(api, listener)
+        if api in NODE_TO_NODE_APIS or api in CONTROLLER_ADMIN_APIS:
+            return await self._dispatch_to_quorum(api, message)
         broker = self.broker
-        assert broker is not None, "routes are served only after the broker exists (start)"
-        if not (broker.is_caught_up or api in NODE_TO_NODE_APIS or (
-                api in CONTROLLER_ADMIN_APIS and self.quorum.active_controller_id == self.config.node_id)):
-            raise NotServingYet(
-                f"node {self.config.node_id} is starting: it has not yet caught up with the metadata log "
-                f"(applied up to offset {self.quorum.metadata_offset}, its registration not yet among it); "
-                f"ask another node, or retry when its /health says broker_unfenced"
-            )
+        assert broker is not None, f"{api.value} passed the role check on a node without a broker"
         match api:
             case Api.PRODUCE:
                 return await broker.produce(message)
@@ -132,18 +143,53 @@ class Node:
                                                self.quorum.active_controller_id)
             case Api.DESCRIBE_CONFIGS:
                 return admin.describe_configs(self.quorum.metadata, message, self.config.log_config())
-            case Api.CREATE_TOPICS | Api.DELETE_TOPICS | Api.INCREMENTAL_ALTER_CONFIGS:
-                timeout_ms = getattr(message, "timeout_ms", self.config.request_timeout_ms)
-                return await self.quorum.controller_request(message, timeout_ms)
             case Api.OFFSET_COMMIT:
                 assert self.group_offsets is not None
                 return await self.group_offsets.commit(message)
             case Api.OFFSET_FETCH:
                 assert self.group_offsets is not None
                 return await self.group_offsets.fetch(message)
+        raise AssertionError(f"no handler for {api.value}")
+
+    def _check_served(self, api: Api, listener: str) -> None:
+        """Raise NotABroker or NotServingYet when this node does not serve `api`, or not yet."""
+        if api in NODE_TO_NODE_APIS:
+            return
+        if not self.config.is_broker:
+            # A controller-only node: topic admin runs on the active controller, here or forwarded.
+            if api in CONTROLLER_ADMIN_APIS:
+                return
+            raise NotABroker(self._not_a_broker_message(api, listener))
+        broker = self.broker
+        assert broker is not None, "a broker's routes are served only after it exists (start)"
+        if broker.is_caught_up or (api in CONTROLLER_ADMIN_APIS
+                                   and self.quorum.active_controller_id == self.config.node_id):
+            return
+        raise NotServingYet(
+            f"node {self.config.node_id} is starting: it has not yet caught up with the metadata log "
+            f"(applied up to offset {self.quorum.metadata_offset}, its registration not yet among it); "
+            f"ask another node, or retry when its /health says broker_unfenced"
+        )
+
+    def _not_a_broker_message(self, api: Api, listener: str) -> str:
+        """Why a controller-only node refuses `api`, and the brokers to ask instead (their addresses
+        on `listener`, from this node's metadata)."""
+        addresses = [broker.endpoints[listener] for broker in self.quorum.metadata.brokers()
+                     if not broker.fenced and listener in broker.endpoints]
+        where = (f"send it to a broker: {', '.join(addresses)}" if addresses
+                 else "no broker is registered and unfenced yet; start nodes with process.roles=broker")
+        return (f"node {self.config.node_id} is a controller only (process.roles=controller): it hosts no "
+                f"partitions and serves no {api.value} requests; {where}")
+
+    async def _dispatch_to_quorum(self, api: Api, message: Any) -> Any:
+        """Raft, the broker-to-controller requests and topic admin: the quorum service's."""
+        match api:
             case Api.RAFT:
                 await self.quorum.handle_raft(message)
                 return Envelope("Ack", {})
+            case Api.CREATE_TOPICS | Api.DELETE_TOPICS | Api.INCREMENTAL_ALTER_CONFIGS:
+                timeout_ms = getattr(message, "timeout_ms", self.config.request_timeout_ms)
+                return await self.quorum.controller_request(message, timeout_ms)
             case _:
                 return await self.quorum.handle_controller(api, message)
 
@@ -183,19 +229,23 @@ class Node:
     # ---- health and metrics --------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """Healthy: the quorum service runs and knows its leader, and the broker is registered and
-        unfenced within its session."""
+        """Healthy: the quorum service runs and knows its leader, and (a broker) the broker is
+        registered and unfenced within its session. A controller-only node has no broker part."""
         leader = self.quorum.active_controller_id
-        registered = self.broker is not None and self.broker.is_unfenced
         following = self.quorum.is_running
-        return {
-            "healthy": leader is not None and registered and following,
+        status: dict[str, Any] = {
+            "healthy": leader is not None and following,
             "node_id": self.config.node_id,
+            "process_roles": sorted(role.value for role in self.config.process_roles),
             "following_metadata": following,
             "active_controller": leader,
             "metadata_offset": self.quorum.metadata_offset,
-            "broker_unfenced": registered,
         }
+        if self.config.is_broker:
+            registered = self.broker is not None and self.broker.is_unfenced
+            status["broker_unfenced"] = registered
+            status["healthy"] = status["healthy"] and registered
+        return status
 
     def _replica_metrics(self) -> list[ReplicaMetrics]:
         return self.broker.replica_metrics() if self.broker is not None else []

@@ -4,7 +4,8 @@ A route decodes its body with `client.protocol` (strict: bad msgpack, missing, u
 mistyped fields and out-of-range numbers are answered 400 with a named error and change nothing),
 hands the request to the part of the node that owns it, and encodes the answer. A body over
 `socket.request.max.bytes` is answered 413 before it is read; one the node cannot serve yet (still
-starting) 503 BROKER_NOT_AVAILABLE. An unexpected exception is a bug:
+starting) or ever (a broker's request on a controller-only node) 503 BROKER_NOT_AVAILABLE. An
+unexpected exception is a bug:
 it is logged and answered 500 UNKNOWN_SERVER_ERROR, and the node keeps serving.
 """
 
@@ -48,6 +49,12 @@ class NotServingYet(Exception):
     client takes as an unreachable node (it asks another)."""
 
 
+class NotABroker(Exception):
+    """A broker's request on a controller-only node (Kafka's controller listener does not serve
+    it): refused with 503 BROKER_NOT_AVAILABLE, so a client whose bootstrap list names controllers
+    asks the next node; the message names the brokers."""
+
+
 def build_app(node: Node) -> web.Application:
     """The app of one node. `node` owns the parts the routes call."""
     app = web.Application(client_max_size=node.config.socket_request_max_bytes, middlewares=[_errors(node)])
@@ -71,7 +78,7 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         except ProtocolError as error:
             node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
             return _refuse(400, error.code, f"{api.value}: {error}")
-        except NotServingYet as error:
+        except (NotServingYet, NotABroker) as error:
             node.metrics.observe_request(api.value, ErrorCode.BROKER_NOT_AVAILABLE.name, time.perf_counter() - started)
             return _refuse(503, ErrorCode.BROKER_NOT_AVAILABLE, f"{api.value}: {error}")
         node.metrics.observe_request(api.value, "NONE", time.perf_counter() - started)
