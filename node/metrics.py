@@ -2,7 +2,8 @@
 
 Request counters and latencies are recorded as requests are served; replica gauges (LEO, HW,
 logStartOffset, ISR size, under-replicated, under-min-ISR) and quorum gauges are read from the
-node's state at scrape time, so nothing is kept twice. Names follow Kafka's JMX metrics where one
+node's state at scrape time, so nothing is kept twice. A controller-only node has no replica part
+(as Kafka's controller has no ReplicaManager metrics). Names follow Kafka's JMX metrics where one
 exists (e.g. UnderReplicatedPartitions, LogEndOffset), in Prometheus style.
 """
 
@@ -44,11 +45,18 @@ class QuorumMetrics:
 
 
 class _StateCollector(Collector):
-    def __init__(self, replicas: Callable[[], Iterable[ReplicaMetrics]], quorum: Callable[[], QuorumMetrics]) -> None:
+    def __init__(self, replicas: Callable[[], Iterable[ReplicaMetrics]] | None,
+                 quorum: Callable[[], QuorumMetrics]) -> None:
         self._replicas = replicas
         self._quorum = quorum
 
     def collect(self) -> Iterator[Metric]:
+        if self._replicas is not None:
+            yield from self._replica_gauges(self._replicas())
+        yield from self._quorum_gauges(self._quorum())
+
+    @staticmethod
+    def _replica_gauges(replicas: Iterable[ReplicaMetrics]) -> Iterator[Metric]:
         labels = ["topic", "partition"]
         gauges = {
             "log_end_offset": GaugeMetricFamily("tributary_log_end_offset", "Log end offset (LEO)", labels=labels),
@@ -67,7 +75,7 @@ class _StateCollector(Collector):
                 labels=labels),
         }
         under_replicated = 0
-        for replica in self._replicas():
+        for replica in replicas:
             values = [replica.topic, str(replica.partition)]
             for name, gauge in gauges.items():
                 gauge.add_metric(values, float(getattr(replica, name)))
@@ -76,7 +84,9 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("tributary_under_replicated_partitions",
                                 "Partitions this node leads whose ISR is short (Kafka UnderReplicatedPartitions)",
                                 value=under_replicated)
-        quorum = self._quorum()
+
+    @staticmethod
+    def _quorum_gauges(quorum: QuorumMetrics) -> Iterator[Metric]:
         yield GaugeMetricFamily("tributary_quorum_leader_id", "Active controller id (-1: none known)",
                                 value=quorum.leader_id)
         yield GaugeMetricFamily("tributary_quorum_epoch", "Raft epoch this node is in", value=quorum.epoch)
@@ -87,9 +97,11 @@ class _StateCollector(Collector):
 
 
 class NodeMetrics:
-    """The registry of one node: `observe_request` from the server, state gauges at scrape time."""
+    """The registry of one node: `observe_request` from the server, state gauges at scrape time.
+    `replicas` is None on a node without a broker."""
 
-    def __init__(self, replicas: Callable[[], Iterable[ReplicaMetrics]], quorum: Callable[[], QuorumMetrics]) -> None:
+    def __init__(self, replicas: Callable[[], Iterable[ReplicaMetrics]] | None,
+                 quorum: Callable[[], QuorumMetrics]) -> None:
         self.registry = CollectorRegistry()
         self._requests = Counter("tributary_requests", "Requests served, by API and error",
                                  ["api", "error"], registry=self.registry)

@@ -74,7 +74,7 @@ class Node:
         self.rng = rng or random.Random()
         self.connections = Connections()
         self.quorum = QuorumService(config, self.connections, clock, self.rng)
-        self.metrics = NodeMetrics(self._replica_metrics, self._quorum_metrics)
+        self.metrics = NodeMetrics(self._replica_metrics if config.is_broker else None, self._quorum_metrics)
         self.log_manager: LogManager | None = None
         self.broker: Broker | None = None
         self.group_offsets: GroupOffsets | None = None

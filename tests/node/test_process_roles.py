@@ -1,11 +1,11 @@
 """`process.roles` decides what a node runs and serves (KRaft): a controller-only node keeps only its
 metadata log, registers no broker and serves what Kafka's controller listener serves (Raft, the
 broker-to-controller requests, topic admin); every broker request is refused with 503
-BROKER_NOT_AVAILABLE naming the brokers to use. Its /health has no broker part.
+BROKER_NOT_AVAILABLE naming the brokers to use. Its /health and /metrics have no broker part.
 
 Method: dispatch and health on `Node`s that were never started, with the quorum replaced by a
 stand-in (as test_dispatch_gate.py); then one real controller-only node in this process (a
-single-voter quorum on a loopback port), started, asked over HTTP and stopped.
+single-voter quorum on a loopback port), started, asked over HTTP, scraped and stopped.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from client.connection import Connections, NodeUnavailableError
 from client.protocol import Api, FetchPartition, FetchRequest, FetchResponse
@@ -129,6 +130,11 @@ async def test_a_controller_only_node_keeps_only_its_metadata_log_and_refuses_fe
         with pytest.raises(NodeUnavailableError, match="BROKER_NOT_AVAILABLE: fetch: node 1 is a controller only"):
             await connections.call(f"127.0.0.1:{port}", Api.FETCH, fetch, FetchResponse, 5000)
         assert node.health()["healthy"] and "broker_unfenced" not in node.health()
+        text = node.metrics.render()[0].decode()
+        samples = {sample.name: sample.value for family in text_string_to_metric_families(text)
+                   for sample in family.samples}
+        assert samples["tributary_active_controller"] == 1 and samples["tributary_quorum_leader_id"] == 1
+        assert "tributary_under_replicated_partitions" not in samples  # no replica part
     finally:
         await connections.close()
         await node.stop(controlled=True)
