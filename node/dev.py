@@ -1,9 +1,12 @@
-"""`tributary-node dev`: a local cluster of N nodes on 127.0.0.1, each in its own OS process.
+"""`tributary-node dev`: a local cluster on 127.0.0.1, each node in its own OS process.
 
-Every node is controller and broker (Kafka's combined mode), listens on base-port + i, and keeps
-its data, its generated `server.properties` and its log under DATA_DIR/node-<id>/. The same data
-dir started again keeps the data. Ctrl-C or SIGTERM stops every node with a controlled shutdown.
-`DevCluster` is also what the multi-process tests use, so the README's run command is tested.
+Two shapes, as Kafka deploys KRaft: N nodes that are each controller and broker (combined mode,
+the default), or C controller-only nodes (the Raft voters; ids 1..C) and B broker-only nodes
+(ids C+1..C+B) that follow the metadata log as observers. Node i listens on base-port + i - 1 and
+keeps its data, its generated `server.properties` and its log under DATA_DIR/node-<id>/. The same
+data dir started again keeps the data. Ctrl-C or SIGTERM stops every node with a controlled
+shutdown. `DevCluster` is also what the multi-process tests use, so the README's run command is
+tested.
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ class DevNode:
     node_id: int
     port: int
     directory: Path
+    process_roles: str  # the node's `process.roles`
     process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles.split(",")
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles.split(",")
 
     @property
     def address(self) -> str:
@@ -49,31 +61,51 @@ class DevNode:
 
 @dataclass
 class DevCluster:
-    """N local node processes. `properties` are extra config keys for every node (tests use small
-    timeouts). Methods are synchronous: they are for the CLI and for tests that drive processes."""
+    """Local node processes: `node_count` combined nodes, or with `controller_count` > 0 that many
+    controller-only nodes followed by `node_count` broker-only nodes. `properties` are extra config
+    keys for every node (tests use small timeouts). Methods are synchronous: they are for the CLI
+    and for tests that drive processes."""
 
     data_dir: Path
     node_count: int = 3
     base_port: int = 9092
     properties: Mapping[str, str] = field(default_factory=dict)
+    controller_count: int = 0
     nodes: dict[int, DevNode] = field(init=False)
 
     def __post_init__(self) -> None:
+        assert self.node_count >= 1, f"node_count={self.node_count}"
+        assert self.controller_count >= 0, f"controller_count={self.controller_count}"
         self.data_dir = Path(self.data_dir).resolve()
         self.nodes = {
-            node_id: DevNode(node_id, self.base_port + node_id - 1, self.data_dir / f"node-{node_id}")
-            for node_id in range(1, self.node_count + 1)
+            node_id: DevNode(node_id, self.base_port + node_id - 1, self.data_dir / f"node-{node_id}",
+                             self._roles_of(node_id))
+            for node_id in range(1, self.controller_count + self.node_count + 1)
         }
+
+    def _roles_of(self, node_id: int) -> str:
+        if self.controller_count == 0:
+            return "broker,controller"
+        return "controller" if node_id <= self.controller_count else "broker"
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return [node.node_id for node in self.nodes.values() if node.is_controller]
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return [node.node_id for node in self.nodes.values() if node.is_broker]
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(node.address for node in self.nodes.values())
+        """The brokers' addresses: controller-only nodes serve no client (they answer 503)."""
+        return ",".join(self.nodes[node_id].address for node_id in self.broker_ids)
 
     def write_config(self, node: DevNode) -> None:
-        voters = ",".join(f"{n.node_id}@{n.address}" for n in self.nodes.values())
+        voters = ",".join(f"{node_id}@{self.nodes[node_id].address}" for node_id in self.controller_ids)
         properties = {
             "node.id": str(node.node_id),
-            "process.roles": "broker,controller",
+            "process.roles": node.process_roles,
             "listeners": f"PLAINTEXT://{node.address}",
             "controller.quorum.voters": voters,
             "log.dirs": str(node.directory / "data"),
@@ -163,9 +195,9 @@ def healthy(address: str) -> bool:
         return False
 
 
-def run(node_count: int, data_dir: str, base_port: int) -> int:
+def run(node_count: int, data_dir: str, base_port: int, controller_count: int = 0) -> int:
     """The `dev` command: start, tell the user how to use it, wait for Ctrl-C or SIGTERM, stop."""
-    cluster = DevCluster(Path(data_dir), node_count, base_port)
+    cluster = DevCluster(Path(data_dir), node_count, base_port, controller_count=controller_count)
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -174,8 +206,9 @@ def run(node_count: int, data_dir: str, base_port: int) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    print(f"starting {node_count} nodes on 127.0.0.1:{base_port}..{base_port + node_count - 1}, data in "
-          f"{cluster.data_dir}", flush=True)
+    last_port = base_port + len(cluster.nodes) - 1
+    print(f"starting {_shape(cluster)} on 127.0.0.1:{base_port}..{last_port}, data in {cluster.data_dir}",
+          flush=True)
     try:
         cluster.start()
     except (RuntimeError, TimeoutError) as error:
@@ -199,8 +232,15 @@ def run(node_count: int, data_dir: str, base_port: int) -> int:
     return 1 if reported else 0
 
 
+def _shape(cluster: DevCluster) -> str:
+    if cluster.controller_count == 0:
+        return f"{cluster.node_count} nodes (each controller and broker)"
+    return f"{cluster.controller_count} controller-only and {cluster.node_count} broker-only nodes"
+
+
 def _usage(cluster: DevCluster) -> str:
-    logs = "\n".join(f"  node {n.node_id}: {n.address}  log: {n.log_path}" for n in cluster.nodes.values())
+    logs = "\n".join(f"  node {n.node_id} ({n.process_roles}): {n.address}  log: {n.log_path}"
+                     for n in cluster.nodes.values())
     script = Path(sys.executable).parent / "tributary"  # the CLI next to this interpreter (the venv's)
     tributary = os.path.relpath(script) if script.exists() else "tributary"
     return f"""

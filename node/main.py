@@ -67,13 +67,24 @@ async def _serve(node: Node) -> int:
 
 def _dev(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tributary-node dev", description=dev.__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    parser.add_argument("--nodes", type=int, help="number of nodes, each controller and broker (default 3)")
+    parser.add_argument("--controllers", type=int, help="controller-only nodes (ids 1..N); with --brokers")
+    parser.add_argument("--brokers", type=int, help="broker-only nodes after the controllers; with --controllers")
     parser.add_argument("--data-dir", default=dev.DEFAULT_DATA_DIR, help=f"default {dev.DEFAULT_DATA_DIR}")
     parser.add_argument("--base-port", type=int, default=9092, help="node i listens on base-port + i - 1")
     args = parser.parse_args(argv)
-    if args.nodes < 1:
+    if (args.controllers is None) != (args.brokers is None):
+        parser.error("--controllers and --brokers go together (dedicated controllers and brokers)")
+    if args.controllers is not None:
+        if args.nodes is not None:
+            parser.error("--nodes is for combined nodes; with --controllers and --brokers leave it out")
+        if args.controllers < 1 or args.brokers < 1:
+            parser.error("--controllers and --brokers must each be at least 1")
+        return dev.run(args.brokers, args.data_dir, args.base_port, controller_count=args.controllers)
+    nodes = 3 if args.nodes is None else args.nodes
+    if nodes < 1:
         parser.error("--nodes must be at least 1")
-    return dev.run(args.nodes, args.data_dir, args.base_port)
+    return dev.run(nodes, args.data_dir, args.base_port)
 
 
 if __name__ == "__main__":
