@@ -54,8 +54,9 @@ def free_port_block(count: int) -> int:
     raise RuntimeError("no block of free ports")
 
 
-def start_cluster(data_dir: Path, nodes: int = 3, **properties: str) -> DevCluster:
-    cluster = DevCluster(data_dir, nodes, free_port_block(nodes), {**FAST, **properties})
+def start_cluster(data_dir: Path, nodes: int = 3, controllers: int = 0, **properties: str) -> DevCluster:
+    """`nodes` combined nodes, or (`controllers` > 0) that many controller-only nodes and `nodes` brokers."""
+    cluster = DevCluster(data_dir, nodes, free_port_block(controllers + nodes), {**FAST, **properties}, controllers)
     cluster.start()
     return cluster
 
