@@ -166,11 +166,13 @@ class DevCluster:
         self.signal_node(node_id, signal.SIGKILL)
         self.nodes[node_id].process.wait(timeout=STOP_TIMEOUT_S)  # type: ignore[union-attr]
 
-    def stop_node(self, node_id: int, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM (controlled shutdown), then SIGKILL after `timeout_s`; the exit code."""
+    def stop_node(self, node_id: int, timeout_s: float = STOP_TIMEOUT_S, signalled: bool = False) -> int:
+        """SIGTERM (controlled shutdown; not again if `signalled`), then SIGKILL after `timeout_s`;
+        the exit code. A second SIGTERM could land after the node's event loop closed (its handler
+        gone) and kill a node that was exiting cleanly."""
         node = self.nodes[node_id]
         assert node.process is not None
-        if node.running():
+        if node.running() and not signalled:
             node.process.send_signal(signal.SIGTERM)
         try:
             return node.process.wait(timeout=timeout_s)
@@ -184,7 +186,7 @@ class DevCluster:
                 node.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
         for node_id, node in self.nodes.items():
             if node.process is not None:
-                self.stop_node(node_id)
+                self.stop_node(node_id, signalled=True)
 
 
 def healthy(address: str) -> bool:
