@@ -445,10 +445,20 @@ class Log:
         if offset < self.segments.first_segment.base_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
             return True
+        removed = False
         for segment in list(self.segments):
             if segment.base_offset > offset:
                 self._remove_segment(segment, now_ms)
-        self.segments.active_segment.truncate_to(offset)
+                removed = True
+        active = self.segments.active_segment
+        active.truncate_to(offset)
+        # The cut is made durable before the leader-epoch cache forgets the epochs it cut: after a
+        # power loss between the two, the file's old length (or a `.deleted` rename) could come back
+        # with batches of epochs the cache no longer lists, and truncation by leader epoch (KIP-101),
+        # which reads the cache, would keep them.
+        active.flush()
+        if removed:
+            fsync_directory(self.directory)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
@@ -462,6 +472,7 @@ class Log:
         for segment in list(self.segments):
             self._remove_segment(segment, now_ms)
         self.segments.add(self.new_segment(offset, now_ms))
+        fsync_directory(self.directory)  # the removals are durable before the cache forgets (truncate_to)
         self.leader_epoch_cache.clear_and_flush()
         self.log_start_offset = offset
         self.recovery_point = offset

@@ -9,8 +9,12 @@ that changes memory but not the files, or the reverse, is caught.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
+from storage.checkpoint import LeaderEpochCheckpointFile
 from storage.errors import OffsetOutOfRangeError
 from storage.log import Log, LogStartOffsetIncrementReason
 from storage.log_loader import LogLoader
@@ -199,6 +203,46 @@ def test_truncate_to_truncates_the_leader_epoch_cache(make_log: OpenLog) -> None
     assert epochs(log) == [(1, 0)]
     again = reopen(log)
     assert epochs(again) == [(1, 0)]
+
+
+@pytest.mark.parametrize("cut", [4, 2, 0])
+def test_truncation_is_fsynced_before_the_leader_epoch_cache_forgets(make_log: OpenLog,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      cut: int) -> None:
+    """A power loss between the epoch checkpoint and the cut reaching the disk would bring back
+    batches of epochs the cache no longer lists. Method: record every fsync (by path) and every
+    leader-epoch checkpoint write in order; the cut segment (and, when segments went, the
+    directory holding their `.deleted` renames) must be fsynced first."""
+    log = make_log({"segment.bytes": 120, "index.interval.bytes": 0})
+    for epoch in (1, 2, 3):
+        append(log, [b"a%d" % epoch, b"b%d" % epoch], epoch=epoch)
+    assert len(log.segments) > 2, "some cuts must remove segments too"
+    events: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        events.append(f"fsync {Path(os.readlink(f'/proc/self/fd/{fd}')).name}")
+        real_fsync(fd)
+
+    real_write = LeaderEpochCheckpointFile.write
+
+    def write(self: LeaderEpochCheckpointFile, entries: object) -> None:
+        events.append("epoch checkpoint")
+        real_write(self, entries)  # type: ignore[arg-type]
+
+    removes_segments = any(segment.base_offset > cut for segment in log.segments)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(LeaderEpochCheckpointFile, "write", write)
+    if cut == 0:
+        log.truncate_fully_and_start_at(0, NOW_MS)
+    else:
+        assert log.truncate_to(cut, NOW_MS)
+    first_checkpoint = events.index("epoch checkpoint")
+    before = events[:first_checkpoint]
+    if removes_segments or cut == 0:
+        assert f"fsync {log.directory.name}" in before, events
+    if cut:
+        assert f"fsync {log.segments.active_segment.log_path.name}" in before, events
 
 
 def test_truncate_fully_and_start_at(make_log: OpenLog) -> None:
