@@ -39,12 +39,13 @@ from replication.broker_ready import BrokerReady, ClientAnswer, PartitionStep
 from replication.config import ReplicaManagerConfig, ReplicationConfig
 from replication.events import DeleteRecords, RunRetention, Tick
 from replication.partition import Partition
-from replication.ready import ProduceResult, Truncated, TruncatedFully
+from replication.ready import ProduceResult
 from replication.replica_manager import ReplicaManager
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
+from tests.sim.kernel.disk import DiskModel
 from tests.sim.replication import disk
 from tests.sim.replication.controller import LISTENER, endpoints, incarnation_id
 from tests.sim.replication.messages import (
@@ -70,6 +71,7 @@ class Services(Protocol):
 
     now_ms: int
     options: ReplicationSimOptions
+    disk_model: DiskModel
     replication_config: ReplicationConfig
     log_config: LogConfig
 
@@ -104,7 +106,7 @@ class SimBroker:
         self.held: list[Message] = []
         self.manager: LogManager | None = None
         self.core: ReplicaManager | None = None
-        self.disk = disk.BrokerDisk()
+        self.disk = disk.BrokerDisk(services.disk_model, self.directory)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -115,8 +117,8 @@ class SimBroker:
         self.up = True
         self.paused_until_ms = -1
         self.held = []
+        self.disk.opened()
         self.manager = LogManager([self.directory], lambda topic: self.services.log_config, now_ms)
-        self.disk.opened(self.manager)
         options = self.services.options
         config = ReplicaManagerConfig(
             broker_id=self.broker_id,
@@ -173,15 +175,11 @@ class SimBroker:
     def step(self, event: object) -> BrokerReady:
         """One event for the core; the disk model and the checker see every partition step before
         the Ready is carried out (its answers must not reach anyone before the checker has seen the
-        log), then the Ready goes out in its documented order."""
+        log), then the Ready goes out in its documented order. The disk model saw the fsyncs itself."""
         assert self.core is not None
         now_ms = self.services.now_ms
         ready = self.core.handle(event, now_ms, now_ms)
         for step in ready.steps:
-            partition = self.core.hosted.get(step.topic_partition)
-            if partition is not None:
-                truncated = any(isinstance(change, Truncated | TruncatedFully) for change in step.ready.log_changes)
-                self.disk.stepped(partition.partition.log, truncated)
             self.services.observe(self, step)
         for send in ready.alter_partitions:
             proposal = send.proposal

@@ -45,6 +45,7 @@ from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values, iter_headers
 from tests.sim.disk import default_root
+from tests.sim.kernel.disk import DiskModel
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import SimBroker
 from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
@@ -146,6 +147,8 @@ class Simulation:
         self.result = SimResult(seed)
         self.network = SimNetwork(self.rng, self.options)
         self.root = Path(tempfile.mkdtemp(prefix=f"tributary-replication-sim-{seed}-", dir=default_root()))
+        self.disk_model = DiskModel()
+        self.disk_model.watch()
         self.replication_config = ReplicationConfig(
             replica_lag_time_max_ms=self.options.replica_lag_time_max_ms,
             alter_partition_timeout_ms=self.options.request_timeout_ms,
@@ -251,6 +254,7 @@ class Simulation:
     def close(self) -> None:
         for broker in self.brokers.values():
             broker.close()
+        self.disk_model.unwatch()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _setup(self, scripted: bool = False) -> None:
