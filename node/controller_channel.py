@@ -8,7 +8,8 @@ as a client would send them to the active controller (their wire shape is the co
 and the route's handler runs them through `QuorumService.controller_request`.
 
 A node that is not the active controller answers NOT_CONTROLLER in the response's own error
-fields (`error_response`), and the sender tries again at the controller it learns of next.
+fields (controller/error_responses.py), and the sender tries again at the controller it learns of
+next. The same shapes carry this channel's own failures: a refusal, a bad answer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 from client.connection import Connections, RequestRejectedError
 from client.protocol import Api, Envelope, ProtocolError, decode, encode
 from controller.controller_api import (
-    AlterConfigsResourceResult,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -28,15 +28,14 @@ from controller.controller_api import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
-    CreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
-    DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from controller.error_responses import error_response
 from storage.error_codes import ErrorCode
 
 
@@ -73,38 +72,6 @@ def request_from_envelope(api: Api, envelope: Envelope) -> Any:
         raise ProtocolError(f"{envelope.type} does not go to {api.path}; send it to "
                             f"{CONTROLLER_APIS[request_type].api.path}")
     return decode(request_type, envelope.body)
-
-
-def error_response(request: Any, code: ErrorCode, message: str) -> Any:
-    """The response to `request` that carries `code` everywhere it has an error field."""
-    if isinstance(request, BrokerRegistrationRequest):
-        return BrokerRegistrationResponse(code, message)
-    if isinstance(request, (BrokerHeartbeatRequest, ControlledShutdownRequest)):
-        return BrokerHeartbeatResponse(code, message)
-    if isinstance(request, AlterPartitionRequest):
-        return AlterPartitionResponse(code, message)
-    if isinstance(request, CreateTopicsRequest):
-        return CreateTopicsResponse(tuple(CreatableTopicResult(topic.name, code, message) for topic in request.topics))
-    if isinstance(request, DeleteTopicsRequest):
-        return DeleteTopicsResponse(
-            tuple(DeletableTopicResult(name, None, code, message) for name in request.topic_names)
-            + tuple(DeletableTopicResult(None, topic_id, code, message) for topic_id in request.topic_ids)
-        )
-    assert isinstance(request, IncrementalAlterConfigsRequest), f"not a controller request: {request!r}"
-    return IncrementalAlterConfigsResponse(tuple(
-        AlterConfigsResourceResult(resource.resource_type, resource.resource_name, code, message)
-        for resource in request.resources
-    ))
-
-
-def is_not_controller(response: Any) -> bool:
-    """True if `response` says its node was not the active controller (retry elsewhere). Per-item
-    responses carry the code in every item; an empty one cannot say."""
-    for items_field in ("topics", "responses"):
-        items = getattr(response, items_field, None)
-        if items is not None:
-            return any(item.error_code is ErrorCode.NOT_CONTROLLER for item in items)
-    return response.error_code is ErrorCode.NOT_CONTROLLER
 
 
 async def forward(connections: Connections, address: str, request: Any, timeout_ms: int, source_id: int,

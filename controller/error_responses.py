@@ -1,0 +1,65 @@
+"""Error answers to controller requests, in each response's own error fields.
+
+A controller request that is not handled (NOT_CONTROLLER, a refused proposal, a timeout at the
+edge) is answered with the response type of its request, carrying the error code in every error
+field it has: per topic, per config resource, or once. `is_not_controller` reads that back, so a
+forwarding node (or the simulator's client) knows to retry at the controller it learns of next.
+Shared by the controller's office (controller/controller_office.py) and the node's controller
+channel (node/controller_channel.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.controller_api import (
+    AlterConfigsResourceResult,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    ControlledShutdownRequest,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from storage.error_codes import ErrorCode
+
+
+def error_response(request: Any, code: ErrorCode, message: str) -> Any:
+    """The response to `request` that carries `code` everywhere it has an error field."""
+    if isinstance(request, BrokerRegistrationRequest):
+        return BrokerRegistrationResponse(code, message)
+    if isinstance(request, (BrokerHeartbeatRequest, ControlledShutdownRequest)):
+        return BrokerHeartbeatResponse(code, message)
+    if isinstance(request, AlterPartitionRequest):
+        return AlterPartitionResponse(code, message)
+    if isinstance(request, CreateTopicsRequest):
+        return CreateTopicsResponse(tuple(CreatableTopicResult(topic.name, code, message) for topic in request.topics))
+    if isinstance(request, DeleteTopicsRequest):
+        return DeleteTopicsResponse(
+            tuple(DeletableTopicResult(name, None, code, message) for name in request.topic_names)
+            + tuple(DeletableTopicResult(None, topic_id, code, message) for topic_id in request.topic_ids)
+        )
+    assert isinstance(request, IncrementalAlterConfigsRequest), f"not a controller request: {request!r}"
+    return IncrementalAlterConfigsResponse(tuple(
+        AlterConfigsResourceResult(resource.resource_type, resource.resource_name, code, message)
+        for resource in request.resources
+    ))
+
+
+def is_not_controller(response: Any) -> bool:
+    """True if `response` says its node was not the active controller (retry elsewhere). Per-item
+    responses carry the code in every item; an empty one cannot say."""
+    for items_field in ("topics", "responses"):
+        items = getattr(response, items_field, None)
+        if items is not None:
+            return any(item.error_code is ErrorCode.NOT_CONTROLLER for item in items)
+    return response.error_code is ErrorCode.NOT_CONTROLLER
