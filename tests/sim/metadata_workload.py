@@ -1,14 +1,12 @@
-"""The cluster-metadata workload: the real `ClusterMetadata` state machine and `QuorumController` in the simulation.
+"""The cluster-metadata workload: the real `ClusterMetadata` state machine, `ControllerOffice` and
+`QuorumController` in the simulation.
 
-Every node applies committed entries to a `ClusterMetadata` (the `METADATA` spec). The node whose
-Raft replica leads, once its own LeaderChange record is applied (`Raft.leader_ready`) and its
-log holds nothing uncommitted, takes office as the active controller (`ActiveController`): a
-`QuorumController` built from its committed metadata. Requests reach a node directly (the client
-is not on the simulated network, as in the hash-list workload); a node without an active
-controller answers NOT_CONTROLLER. A request's records are proposed as ONE `ProposeBatch`, so they
-commit all together or not at all; the response goes back once that batch is committed. Any
-failed proposal (or a lost leadership) ends the controller's term of office: its speculative
-state may include records that will never commit, so it is rebuilt from committed state.
+Every node applies committed entries to a `ClusterMetadata` (the `METADATA` spec). Every node
+incarnation runs the node's own `ControllerOffice` (controller/controller_office.py: when to take
+and leave office, which calls wait for it, one `ProposeBatch` per request, answers after commit,
+the `ControllerTick` cadence) through the node's own `ControllerDriver`; `SimControllerDriver`
+adds the simulator's checks to every Raft step. Requests reach a node directly (the client is not
+on the simulated network, as in the hash-list workload), as `ControllerRequest` events.
 
 `MetadataWorkload` plays the cluster around the controller, all from the run's generator:
 brokers that register, heartbeat every `heartbeat_interval_ms`, die (stop heartbeating, so the
@@ -24,6 +22,7 @@ every node's metadata after every step that applied something.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +42,14 @@ from controller.controller_api import (
     DeleteTopicsRequest,
     IncrementalAlterConfigsRequest,
 )
-from controller.metadata import ClusterMetadata
-from controller.metadata_records import NO_LEADER, encode_record
-from controller.quorum_controller import ControllerConfig, ControllerResult, QuorumController
-from controller.raft import Raft
-from controller.raft_messages import Role
+from controller.controller_driver import ControllerDriver
+from controller.controller_office import ControllerOffice
+from controller.metadata import ClusterMetadata, check_invariants
+from controller.metadata_records import NO_LEADER
+from controller.raft_driver import RaftDriver
+from controller.raft_messages import Event, ProposalCompletion, ProposeBatch, RaftError
 from storage.error_codes import ErrorCode
+from tests.sim.checker import SafetyChecker, SafetyViolation
 
 TOPIC_NAMES = ("orders", "payments", "clicks", "audit.log", "audit_log", "events-v2")
 BAD_TOPIC_NAMES = ("", ".", "..", "no spaces", "x" * 250)
@@ -64,48 +65,38 @@ class ControllerRequest:
     request: Any
 
 
-class ActiveController:
-    """One node incarnation's controller role (see the module docstring). State: the
-    `QuorumController` while in office and the Raft epoch it took office in."""
+class SimControllerDriver(ControllerDriver):
+    """The node's `ControllerDriver` with the simulator's checks around every Raft step, the office's
+    proposals included: the speculative metadata's invariants and the checker's record of each
+    proposed batch before it goes to Raft; Raft safety after the step; and that every proposal
+    Raft completes committed exactly its batch (atomic requests)."""
 
-    def __init__(self, node_seed: int, config: ControllerConfig) -> None:
-        self.node_seed = node_seed
-        self.config = config
-        self.controller: QuorumController | None = None
-        self.epoch = -1
-        self.terms = 0
+    def __init__(self, raft_driver: RaftDriver, office: ControllerOffice, answer: Callable[[object, Any], None],
+                 checker: SafetyChecker, trace: Callable[[Event], None]) -> None:
+        super().__init__(raft_driver, office, answer)
+        self.checker = checker
+        self.trace = trace
+        self.proposed: dict[int, tuple[bytes, ...]] = {}  # proposal id -> its records, until completed
 
-    def refresh(self, raft: Raft, metadata: ClusterMetadata, now_ms: int) -> None:
-        """After every step: leave office if the node no longer leads that epoch; take office when it
-        leads, its LeaderChange is applied and nothing it appended is uncommitted."""
-        if self.controller is not None and (raft.role is not Role.LEADER or raft.epoch != self.epoch):
-            self.controller = None
-        if self.controller is not None or not raft.leader_ready:
-            return
-        if raft.applied_offset != raft.log.log_end_offset:
-            return
-        self.terms += 1
-        rng = random.Random(self.node_seed * 1_000_003 + raft.epoch * 1_009 + self.terms)
-        self.controller = QuorumController(metadata, rng, now_ms, raft.log.log_end_offset, self.config)
-        self.epoch = raft.epoch
-
-    def resign(self) -> None:
-        """A proposal failed: the speculative state is wrong; take office again from committed state."""
-        self.controller = None
-
-    def handle(self, request: Any, now_ms: int, log_end_offset: int) -> ControllerResult[Any] | None:
-        """The controller's result (None: not in office). Its records go at the log end."""
-        if self.controller is None:
-            return None
-        result = self.controller.handle(request, now_ms)
-        assert result.base_offset == log_end_offset or not result.records, (
-            f"controller proposes at {result.base_offset}, the log ends at {log_end_offset}"
-        )
-        return result
-
-
-def encode_records(result: ControllerResult[Any]) -> tuple[bytes, ...]:
-    return tuple(encode_record(record) for record in result.records)
+    def step_raft(self, event: Event, now_ms: int) -> list[ProposalCompletion]:
+        node_id = self.raft.node_id
+        if isinstance(event, ProposeBatch):
+            self.trace(event)
+            assert self.office.controller is not None, "a proposal without a controller"
+            problems = check_invariants(self.office.controller.metadata)
+            if problems:
+                raise SafetyViolation(f"metadata invariants: node {node_id}'s controller before proposal "
+                                      f"{event.proposal_id}: " + "; ".join(problems))
+            self.checker.on_propose(event.records)
+            self.proposed[event.proposal_id] = event.records
+        completions = super().step_raft(event, now_ms)
+        self.checker.after_step(node_id, self.raft)
+        for completion in completions:
+            records = self.proposed.pop(completion.proposal_id, None)
+            assert records is not None, f"node {node_id}: {completion} of a batch it never proposed"
+            if completion.error is RaftError.NONE:
+                self.checker.check_completion(node_id, completion.offset, completion.epoch, records)
+        return completions
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from controller import leader_state, quorum_controller, raft, raft_log
+from controller import controller_office, leader_state, quorum_controller, raft, raft_log
 from controller.metadata_records import FenceBroker
 from controller.quorum_state import ElectionState
 from controller.raft_messages import Event, Ready, Role, VoteRequest
@@ -123,9 +123,12 @@ def _fence_keeps_leadership() -> None:
 
 
 def _controller_never_takes_office() -> None:
-    """The leader never reports itself ready: no controller takes office, no request completes, and
-    the liveness phase must end in a LivenessFailure (the bound is asserted)."""
-    raft.Raft.leader_ready = property(lambda self: False)  # type: ignore[assignment, method-assign]
+    """The office never finds the leader's log applied: no controller takes office, no request
+    completes, and the liveness phase must end in a LivenessFailure (the bound is asserted)."""
+    def may_take_office(self: controller_office.ControllerOffice, raft: controller_office.RaftStepped) -> bool:
+        return False
+
+    controller_office.ControllerOffice.may_take_office = may_take_office  # type: ignore[method-assign]
 
 
 MUTATIONS: dict[str, Callable[[], None]] = {

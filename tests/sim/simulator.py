@@ -12,12 +12,12 @@ asked for), client proposals, chaos ticks, pause ends, the heal and liveness pro
 real storage (a `storage.Log` through `RaftLog`) in a temp directory (/dev/shm when present); a crash
 cuts its files to their last fsynced length (`SimDisk`), a restart recovers through `LogLoader`.
 
-Workload. By default (`METADATA`) every node applies committed records to a `ClusterMetadata`,
-the leading node runs the active `QuorumController` (tests/sim/metadata_workload.py) and simulated
-brokers and an admin client send it requests (registrations, heartbeats, topic creation and
-deletion, config changes, AlterPartition, controlled shutdowns; dead brokers are fenced by the
-controller's periodic tick); each request's records are one `ProposeBatch`. With `HASH_LIST` the
-client proposes small opaque payloads instead.
+Workload. By default (`METADATA`) every node applies committed records to a `ClusterMetadata`
+and runs the node's `ControllerOffice` (tests/sim/metadata_workload.py): the leading node takes
+office with a `QuorumController`, and simulated brokers and an admin client send it requests
+(registrations, heartbeats, topic creation and deletion, config changes, AlterPartition,
+controlled shutdowns; dead brokers are fenced by the controller's periodic tick); each request's
+records are one `ProposeBatch`. With `HASH_LIST` the client proposes small opaque payloads instead.
 
 Phases:
 1. Safety (`safety_duration_ms`): faults at the drawn rates; the workload sends its requests to
@@ -44,8 +44,9 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-from controller.controller_api import ControllerTick
-from controller.metadata import ClusterMetadata, check_invariants
+from controller.controller_office import ControllerOffice
+from controller.error_responses import is_not_controller
+from controller.metadata import ClusterMetadata
 from controller.quorum_config import QuorumConfig, VoterEndpoint
 from controller.quorum_controller import ControllerConfig
 from controller.raft_log import metadata_log_config
@@ -54,15 +55,14 @@ from controller.raft_messages import (
     Message,
     ProposalCompletion,
     Propose,
-    ProposeBatch,
     RaftError,
     Ready,
     Role,
     Tick,
 )
-from tests.sim.checker import SafetyChecker, SafetyViolation
+from tests.sim.checker import SafetyChecker
 from tests.sim.disk import default_root
-from tests.sim.metadata_workload import ActiveController, ControllerRequest, MetadataWorkload, encode_records
+from tests.sim.metadata_workload import ControllerRequest, MetadataWorkload, SimControllerDriver
 from tests.sim.network import SimNetwork
 from tests.sim.node import SimNode
 from tests.sim.options import SimOptions
@@ -86,7 +86,6 @@ class Kind(IntEnum):
     PROBE = 6
     CLIENT_TIMEOUT = 7
     RETRY = 8
-    CONTROLLER_TICK = 9
 
 
 class LivenessFailure(AssertionError):
@@ -103,7 +102,6 @@ class Proposal:
     liveness: bool
     attempts: int = 1
     request: Any = None  # the metadata workload's controller request (payload is then empty)
-    response: Any = None  # the controller's answer, sent once its records commit
 
 
 @dataclass(slots=True)
@@ -174,7 +172,7 @@ class Simulation:
         self.same_time_ticks = 0
         self.last_tick_ms = -1
         self.records: dict[int, tuple[bytes, ...]] = {}  # proposal id -> the records it proposed
-        self.controllers: dict[int, ActiveController] = {}
+        self.controllers: dict[int, SimControllerDriver] = {}
         self.workload: MetadataWorkload | None = None
         if spec.controller:
             options = self.options
@@ -227,8 +225,6 @@ class Simulation:
                 self._start(node, restarted=False)
             self._schedule(self.options.chaos_interval_ms, Kind.CHAOS, None)
             self._schedule(1, Kind.PROPOSE, None)
-            if self.workload is not None:
-                self._schedule(self._controller_tick_interval_ms, Kind.CONTROLLER_TICK, None)
             self._schedule(self.options.safety_duration_ms, Kind.HEAL, None)
             while self.queue and not self.done:
                 time_ms, _, kind, data = heapq.heappop(self.queue)
@@ -273,8 +269,6 @@ class Simulation:
             self._client_timeout(data)  # type: ignore[arg-type]
         elif kind is Kind.RETRY:
             self._submit(data)  # type: ignore[arg-type]
-        elif kind is Kind.CONTROLLER_TICK:
-            self._controller_tick()
 
     def _schedule(self, time_ms: int, kind: Kind, data: object) -> None:
         self.sequence += 1
@@ -293,7 +287,7 @@ class Simulation:
                   f"{node.raft.log.log_end_offset}) role={node.raft.role.value}")
         self.checker.on_start(node.node_id, node.raft, restarted)
         if self.workload is not None:
-            self.controllers[node.node_id] = ActiveController(node.node_seed, self.controller_config)
+            self.controllers[node.node_id] = self._controller_driver(node)
         self._step(node, Tick())
 
     def _crash(self, node: SimNode) -> None:
@@ -310,22 +304,45 @@ class Simulation:
             return
         self._step(node, event)
 
+    def _controller_driver(self, node: SimNode) -> SimControllerDriver:
+        """The node incarnation's office, run by the node's own driver (with the simulator's checks)."""
+        driver = node.driver
+        assert driver is not None, f"node {node.node_id} is down"
+        assert isinstance(driver.state_machine, ClusterMetadata), type(driver.state_machine)
+        rng = random.Random(node.node_seed * 1_000_003 + node.incarnation)
+        office = ControllerOffice(node.node_id, driver.state_machine, rng, self.controller_config,
+                                  tick_interval_ms=self._controller_tick_interval_ms)
+
+        def answer(token: object, response: Any) -> None:
+            assert isinstance(token, int), token
+            self._on_answer(node.node_id, token, response)
+
+        def trace(event: Event) -> None:
+            if self.trace is not None:
+                self._log(f"{self.now_ms:9d} n{node.node_id} <- {describe(event)}")
+
+        return SimControllerDriver(driver, office, answer, self.checker, trace)
+
     def _step(self, node: SimNode, event: Event | ControllerRequest) -> None:
         driver = node.driver
         assert driver is not None, f"step on a down node {node.node_id}"
         if self.trace is not None:
             self._log(f"{self.now_ms:9d} n{node.node_id} <- {describe(event)}")
-        if isinstance(event, ControllerRequest):
-            self._controller_request(node, event)
+        controller = self.controllers.get(node.node_id)
+        if controller is not None:
+            if isinstance(event, ControllerRequest):
+                changes = controller.call(event.proposal_id, event.request, self.now_ms)
+            elif isinstance(event, Tick):
+                changes = controller.on_timer(self.now_ms)
+            else:
+                changes = controller.step(event, self.now_ms)
+            for change in changes:
+                self._log(f"{self.now_ms:9d} n{node.node_id} {describe(change)}")
+            self._schedule_tick(node, controller.next_tick_ms)
             return
+        assert not isinstance(event, ControllerRequest), f"{event} without a controller"
         completions = driver.step(event, self.now_ms)
         self.checker.after_step(node.node_id, driver.raft)
-        active = self.controllers.get(node.node_id)
-        if active is not None:
-            if any(completion.error is not RaftError.NONE for completion in completions):
-                active.resign()
-            assert isinstance(driver.state_machine, ClusterMetadata), type(driver.state_machine)
-            active.refresh(driver.raft, driver.state_machine, self.now_ms)
         for completion in completions:
             self._on_completion(node.node_id, completion)
         self._schedule_tick(node, driver.next_tick_ms)
@@ -436,69 +453,44 @@ class Simulation:
         self.checker.on_propose((proposal.payload,))
         self._deliver(self.nodes[target], Propose(proposal.proposal_id, proposal.payload))
 
-    def _controller_request(self, node: SimNode, event: ControllerRequest) -> None:
-        """The node's active controller handles a request; its records go to Raft as one batch."""
-        raft = node.raft
-        active = self.controllers[node.node_id]
-        result = active.handle(event.request, self.now_ms, raft.log.log_end_offset)
-        if result is None:
-            leader_id = raft.leader_id
-            self._on_completion(node.node_id, ProposalCompletion(event.proposal_id, RaftError.NOT_LEADER_OR_FOLLOWER,
-                                                                 leader_id=leader_id, leader_epoch=raft.epoch))
-            return
-        assert active.controller is not None, "a result without a controller"
-        if result.records:  # without records the speculative state did not change
-            problems = check_invariants(active.controller.metadata)
-            if problems:
-                raise SafetyViolation(f"metadata invariants: node {node.node_id}'s controller after "
-                                      f"{event.request}: " + "; ".join(problems))
-        proposal = self.proposals.get(event.proposal_id)
-        if proposal is not None:
-            proposal.response = result.response
-        if not result.records:
-            self._respond(node.node_id, event.proposal_id)
-            return
-        records = encode_records(result)
-        self.records[event.proposal_id] = records
-        self.checker.on_propose(records)
-        self._step(node, ProposeBatch(event.proposal_id, records))
+    def _on_answer(self, node_id: int, proposal_id: int, response: Any) -> None:
+        """A node's answer to a controller request: NOT_CONTROLLER sends the client elsewhere."""
+        if is_not_controller(response):
+            self._retry_elsewhere(node_id, proposal_id, self.nodes[node_id].raft.leader_id)
+        else:
+            self._respond(node_id, proposal_id, response)
 
-    def _respond(self, node_id: int, proposal_id: int) -> None:
-        """The controller's response reaches the client (its records, if any, are committed)."""
+    def _respond(self, node_id: int, proposal_id: int, response: Any = None) -> None:
+        """The node's response reaches the client (its records, if any, are committed)."""
         self.leader_hint = node_id
         proposal = self.proposals.pop(proposal_id, None)
         if proposal is not None and proposal.liveness:
             self.liveness_outstanding -= 1
             assert self.liveness_outstanding >= 0, f"{self.liveness_outstanding} liveness requests outstanding"
         if proposal is not None and self.workload is not None:
-            self.workload.on_response(proposal.request, proposal.response)
+            self.workload.on_response(proposal.request, response)
 
     @property
     def _controller_tick_interval_ms(self) -> int:
         return max(1, self.options.fetch_timeout_ms // 4)
 
-    def _controller_tick(self) -> None:
-        """Every active controller fences silent brokers and elects leaders (not a client request)."""
-        for node in self.nodes.values():
-            active = self.controllers.get(node.node_id)
-            if node.up and node.paused_until_ms < 0 and active is not None and active.controller is not None:
-                proposal_id = self.next_proposal_id
-                self.next_proposal_id += 1
-                self._step(node, ControllerRequest(proposal_id, ControllerTick()))
-        self._schedule(self.now_ms + self._controller_tick_interval_ms, Kind.CONTROLLER_TICK, None)
-
     def _on_completion(self, node_id: int, completion: ProposalCompletion) -> None:
+        """A payload proposal's completion (HASH_LIST; the office answers controller requests)."""
         if completion.error is RaftError.NONE:
             self.checker.check_completion(node_id, completion.offset, completion.epoch,
                                           self.records[completion.proposal_id])
             self._respond(node_id, completion.proposal_id)
             return
-        self.leader_hint = completion.leader_id
+        self._retry_elsewhere(node_id, completion.proposal_id, completion.leader_id)
+
+    def _retry_elsewhere(self, node_id: int, proposal_id: int, leader_id: int | None) -> None:
+        """The node did not take the request: retry at the leader it named, after a backoff."""
+        self.leader_hint = leader_id
         backoff_ms = self.options.retry_backoff_ms
-        if completion.leader_id is None or completion.leader_id == node_id:
+        if leader_id is None or leader_id == node_id:
             backoff_ms = self.options.election_timeout_ms
             self.client_backoff_until_ms = self.now_ms + backoff_ms
-        proposal = self.proposals.pop(completion.proposal_id, None)
+        proposal = self.proposals.pop(proposal_id, None)
         if proposal is not None:
             proposal.attempts += 1
             self._schedule(self.now_ms + backoff_ms, Kind.RETRY, proposal)
