@@ -77,6 +77,42 @@ that was itself), with its high watermark at its latest snapshot, which it resto
 Observers: nodes that are not voters fetch and apply like followers but never vote, never stand,
 and never count towards a majority; without a known leader they ask a random voter.
 
+A voter without state. Raft's safety rests on two things a voter keeps on disk: the epochs it voted
+in (a second vote in one epoch can make two leaders of it) and the entries it acknowledged (a
+majority that counted its acknowledgement of a committed entry may, without it, elect a leader that
+lacks the entry, §5.4). A voter whose quorum-state is missing (a new node, a wiped or replaced
+disk, a removed file) knows neither. KRaft with dynamic voters (KIP-853) makes such a replica a new
+one, with a new log directory id, that is no voter until an operator adds it again; our voters are
+static (controller.quorum.voters), so the voter restores instead (`Restoration` in quorum_state.py):
+
+- It asks every other voter for its current epoch and its log end (QuorumProbe, answered at once
+  and with no effect on the answerer; both values are durable before the answer leaves, by the
+  Ready order). An answer counts only from that voter itself and only to a probe of this
+  incarnation (its correlation id is drawn at start): an older answer may predate the loss.
+- Until every other voter has answered it grants no vote or pre-vote and does not stand. It follows
+  a leader (fetches, applies, and its fetch offsets count towards commit: they describe its log as
+  it is now), and without one it asks a random voter, as an observer does. Following grants nothing.
+- Then the epoch bound M (the largest epoch answered) and the log bound R (the most up-to-date log
+  end answered) are known. It votes, and stands, only in epochs above M, and only for a log at least
+  as up to date as R (its own, to stand; pre-votes alike, for the epoch after). What it learns is in
+  the quorum-state with the epoch it writes anyway; R leaves the file once the voter's durable log
+  reaches it, M once its durable epoch passes it (checked first in `handle`, where both are durable).
+
+Why M suffices: a vote it gave for candidate C in epoch e before the loss matters only if C could
+lead e; C has known an epoch >= e since it stood (persisted, never falling), so its answer makes
+M >= e. A self-vote likewise: for another node to lead e, that node knows e. Why R suffices: an
+entry it acknowledged that may be committed was, before the loss, in the durable log of the voter
+that sent it (or, if it led, of a majority); that voter still holds it when it answers (a log loses
+a committed entry only by following a leader without it, which leader completeness excludes, by
+induction over epochs), so R is at least that log, and a candidate at least as up to date as R holds
+the entry (§5.4.3). Raft's vote-intersection argument then goes through with the restored voter's
+vote in place of its lost acknowledgement. A new cluster is the same case, with no "is this a new
+cluster" guess: every voter starts without state, hears epoch 0 and empty logs, and the first
+election is in epoch 1. The cost: a voter without state votes only after every other voter has
+answered once, so a voter that is down keeps it from voting. The limit: both arguments need the
+voters that answer to have kept their state, so voters restore one at a time (README); two that
+lose their state together may each lose what the other would have told.
+
 Differences from Kafka, and why:
 - One fetch per follower in flight, matched by correlation id and checked against the echoed
   position, because our network (the simulator's) drops, duplicates and reorders where Kafka relies
@@ -96,10 +132,14 @@ Differences from Kafka, and why:
   snapshot id, not with the snapshot as a diverging epoch (KRaft): such a follower holds no entry of
   the snapshot's epoch to truncate to and would ask again for ever.
 - Snapshots are counted in records, not bytes.
+- A voter without quorum-state restores (above). KRaft's QuorumState.initialize reads a missing file
+  as epoch 0 with no vote (and its early versions cleared an unreadable one), so with static voters
+  a voter that lost its disk may vote again where it voted before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -107,7 +147,7 @@ from typing import ClassVar, Protocol
 
 from controller.leader_state import LeaderState, ParkedFetch
 from controller.quorum_config import QuorumConfig
-from controller.quorum_state import ElectionState
+from controller.quorum_state import ElectionState, LogEnd
 from controller.raft_log import FetchValidation, RaftLog
 from controller.raft_messages import (
     BeginQuorumEpoch,
@@ -123,6 +163,8 @@ from controller.raft_messages import (
     ProposalCompletion,
     Propose,
     ProposeBatch,
+    QuorumProbeRequest,
+    QuorumProbeResponse,
     RaftError,
     Ready,
     Role,
@@ -212,7 +254,7 @@ class Raft:
     Built from the node id, the static `QuorumConfig`, the opened `RaftLog`, the persisted
     `ElectionState`, a seeded random source and the current time. Mutated only by `handle`.
     Readable state for drivers, tests and the simulator: `role`, `epoch`, `leader_id`,
-    `voted_id`, `high_watermark`, `applied_offset`, `leader_ready`, `election_state`."""
+    `voted_id`, `high_watermark`, `applied_offset`, `leader_ready`, `election_state`, `restoring`."""
 
     def __init__(self, node_id: int, config: QuorumConfig, log: RaftLog, election_state: ElectionState,
                  rng: RandomSource, now_ms: int) -> None:
@@ -222,8 +264,11 @@ class Raft:
         self.is_voter = config.is_voter(node_id)
         self._rng = rng
         self._now_ms = now_ms
+        self._other_voters = config.voter_ids - {node_id}
         self._state = election_state
         self._hard_state_dirty = False
+        if not self.is_voter and election_state.restoration is not None:
+            self._set_state(dataclasses.replace(election_state, restoration=None))  # an observer never votes
         self._out = _Output()
         self.role = Role.UNATTACHED
         self._deadline_ms = NEVER_MS
@@ -234,6 +279,10 @@ class Raft:
         self._download: _SnapshotDownload | None = None
         self._leader: LeaderState | None = None
         self._next_correlation_id = rng.getrandbits(48)
+        # One probe id per incarnation: an answer to an earlier incarnation's probe may predate the loss.
+        self._probe_correlation_id = self._next_correlation_id
+        self._next_correlation_id += 1
+        self._probe_resend_ms = now_ms
         self._high_watermark_seen = log.high_watermark
         snapshot = log.snapshots.latest_id()
         self._applied_offset = log.log_start_offset
@@ -266,6 +315,15 @@ class Raft:
         return self._state
 
     @property
+    def restoring(self) -> bool:
+        """This voter lost its state and may not vote yet as any other voter would: some other voter
+        has not answered its probe, or its log is not yet as up to date as the log bound. (Its vote
+        may stay limited to epochs above the epoch bound a while longer; that needs nothing more.)"""
+        restoration = self._state.restoration
+        return restoration is not None and (not restoration.is_complete(self._other_voters)
+                                            or self._log_end() < restoration.log_bound)
+
+    @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
@@ -290,6 +348,7 @@ class Raft:
         self._out = _Output()
         if self._restore is not None:
             self._out.restore, self._restore = self._restore, None
+        self._settle_restoration()
         if isinstance(event, Message):
             self._on_message(event)
         elif isinstance(event, Tick):
@@ -303,6 +362,7 @@ class Raft:
         else:
             raise TypeError(f"Raft.handle got {event!r}; events are Tick, Message, Propose, ProposeBatch, "
                             "SnapshotCreated")
+        self._maybe_probe()
         self._deliver_committed()
         self._maybe_request_snapshot()
         self._check_invariants()
@@ -325,10 +385,12 @@ class Raft:
 
     def _next_tick_ms(self) -> int:
         deadlines = [self._deadline_ms]
-        if self._in_flight is not None:
-            deadlines.append(self._in_flight.sent_ms + self.config.request_timeout_ms)
-        elif self.role is Role.FOLLOWER or (self.role is Role.UNATTACHED and not self.is_voter):
-            deadlines.append(self._fetch_at_ms)
+        if self.role is Role.FOLLOWER or self._looks_for_leader:
+            in_flight = self._in_flight  # a fetch left in flight in another role is not waited for
+            timeout_ms = self.config.request_timeout_ms
+            deadlines.append(self._fetch_at_ms if in_flight is None else in_flight.sent_ms + timeout_ms)
+        if self._probe_pending:
+            deadlines.append(self._probe_resend_ms)
         if self._election is not None:
             deadlines.append(self._election.resend_ms)
         if self._leader is not None:
@@ -359,6 +421,11 @@ class Raft:
             assert self.leader_id != self.node_id, f"follower {self.node_id} follows itself"
         if self.role is Role.CANDIDATE:
             assert self.voted_id == self.node_id, f"candidate {self.node_id} voted for {self.voted_id}"
+        if self.role in (Role.PROSPECTIVE, Role.CANDIDATE, Role.LEADER):
+            restoration = self._state.restoration
+            assert restoration is None or restoration.is_complete(self._other_voters), (
+                f"node {self.node_id} is {self.role.value} before every voter answered its probe: {restoration}"
+            )
 
     # -- state changes ----------------------------------------------------------------------------
 
@@ -369,6 +436,10 @@ class Raft:
         if state.epoch == old.epoch and old.voted_id is not None:
             assert state.voted_id == old.voted_id, (
                 f"node {self.node_id}: second vote in epoch {old.epoch}: {old.voted_id} -> {state.voted_id}"
+            )
+        elif state.voted_id is not None and state.restoration is not None:
+            assert state.restoration.allows_vote_in(self._other_voters, state.epoch), (
+                f"node {self.node_id}: vote for {state.voted_id} in epoch {state.epoch} while {state.restoration}"
             )
         if state != old:
             self._state = state
@@ -388,7 +459,7 @@ class Raft:
     def _become_unattached(self, epoch: int) -> None:
         """Move to `epoch` (or stay in it) with no known leader; a same-epoch vote is kept."""
         voted = self._state.voted_id if epoch == self.epoch else None
-        self._leave_role_to(ElectionState(epoch, voted, None))
+        self._leave_role_to(self._state_with(epoch, voted, None))
         self._enter_unattached()
 
     def _enter_unattached(self) -> None:
@@ -397,12 +468,12 @@ class Raft:
             self._deadline_ms = self._now_ms + self._randomized_election_timeout_ms()
         else:
             self._deadline_ms = NEVER_MS
-            self._fetch_at_ms = self._now_ms
+        self._fetch_at_ms = self._now_ms
 
     def _become_follower(self, epoch: int, leader_id: int) -> None:
         assert leader_id != self.node_id, f"node {self.node_id} cannot follow itself (epoch {epoch})"
         voted = self._state.voted_id if epoch == self.epoch else None
-        self._leave_role_to(ElectionState(epoch, voted, leader_id))
+        self._leave_role_to(self._state_with(epoch, voted, leader_id))
         self._enter_follower(leader_id)
         self._maybe_send_fetch()
 
@@ -420,17 +491,21 @@ class Raft:
         self._set_state(state)
         self._leave_role()
 
+    def _state_with(self, epoch: int, voted_id: int | None, leader_id: int | None) -> ElectionState:
+        """The hard state with these values and the restoration kept."""
+        return ElectionState(epoch, voted_id, leader_id, self._state.restoration)
+
     def _become_prospective(self) -> None:
         """KIP-996: ask for pre-votes in the current epoch; nothing is persisted."""
         assert self.is_voter, f"observer {self.node_id} cannot stand for election"
-        self._leave_role_to(ElectionState(self.epoch, self.voted_id, None))
+        self._leave_role_to(self._state_with(self.epoch, self.voted_id, None))
         self.role = Role.PROSPECTIVE
         self._start_election(pre_vote=True)
 
     def _become_candidate(self) -> None:
         """Bump the epoch and vote for ourselves (persisted before the vote requests leave)."""
         assert self.role is Role.PROSPECTIVE, f"node {self.node_id} stands from {self.role}, not after a pre-vote"
-        self._leave_role_to(ElectionState(self.epoch + 1, self.node_id, None))
+        self._leave_role_to(self._state_with(self.epoch + 1, self.node_id, None))
         self.role = Role.CANDIDATE
         self._start_election(pre_vote=False)
 
@@ -442,7 +517,7 @@ class Raft:
 
     def _become_leader(self) -> None:
         assert self.role is Role.CANDIDATE, f"node {self.node_id} leads from {self.role}"
-        self._leave_role_to(ElectionState(self.epoch, self.node_id, self.node_id))
+        self._leave_role_to(self._state_with(self.epoch, self.node_id, self.node_id))
         self.role = Role.LEADER
         self._deadline_ms = NEVER_MS
         payload = json.dumps({"leaderId": self.node_id, "epoch": self.epoch,
@@ -492,10 +567,18 @@ class Raft:
             self._follower_tick()
         elif self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
             self._election_tick()
-        elif self.is_voter:
-            if self._now_ms >= self._deadline_ms:
-                self._become_prospective()
+        elif self._now_ms >= self._deadline_ms:
+            self._on_election_timeout()
         else:
+            self._maybe_send_fetch()
+
+    def _on_election_timeout(self) -> None:
+        """No leader for a while: stand (a KIP-996 pre-vote first); an observer, or a voter that may
+        not stand yet (it restores), looks for the leader instead, as an observer does."""
+        if self._may_stand():
+            self._become_prospective()
+        else:
+            self._become_unattached(self.epoch)
             self._maybe_send_fetch()
 
     # -- elections --------------------------------------------------------------------------------
@@ -513,7 +596,7 @@ class Raft:
         election = self._election
         assert election is not None, f"node {self.node_id} in {self.role} without an election"
         if self._now_ms >= self._deadline_ms:
-            self._become_prospective()
+            self._on_election_timeout()
         elif self._now_ms >= election.resend_ms:
             self._send_vote_requests()
 
@@ -529,7 +612,7 @@ class Raft:
         granted = request.epoch == self.epoch and (
             self._may_grant_pre_vote(request) if request.pre_vote else self._may_grant_vote(request))
         if granted and not request.pre_vote:
-            self._set_state(ElectionState(self.epoch, request.candidate_id, None))
+            self._set_state(self._state_with(self.epoch, request.candidate_id, None))
             self._deadline_ms = self._now_ms + self._randomized_election_timeout_ms()
         self._send(source_id, VoteResponse(self.epoch, self.leader_id, granted, request.pre_vote))
 
@@ -541,15 +624,18 @@ class Raft:
             return False
         if self.voted_id is not None and self.voted_id != request.candidate_id:
             return False
-        return self._candidate_log_is_current(request)
+        return self._candidate_log_is_current(request) and self._may_vote(
+            request.epoch, (request.last_epoch, request.last_end_offset))
 
     def _may_grant_pre_vote(self, request: VoteRequest) -> bool:
-        """KIP-996: refuse while we have a leader we heard from within the fetch timeout."""
+        """KIP-996: refuse while we have a leader we heard from within the fetch timeout, and where
+        the vote that follows would be refused (a restoring voter's bounds, for epoch + 1)."""
         if self.role is Role.LEADER:
             return False
         if self.role is Role.FOLLOWER and self._now_ms < self._leader_heard_ms + self.config.fetch_timeout_ms:
             return False
-        return self._candidate_log_is_current(request)
+        return self._candidate_log_is_current(request) and self._may_vote(
+            request.epoch + 1, (request.last_epoch, request.last_end_offset))
 
     def _on_vote_response(self, source_id: int, response: VoteResponse) -> None:
         if self._maybe_adopt_epoch(response.epoch, response.leader_id):
@@ -744,12 +830,7 @@ class Raft:
 
     def _follower_tick(self) -> None:
         if self._now_ms >= self._deadline_ms:
-            # Fetch timeout: the leader is gone (or we are cut off). Voters stand, observers look.
-            if self.is_voter:
-                self._become_prospective()
-            else:
-                self._become_unattached(self.epoch)
-                self._maybe_send_fetch()
+            self._on_election_timeout()  # fetch timeout: the leader is gone (or we are cut off)
             return
         self._maybe_send_fetch()
 
@@ -762,8 +843,8 @@ class Raft:
             return
         if self.role is Role.FOLLOWER:
             destination = self.leader_id
-        elif self.role is Role.UNATTACHED and not self.is_voter:
-            voters = sorted(self.config.voter_ids)
+        elif self._looks_for_leader:
+            voters = sorted(self._other_voters)
             destination = voters[self._rng.randint(0, len(voters) - 1)]
         else:
             return
@@ -932,6 +1013,71 @@ class Raft:
         self.log.create_snapshot(event.snapshot_id, event.data, self._now_ms)
         self._records_since_snapshot = self._applied_offset - event.snapshot_id.offset
 
+    # -- a voter without state -------------------------------------------------------------------
+
+    def _log_end(self) -> LogEnd:
+        end = self.log.end_offset_and_epoch()
+        return end.epoch, end.offset
+
+    def _may_vote(self, epoch: int, log_end: LogEnd) -> bool:
+        """May this voter vote in `epoch` for a log ending at `log_end`? Always, unless it restores."""
+        restoration = self._state.restoration
+        return restoration is None or restoration.allows_vote(self._other_voters, epoch, log_end)
+
+    def _may_stand(self) -> bool:
+        """May this node stand for election (vote for itself in the next epoch)?"""
+        return self.is_voter and self._may_vote(self.epoch + 1, self._log_end())
+
+    @property
+    def _looks_for_leader(self) -> bool:
+        """Without a leader, observers and voters that may not stand fetch from a random voter,
+        whose answer names the leader."""
+        return self.role is Role.UNATTACHED and not self._may_stand()
+
+    @property
+    def _probe_pending(self) -> bool:
+        restoration = self._state.restoration
+        return restoration is not None and not restoration.is_complete(self._other_voters)
+
+    def _maybe_probe(self) -> None:
+        """Ask the voters that have not answered yet; again every request timeout until they have."""
+        restoration = self._state.restoration
+        if restoration is None or not self._probe_pending or self._now_ms < self._probe_resend_ms:
+            return
+        for voter in sorted(self._other_voters - restoration.answered):
+            self._send(voter, QuorumProbeRequest(self._probe_correlation_id))
+        self._probe_resend_ms = self._now_ms + self.config.request_timeout_ms
+
+    def _settle_restoration(self) -> None:
+        """Drop the bounds a restored voter no longer needs. Called first in `handle`, where the
+        epoch and the log are durable (the driver performed the previous Ready): the file must keep
+        a bound until the durable state makes it redundant, or a crash would lose it."""
+        restoration = self._state.restoration
+        if restoration is None or not restoration.is_complete(self._other_voters):
+            return
+        settled = restoration.settled(self.epoch, self._log_end())
+        if settled != restoration:
+            self._set_state(dataclasses.replace(self._state, restoration=settled))
+
+    def _on_quorum_probe_request(self, source_id: int, request: QuorumProbeRequest) -> None:
+        """Answer with our own epoch and log end, both durable before the answer leaves (Ready order)."""
+        last_epoch, last_end_offset = self._log_end()
+        self._send(source_id, QuorumProbeResponse(self.epoch, self.leader_id, last_epoch, last_end_offset,
+                                                  request.correlation_id))
+
+    def _on_quorum_probe_response(self, source_id: int, response: QuorumProbeResponse) -> None:
+        restoration = self._state.restoration
+        if (restoration is not None and source_id in self._other_voters
+                and response.correlation_id == self._probe_correlation_id):
+            learned = restoration.learn(source_id, response.epoch, (response.last_epoch, response.last_end_offset))
+            self._set_state(dataclasses.replace(self._state, restoration=learned))
+        if self._maybe_adopt_epoch(response.epoch, response.leader_id):
+            return
+        leader_id = response.leader_id
+        if response.epoch == self.epoch and self.role is Role.UNATTACHED and leader_id not in (None, self.node_id):
+            assert leader_id is not None, "checked above"
+            self._become_follower(self.epoch, leader_id)
+
     _HANDLERS: ClassVar[dict[type, Callable[..., None]]] = {
         VoteRequest: _on_vote_request,
         VoteResponse: _on_vote_response,
@@ -940,4 +1086,6 @@ class Raft:
         FetchResponse: _on_fetch_response,
         FetchSnapshotRequest: _on_fetch_snapshot_request,
         FetchSnapshotResponse: _on_fetch_snapshot_response,
+        QuorumProbeRequest: _on_quorum_probe_request,
+        QuorumProbeResponse: _on_quorum_probe_response,
     }

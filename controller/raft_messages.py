@@ -2,7 +2,8 @@
 
 Everything here is a frozen dataclass (h11's `_events.py` shape): the core reads them and never
 mutates them; the node encodes them at the edge. Field names follow KIP-595's RPCs (Vote,
-BeginQuorumEpoch, Fetch) and KIP-630's FetchSnapshot, in snake_case. Epochs are Raft terms.
+BeginQuorumEpoch, Fetch) and KIP-630's FetchSnapshot, in snake_case; QuorumProbe is ours (a voter
+that lost its state asks before it votes again). Epochs are Raft terms.
 
 Inputs (`Event`): `Tick`, a received `Message`, `Propose`, `ProposeBatch`, `SnapshotCreated`.
 Outputs: one `Ready` per `Raft.handle` call; its docstring fixes the order of the work.
@@ -153,9 +154,30 @@ class FetchSnapshotResponse:
     data: bytes = b""
 
 
+@dataclass(frozen=True, slots=True)
+class QuorumProbeRequest:
+    """Not in Kafka: a voter that lost its quorum-state asks another voter for its current epoch and
+    log end (controller/raft.py, "A voter without state"). It changes nothing at the receiver.
+    `correlation_id` is drawn once per incarnation of the asker: only answers to its own count."""
+
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumProbeResponse:
+    """The answerer's own current epoch and the leader it knows (None: unknown), and where its log
+    ends (`last_epoch`, `last_end_offset`, as a VoteRequest describes the candidate's log)."""
+
+    epoch: int
+    leader_id: int | None
+    last_epoch: int
+    last_end_offset: int
+    correlation_id: int
+
+
 MessageBody = (
     VoteRequest | VoteResponse | BeginQuorumEpoch | FetchRequest | FetchResponse | FetchSnapshotRequest
-    | FetchSnapshotResponse
+    | FetchSnapshotResponse | QuorumProbeRequest | QuorumProbeResponse
 )
 
 

@@ -2,8 +2,8 @@
 
 SIGTERM or SIGINT stops a node with a controlled shutdown (leadership moves away first, then
 flush, checkpoints and the clean-shutdown marker); kill -9 is recovered by storage recovery on
-the next start. Configuration errors and a log dir of another cluster end the process with a
-message that says what to change, and exit code 2.
+the next start. Configuration errors, a log dir of another cluster and a quorum-state file that
+does not parse end the process with a message that says what to change, and exit code 2.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 
+from controller.quorum_state import CorruptQuorumStateError
 from node import dev
 from node.config import ConfigException, load_config
 from node.node import Node
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s")
     try:
         return asyncio.run(_serve(Node(config)))
-    except StorageError as error:
+    except (StorageError, CorruptQuorumStateError) as error:
         print(f"tributary-node: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
 

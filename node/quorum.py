@@ -132,6 +132,11 @@ class QuorumService:
                                   tick_interval_ms=max(1, self.config.broker_heartbeat_interval_ms // 2))
         self._driver = ControllerDriver(RaftDriver(raft, store, self.metadata, self._transport.send), office,
                                         _answer)
+        if raft.restoring:
+            log.info("node %s: no quorum-state in %s (a new cluster or node, or a lost disk or file): this "
+                     "voter follows the leader, but it votes and stands for election only once every other voter "
+                     "(%s) has answered it, and then only above their epochs and for logs as up to date as theirs",
+                     self.config.node_id, directory, sorted(self.config.quorum.voter_ids - {self.config.node_id}))
         self._step(Tick(), now_ms)
         self._owner = asyncio.get_running_loop().create_task(self._run(), name=f"quorum-{self.config.node_id}")
 
@@ -298,7 +303,11 @@ class QuorumService:
         """Run `perform` on the driver, then tell the listeners and the waiting callers."""
         assert self._driver is not None, "stepped while stopped"
         applied_before = self.metadata.last_applied_offset
+        restoring = self._driver.raft.restoring
         self._log_changes(perform(self._driver))
+        if restoring and not self._driver.raft.restoring:
+            log.info("node %s: every other voter has answered and this voter's log is as up to date as theirs: "
+                     "it may vote again", self.config.node_id)
         if self.metadata.last_applied_offset != applied_before:
             self._notify_listeners()
         self._note_changes()

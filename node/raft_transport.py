@@ -7,7 +7,7 @@ another one-way message, sent when the core produces it. So a fetch parked at th
 HTTP request open, and the send timeout can be short.
 
 Sending is fire-and-forget: a failed or timed-out send is dropped, because the Raft core retries
-whatever matters (fetches, votes, BeginQuorumEpoch) on its own timers; a retry here would only
+whatever matters (fetches, votes, BeginQuorumEpoch, probes) on its own timers; a retry here would only
 duplicate messages. Addresses: voters' from `controller.quorum.voters`; observers' (broker-only
 nodes) are learned from the `source_address` of what they send, as a KRaft leader learns an
 observer's endpoint from its Fetch.
@@ -28,6 +28,8 @@ from controller.raft_messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Message,
+    QuorumProbeRequest,
+    QuorumProbeResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 RAFT_MESSAGE_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest, FetchResponse, FetchSnapshotRequest,
-                FetchSnapshotResponse)
+                FetchSnapshotResponse, QuorumProbeRequest, QuorumProbeResponse)
 }
 ACK = Envelope(type="Ack", body={})
 _FROM_ANY_NODE = frozenset({FetchRequest, FetchSnapshotRequest})

@@ -53,7 +53,6 @@ def test_quorum_config_has_kafkas_defaults_and_keys() -> None:
 
 def test_quorum_state_round_trips_in_krafts_json(tmp_path: Path) -> None:
     store = QuorumStateStore(tmp_path)
-    assert store.read() == ElectionState(0)
     store.write(ElectionState(7, voted_id=2, leader_id=2), voters=[3, 1, 2])
     assert store.read() == ElectionState(7, voted_id=2, leader_id=2)
     text = (tmp_path / "quorum-state").read_text()
@@ -64,10 +63,23 @@ def test_quorum_state_round_trips_in_krafts_json(tmp_path: Path) -> None:
     assert store.read() == ElectionState(8, voted_id=None, leader_id=None)
 
 
-def test_damaged_quorum_state_is_a_named_error(tmp_path: Path) -> None:
-    (tmp_path / "quorum-state").write_text('{"leaderEpoch": "x"}')
-    with pytest.raises(CorruptQuorumStateError, match="quorum-state"):
+@pytest.mark.parametrize("text", [
+    '{"leaderEpoch": "x"}',
+    '{"data_version":0,"leaderEpoch":3,"votedId":-1,"leaderId":-1,"restoration":{"answeredVoters":2}}',
+    '{"data_version":0,"leaderEpoch":3,"votedId":-1,"leaderId":-1,"restoration":{"answeredVoters":[2],'
+    '"epochBound":-1,"logBoundEpoch":0,"logBoundOffset":0}}',
+    '{"data_version":1,"leaderEpoch":3,"votedId":-1,"leaderId":-1}',
+])
+def test_damaged_quorum_state_is_refused_with_the_safe_way_out(tmp_path: Path, text: str) -> None:
+    """Goal: a file that does not parse stops the node, naming the file; the way out it gives is to
+    move the file aside (the node then restores as a voter without state), never to delete it and
+    go on as if it had never voted (what the old message said)."""
+    (tmp_path / "quorum-state").write_text(text)
+    with pytest.raises(CorruptQuorumStateError, match=str(tmp_path / "quorum-state")) as raised:
         QuorumStateStore(tmp_path).read()
+    assert "Move the file aside" in str(raised.value)
+    assert "without state" in str(raised.value)
+    assert "remove" not in str(raised.value)
 
 
 def test_snapshot_files_are_named_and_checked_like_krafts(tmp_path: Path) -> None:

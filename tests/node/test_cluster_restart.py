@@ -1,6 +1,6 @@
 """A whole cluster stopped with SIGTERM and started again from its dirs: clean-shutdown markers,
-committed offsets and records survive; a node refuses a log dir of another cluster, and refuses
-clients until it has caught up with the metadata log."""
+committed offsets and records survive; a node refuses a log dir of another cluster and a
+quorum-state it cannot read, and refuses clients until it has caught up with the metadata log."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from client.errors import NetworkException
 from client.metadata import TopicPartition
 from client.producer import Producer
 from client.protocol import Api, MetadataRequest, MetadataResponse
+from controller.raft_log import METADATA_LOG_DIR
 from node.dev import DevCluster, healthy
 from tests.node.cluster_harness import FAST, eventually, free_port_block, read_replica, start_cluster
 
@@ -74,6 +75,21 @@ def test_a_node_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "belongs to node 1 of cluster" in result.stderr and "AnotherClusterAAAAAAAAA" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_node_refuses_a_quorum_state_it_cannot_read_and_says_what_is_safe(tmp_path: Path) -> None:
+    """Goal: a damaged quorum-state stops the node (exit 2, no traceback) with the file's name and
+    the safe way out: move it aside, and the node restores as a voter without state."""
+    cluster = start_cluster(tmp_path, 1)
+    cluster.stop()
+    quorum_state = cluster.nodes[1].directory / "data" / METADATA_LOG_DIR / "quorum-state"
+    quorum_state.write_text('{"leaderEpoch": 3')
+    result = subprocess.run([sys.executable, "-m", "node.main", "--config", str(cluster.nodes[1].config_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "CorruptQuorumStateError" in result.stderr and str(quorum_state) in result.stderr
+    assert "Move the file aside" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -11,7 +11,9 @@ futures and metadata listeners with bounded timeouts; they never sleep.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -241,6 +243,35 @@ async def test_cluster_elects_forwards_fails_over_and_a_restarted_node_catches_u
         await converged([*survivors, restarted], cluster.service(new_leader).metadata_offset)
         assert restarted.metadata.topic_id("payments") is not None
         assert not restarted.is_active_controller
+    finally:
+        await cluster.stop()
+
+
+async def test_a_voter_whose_disk_was_wiped_follows_at_once_and_votes_once_every_voter_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Goal: a voter without state over the real transport (its probes and their answers). Method: a
+    follower's data dir goes while it is down; restarted, it catches up; then the leader stops, and
+    the two left elect, which takes the wiped voter's vote (or its standing) either way."""
+    cluster = Cluster(tmp_path, 3)
+    try:
+        for node in cluster.nodes.values():
+            await node.start()
+        await register(cluster.service(1), 1)
+        leader = cluster.service(1).active_controller_id
+        assert leader is not None
+        wiped = other_than(cluster, leader)
+        await cluster.nodes[wiped].stop()
+        shutil.rmtree(cluster.nodes[wiped].root / "data")
+        with caplog.at_level(logging.INFO, logger="node.quorum"):
+            await cluster.nodes[wiped].start()
+            await converged([cluster.service(node_id) for node_id in cluster.nodes],
+                            cluster.service(leader).metadata_offset)
+            await cluster.nodes[leader].stop()
+            await register(cluster.service(wiped), 2)
+        assert cluster.service(wiped).active_controller_id not in (None, leader)
+        assert f"node {wiped}: no quorum-state in" in caplog.text
+        assert f"node {wiped}: every other voter has answered" in caplog.text
     finally:
         await cluster.stop()
 
