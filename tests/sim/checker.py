@@ -3,9 +3,12 @@
 The checker watches each node's core, log and Ready from outside and keeps one canonical history:
 the committed entries in offset order, as the first node to apply each offset saw it. Checks:
 
-- Election safety: at most one node is ever leader of an epoch (over the whole run).
+- Election safety: at most one node is ever leader of an epoch (over the whole run). A node whose
+  disk was wiped is another leader than before the wipe: it may not lead an epoch it led before.
 - Epochs and votes are durable: a node's epoch never falls, across crashes too, and its vote in
-  an epoch never changes once cast (both are persisted before the messages that reveal them).
+  an epoch never changes once cast (both are persisted before the messages that reveal them). A
+  wiped disk (a recorded fault) takes both; election safety above is still checked over the whole
+  run, across wipes: a voter without state must not vote where its lost vote could still count.
 - Log matching: every batch any node ever held is recorded under (base offset, epoch) with its CRC
   and the epoch of the entry before it; two logs holding a batch at the same offset and epoch must
   agree on both, so by induction they agree on the whole prefix.
@@ -71,7 +74,8 @@ class SafetyChecker:
 
     def __init__(self, spec: StateMachineSpec) -> None:
         self.spec = spec
-        self.leaders: dict[int, int] = {}
+        self.leaders: dict[int, tuple[int, int]] = {}  # epoch -> (node, its wipes so far)
+        self.wipes: dict[int, int] = {}
         self.epochs: dict[int, int] = {}
         self.votes: dict[tuple[int, int], int] = {}
         self.high_watermarks: dict[int, int] = {}
@@ -109,11 +113,18 @@ class SafetyChecker:
         self.metadata_history.forget(node_id)  # a fresh state machine: it restores an older snapshot
         self.after_step(node_id, raft)
 
+    def on_wipe(self, node_id: int) -> None:
+        """The node's disk was wiped: its epoch and votes went with it (leaders of past epochs stay)."""
+        self.wipes[node_id] = self.wipes.get(node_id, 0) + 1
+        self.epochs.pop(node_id, None)
+        self.votes = {key: voted for key, voted in self.votes.items() if key[0] != node_id}
+
     # -- after every step ---------------------------------------------------------------------
 
     def after_step(self, node_id: int, raft: Raft) -> None:
         self.checks += 1
         self._check_election_state(node_id, raft)
+        new_leader = raft.role is Role.LEADER and self._check_election_safety(node_id, raft.epoch)
         high_watermark = raft.high_watermark
         if high_watermark < self.high_watermarks.get(node_id, 0):
             self.fail("commit index", f"node {node_id} HW fell {self.high_watermarks[node_id]} -> {high_watermark}")
@@ -126,11 +137,21 @@ class SafetyChecker:
             self._check_committed_batches()
         if raft.role is Role.LEADER and high_watermark > len(self.commit_epochs):
             self.commit_epochs.extend([raft.epoch] * (high_watermark - len(self.commit_epochs)))
-        if raft.role is Role.LEADER and self.leaders.get(raft.epoch) is None:
-            self.leaders[raft.epoch] = node_id
+        if new_leader:
             self._check_leader_completeness(node_id, raft)
-        elif raft.role is Role.LEADER and self.leaders[raft.epoch] != node_id:
-            self.fail("election safety", f"epoch {raft.epoch} has leaders {self.leaders[raft.epoch]} and {node_id}")
+
+    def _check_election_safety(self, node_id: int, epoch: int) -> bool:
+        """Record the leader of `epoch` (a node, after so many wipes); True if it is new. Checked
+        before the leader's log: a second leader's first entry would otherwise show as a log fault."""
+        leader = (node_id, self.wipes.get(node_id, 0))
+        first = self.leaders.get(epoch)
+        if first is None:
+            self.leaders[epoch] = leader
+            return True
+        if first != leader:
+            self.fail("election safety", f"epoch {epoch} has leaders {first[0]} (after {first[1]} wipes) and "
+                                         f"{node_id} (after {leader[1]} wipes)")
+        return False
 
     def _check_election_state(self, node_id: int, raft: Raft) -> None:
         epoch = raft.epoch

@@ -12,12 +12,16 @@ leader-epoch checkpoint, snapshots) are fsynced by their writers and survive who
 
 Flushes the driver did not ask for (a roll fsyncs the old segment) are not recorded, so the model
 may lose bytes a real disk would keep: harsher than reality, never kinder.
+
+A wipe (`SimDisk.wipe`) takes everything: the node's directory comes back empty, as after a disk
+replacement, a reformat or an operator's `rm -r`.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -84,6 +88,13 @@ class SimDisk:
             cuts.append(f"{entry.name}:{stat.st_size}->{keep}{'!' if damaged else ''}")
         self.record_flush()  # what survived the crash is on the disk now
         return cuts
+
+    def wipe(self) -> None:
+        """The directory and everything in it are gone; an empty one takes its place. Only while the
+        node is down (its files are closed)."""
+        shutil.rmtree(self.directory)
+        self.directory.mkdir(parents=True)
+        self.durable = {}
 
 
 def abandon(log: RaftLog) -> None:

@@ -17,9 +17,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from controller import controller_office, leader_state, quorum_controller, raft, raft_log
+from controller import controller_office, leader_state, quorum_controller, quorum_state, raft, raft_log
 from controller.metadata_records import FenceBroker
-from controller.quorum_state import ElectionState
+from controller.quorum_state import ElectionState, LogEnd
 from controller.raft_messages import Event, Ready, Role, VoteRequest
 from storage.log import LogAppendInfo
 from storage.records import build_batch_from_values
@@ -73,6 +73,26 @@ def _forget_votes_on_crash() -> None:
             self._state = state
 
     raft.Raft._set_state = set_state  # type: ignore[method-assign]
+
+
+def _vote_without_state() -> None:
+    """A voter that lost its quorum-state reads as epoch 0 with no vote and votes at once (the old
+    reading of a missing file): a wiped voter votes again where its lost vote counted."""
+    original = quorum_state.QuorumStateStore.read
+
+    def read(self: quorum_state.QuorumStateStore) -> ElectionState:
+        return dataclasses.replace(original(self), restoration=None)
+
+    quorum_state.QuorumStateStore.read = read  # type: ignore[method-assign]
+
+
+def _restore_without_log_bound() -> None:
+    """A restored voter votes for any log its own log does not beat, ignoring the logs the others
+    reported: it may elect a leader without an entry its lost acknowledgement helped commit."""
+    def allows_vote(self: quorum_state.Restoration, others: frozenset[int], epoch: int, log_end: LogEnd) -> bool:
+        return self.allows_vote_in(others, epoch)
+
+    quorum_state.Restoration.allows_vote = allows_vote  # type: ignore[method-assign]
 
 
 def _ack_before_flush() -> None:
@@ -136,6 +156,8 @@ MUTATIONS: dict[str, Callable[[], None]] = {
     "commit_old_epochs": _commit_old_epochs,
     "vote_twice": _vote_twice,
     "forget_votes_on_crash": _forget_votes_on_crash,
+    "vote_without_state": _vote_without_state,
+    "restore_without_log_bound": _restore_without_log_bound,
     "ack_before_flush": _ack_before_flush,
     "truncate_to_leader_end": _truncate_to_leader_end,
     "split_batches": _split_batches,

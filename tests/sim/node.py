@@ -3,7 +3,8 @@
 An incarnation is what a process holds: a `Raft` core opened from the directory (the log through
 `LogLoader` recovery, the quorum-state file), a fresh state machine, and a `SimDriver`. A crash
 drops the incarnation and cuts the files (`SimDisk.crash`); a restart opens a new one from what
-is left. A pause keeps the incarnation but holds every event for the node until it resumes.
+is left, or from nothing after a wipe (`SimDisk.wipe`). A pause keeps the incarnation but holds
+every event for the node until it resumes.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class SimNode:
         self.disk = SimDisk(self.directory)
         self.driver: SimDriver | None = None
         self.incarnation = 0
+        self.restoring_when_down = True  # the directory is empty before the first start
         self.paused_until_ms = -1
         self.inbox: list[Event] = []
         self.tick_generation = 0
@@ -84,6 +86,22 @@ class SimNode:
     def raft(self) -> Raft:
         assert self.driver is not None, f"node {self.node_id} is down"
         return self.driver.raft
+
+    @property
+    def is_voter(self) -> bool:
+        return self.quorum_config.is_voter(self.node_id)
+
+    @property
+    def restoring(self) -> bool:
+        """This node lost its quorum state and has not yet restored (`Raft.restoring`); a node that is
+        down is as it was when it went down, or after a wipe."""
+        return self.driver.raft.restoring if self.driver is not None else self.restoring_when_down
+
+    def wipe(self) -> None:
+        """The node's disk is wiped while it is down: it restarts with nothing."""
+        assert self.driver is None, f"node {self.node_id} is up; wipe it while it is down"
+        self.disk.wipe()
+        self.restoring_when_down = True
 
     def start(self, now_ms: int, send: Callable[[Message], None], observe: ReadyObserver) -> None:
         """Open a new incarnation from the directory (recovery after a crash)."""
@@ -103,6 +121,7 @@ class SimNode:
     def crash(self, rng: random.Random, tear_probability: float) -> list[str]:
         """Kill the incarnation; cut the files to what a crash leaves. Returns the cuts."""
         assert self.driver is not None, f"node {self.node_id} is already down"
+        self.restoring_when_down = self.driver.raft.restoring
         cuts = self.disk.crash(self.driver.raft.log, rng, tear_probability)
         self.driver = None
         self.inbox.clear()

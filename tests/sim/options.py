@@ -3,7 +3,8 @@
 `SimOptions.from_seed(seed)` draws, from `random.Random(seed)` and in a fixed order: the cluster
 (3 or 5 voters, maybe an observer), the quorum's timeouts and bounds, the storage sizes, the
 network (delay, long delays, drops, duplicates), the fault rates (partitions, crashes, pauses,
-torn writes), the workload (proposal rate) and each node's rng seed. Printed first by the
+torn writes), the workload (proposal rate) and each node's rng seed; then the draws added later
+(index interval, wiped disks), last so that older seeds keep their options. Printed first by the
 runner; `key=value` pairs so that a run's line can be read back.
 """
 
@@ -72,6 +73,7 @@ class SimOptions(FaultOptions):
     proposal_interval_max_ms: int
     safety_duration_ms: int
     node_seeds: tuple[int, ...]
+    wipe_probability: float  # a restart finds the node's directory gone (a wiped or replaced disk)
 
     FAULTS_AFTER: ClassVar[str] = "index_interval_bytes"
     HIDDEN: ClassVar[tuple[str, ...]] = ("node_seeds",)
@@ -124,4 +126,5 @@ class SimOptions(FaultOptions):
             node_seeds=tuple(rng.getrandbits(63) for _ in range(voters + observers)),
             # Draws added later come last, so that older seeds keep their earlier options.
             index_interval_bytes=rng.choice((128, 512)),
+            wipe_probability=0.0 if calm else rng.choice((0.0, 0.1, 0.5, 1.0)),
         )

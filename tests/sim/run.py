@@ -43,6 +43,7 @@ class SeedOutcome:
     simulated_ms: int
     committed: int
     fetch_timeout_ms: int = 0
+    wipes: int = 0
 
 
 def replay_command(seed: int, spec_path: str = "") -> str:
@@ -69,7 +70,7 @@ def run_seed(seed: int, spec_path: str = "") -> SeedOutcome:
         return SeedOutcome(seed, traceback.format_exc(limit=-6), None, None, simulation.result.steps,
                            simulation.now_ms, len(simulation.checker.canonical))
     return SeedOutcome(seed, None, result.election_after_crash_ms, result.liveness_ms, result.steps,
-                       result.simulated_ms, result.committed, simulation.options.fetch_timeout_ms)
+                       result.simulated_ms, result.committed, simulation.options.fetch_timeout_ms, result.wipes)
 
 
 def run_seeds(seeds: Iterable[int], jobs: int, spec_path: str = "") -> Iterator[SeedOutcome]:
@@ -97,9 +98,13 @@ class Summary(seed_runner.Tally):
     elections: list[int] = field(default_factory=list)
     election_ratios: list[float] = field(default_factory=list)
     liveness: list[int] = field(default_factory=list)
+    wipes: int = 0
+    seeds_with_wipes: int = 0
 
     def add(self, outcome: SeedOutcome) -> None:
         self.count(outcome)
+        self.wipes += outcome.wipes
+        self.seeds_with_wipes += 1 if outcome.wipes else 0
         if outcome.election_after_crash_ms is not None:
             self.elections.append(outcome.election_after_crash_ms)
             self.election_ratios.append(outcome.election_after_crash_ms / max(outcome.fetch_timeout_ms, 1))
@@ -115,7 +120,8 @@ class Summary(seed_runner.Tally):
             f"p50={_fixed(percentile(self.election_ratios, 0.5))} "
             f"p99={_fixed(percentile(self.election_ratios, 0.99))}\n"
             f"heal to converged (simulated ms): p50={percentile(liveness, 0.5)} p99={percentile(liveness, 0.99)} "
-            f"max={max(liveness, default=None)}"
+            f"max={max(liveness, default=None)}\n"
+            f"wiped disks: {self.wipes} in {self.seeds_with_wipes} seeds"
         )
 
 
@@ -128,7 +134,7 @@ def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int, spe
 
 def _ok_line(result: SimResult) -> str:
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} committed={result.committed} "
-            f"elections={result.elections} crashes={result.crashes} messages={result.messages} "
+            f"elections={result.elections} crashes={result.crashes} wipes={result.wipes} messages={result.messages} "
             f"election_after_crash_ms={result.election_after_crash_ms} liveness_ms={result.liveness_ms}")
 
 

@@ -3,14 +3,17 @@
 Goal: find any schedule of messages, faults and proposals under which Raft breaks a safety property,
 and show that a healed cluster always recovers. Method (TigerBeetle's VOPR, FoundationDB's
 simulation): one `random.Random(seed)` draws the options (`SimOptions.draw`) and then every choice of
-the run — message delays, drops, duplicates, partitions, crashes, restarts, pauses, torn writes, the
-workload — in the order events happen, so a seed replays exactly.
+the run — message delays, drops, duplicates, partitions, crashes, restarts, wiped disks, pauses, torn
+writes, the workload — in the order events happen, so a seed replays exactly.
 
 Time is an integer of simulated ms and is never slept. Events wait in one heap keyed by (time,
 sequence): message deliveries, node ticks (each node is ticked at the `next_tick_ms` its last Ready
 asked for), client proposals, chaos ticks, pause ends, the heal and liveness probes. Each node runs
 real storage (a `storage.Log` through `RaftLog`) in a temp directory (/dev/shm when present); a crash
-cuts its files to their last fsynced length (`SimDisk`), a restart recovers through `LogLoader`.
+cuts its files to their last fsynced length (`SimDisk`), a restart recovers through `LogLoader`. A
+restart may find the directory wiped (log, quorum-state, snapshots): the node restores as a voter
+without state (controller/raft.py). The system promises safety for one voter without state at a
+time (README), so a disk is wiped only while every other voter has its state.
 
 Workload. By default (`METADATA`) every node applies committed records to a `ClusterMetadata`
 and runs the node's `ControllerOffice` (tests/sim/metadata_workload.py): the leading node takes
@@ -112,6 +115,7 @@ class SimResult:
     committed: int = 0
     elections: int = 0
     crashes: int = 0
+    wipes: int = 0
     election_after_crash_ms: int | None = None
     liveness_ms: int | None = None
     messages: int = 0
@@ -519,6 +523,8 @@ class Simulation:
             self._crash(rng.choice(up))
         for node in self.nodes.values():
             if not node.up and rng.random() < options.restart_probability:
+                if options.wipe_probability > 0 and rng.random() < options.wipe_probability:
+                    self._maybe_wipe(node)
                 self._start(node, restarted=True)
         running = [node for node in self.nodes.values() if node.up and node.paused_until_ms < 0]
         if running and rng.random() < options.pause_probability:
@@ -527,6 +533,17 @@ class Simulation:
             self._log(f"{self.now_ms:9d} n{node.node_id} pause until {node.paused_until_ms}")
             self._schedule(node.paused_until_ms, Kind.RESUME, node.node_id)
         self._schedule(self.now_ms + options.chaos_interval_ms, Kind.CHAOS, None)
+
+    def _maybe_wipe(self, node: SimNode) -> None:
+        """Wipe a down node's disk, unless another voter is without its state (see the docstring)."""
+        others = [other for other in self.nodes.values() if other is not node and other.is_voter]
+        if any(other.restoring for other in others):
+            self._log(f"{self.now_ms:9d} n{node.node_id} keeps its disk: another voter restores")
+            return
+        node.wipe()
+        self.result.wipes += 1
+        self.checker.on_wipe(node.node_id)
+        self._log(f"{self.now_ms:9d} n{node.node_id} wiped")
 
     def _resume(self, node: SimNode) -> None:
         if not node.up or node.paused_until_ms < 0 or node.paused_until_ms > self.now_ms:
@@ -562,13 +579,14 @@ class Simulation:
         return max(leaders, key=lambda node: node.raft.epoch) if leaders else None
 
     def _converged(self, leader: SimNode) -> bool:
-        """Every node follows `leader` in its epoch and applied everything in its log."""
+        """Every node follows `leader` in its epoch and applied everything in its log, and no voter
+        restores (it could not vote yet: one more failure would leave the quorum without a majority)."""
         raft = leader.raft
         if raft.high_watermark != raft.log.log_end_offset or self.proposals or self.liveness_outstanding:
             return False
         for node in self.nodes.values():
             other = node.raft
-            if other.epoch != raft.epoch or other.applied_offset != raft.log.log_end_offset:
+            if other.epoch != raft.epoch or other.applied_offset != raft.log.log_end_offset or other.restoring:
                 return False
             if node is not leader and (other.role is not Role.FOLLOWER or other.leader_id != leader.node_id):
                 return False
