@@ -56,7 +56,8 @@ class Restoration:
     `epoch_bound`: the largest epoch among their answers; the voter votes, and stands, only in
     epochs above it. `log_bound`: the most up-to-date log end among their answers; the voter votes
     only for a log at least as up to date, until its own durable log is (then `NO_LOG_END`).
-    Invariants: bounds never fall; `answered` only grows. Owner: the Raft core, in ElectionState."""
+    Invariants: `answered` only grows and, while it does, the bounds only rise; a bound goes only
+    once the voter's durable state makes it redundant (`settled`). Owner: the Raft core."""
 
     answered: frozenset[int] = frozenset()
     epoch_bound: int = 0
