@@ -133,9 +133,10 @@ class QuorumService:
         self._driver = ControllerDriver(RaftDriver(raft, store, self.metadata, self._transport.send), office,
                                         _answer)
         if raft.restoring:
-            log.info("node %s: no quorum-state in %s (a new cluster or node, or a lost disk or file): this "
-                     "voter follows the leader, but it votes and stands for election only once every other voter "
-                     "(%s) has answered it, and then only above their epochs and for logs as up to date as theirs",
+            log.info("node %s: no quorum-state in %s, or one still restoring (a new cluster or node, or a lost "
+                     "disk or file): this voter follows the leader, but it votes and stands for election only once "
+                     "every other voter (%s) has answered it, and then only above their epochs and for logs as up "
+                     "to date as theirs",
                      self.config.node_id, directory, sorted(self.config.quorum.voter_ids - {self.config.node_id}))
         self._step(Tick(), now_ms)
         self._owner = asyncio.get_running_loop().create_task(self._run(), name=f"quorum-{self.config.node_id}")
