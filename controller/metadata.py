@@ -9,9 +9,10 @@ and replica placements were drawn by the active controller and travel inside the
 and `restore(offset, data)` loads it, which is how Raft bounds the log and how a node far behind
 catches up. `last_applied_offset` (= `metadata_offset` for readers) says how fresh a copy is.
 
-State. Brokers by id (`BrokerRegistration`: epoch, endpoints, rack, fenced, in controlled
-shutdown); topics by id and by name; each topic's partitions (`PartitionRegistration`: replicas,
-ISR, leader, leader epoch, partition epoch) and its config overrides (Kafka keys, string values).
+State. Brokers by id (`BrokerRegistration`: epoch, endpoints, rack, log dir ids, fenced, in
+controlled shutdown); topics by id and by name; each topic's partitions (`PartitionRegistration`:
+replicas, ISR, leader, leader epoch, partition epoch, ELR, last known ELR) and its config
+overrides (Kafka keys, string values).
 
 Apply rules. A record that does not fit the state (unknown topic id, stale broker epoch, an ISR
 outside the replicas, ...) raises `MetadataApplyError` before anything changes: it can only come
@@ -54,7 +55,7 @@ from controller.metadata_records import (
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
 
-SNAPSHOT_VERSION = 0
+SNAPSHOT_VERSION = 1  # 1: brokers gain log_dirs (KIP-858), partitions elr and last_known_elr (KIP-966)
 TOPIC_NAME_LENGTH_MAX = 249
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -78,7 +79,8 @@ class BrokerRegistration:
 
     `broker_epoch` is the offset of its latest `RegisterBroker` record; requests from the broker
     carry it, and one from an older process (a lower epoch) is refused. A broker is an eligible
-    leader and ISR member only while `active`: unfenced and not in controlled shutdown.
+    leader and ISR member only while `active`: unfenced and not in controlled shutdown. `log_dirs`
+    are the directory ids (KIP-858) of its log dirs as of that registration.
     """
 
     broker_id: int
@@ -88,6 +90,7 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    log_dirs: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -100,9 +103,18 @@ class PartitionRegistration:
     """One partition's replication state.
 
     `replicas` is the assignment, first element the preferred leader. `isr` is kept in replica
-    order, is never empty, and is a subset of `replicas`. `leader` is an ISR member or -1 (offline).
-    `leader_epoch` grows by one whenever the leader changes (to -1 as well); `partition_epoch` grows
-    by one on every change, and is the version an AlterPartition request must name.
+    order and is a subset of `replicas`; it may be empty (KIP-966: the last ISR member leaves it
+    like any other, into the ELR). `leader` is an ISR member or -1 (offline). `leader_epoch` grows by
+    one whenever the leader changes (to -1 as well); `partition_epoch` grows by one on every
+    change, and is the version an AlterPartition request must name.
+
+    `elr` (Eligible Leader Replicas, KIP-966) are replicas outside the ISR that still hold every
+    record acknowledged while they were in it: they left the ISR when it was already below
+    min.insync.replicas, and from then on the leader holds the high watermark, so nothing was
+    acknowledged without them. Empty while the ISR has min.insync.replicas members; disjoint from
+    the ISR; a replica leaves it when it registers after an unclean shutdown. `last_known_elr`
+    (Kafka's LastKnownElr) are the replicas that left the ELR that way: they once held every
+    acknowledged record but may have lost a tail. Both in replica order.
     """
 
     replicas: tuple[int, ...]
@@ -110,10 +122,12 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     def merge(self, change: PartitionChange) -> PartitionRegistration:
         """The registration after `change`: a present leader bumps leader_epoch, any change partition_epoch."""
-        assert change.isr is not None or change.leader is not None, f"empty change {change}"
+        assert not change.is_empty, f"empty change {change}"
         leader_epoch = self.leader_epoch if change.leader is None else self.leader_epoch + 1
         return PartitionRegistration(
             replicas=self.replicas,
@@ -121,6 +135,8 @@ class PartitionRegistration:
             leader=self.leader if change.leader is None else change.leader,
             leader_epoch=leader_epoch,
             partition_epoch=self.partition_epoch + 1,
+            elr=self.elr if change.elr is None else change.elr,
+            last_known_elr=self.last_known_elr if change.last_known_elr is None else change.last_known_elr,
         )
 
 
@@ -153,8 +169,9 @@ class ClusterMetadata:
     """The replicated cluster state; implements Raft's `StateMachine` (`apply`, `snapshot`, `restore`).
 
     Invariant kept by `apply`: topic names and ids map one to one; a topic's partitions are
-    numbered 0..n-1; each partition's ISR is a non-empty subset of its replicas and its leader is
-    an ISR member or -1; epochs never fall. `last_applied_offset` is -1 before the first record.
+    numbered 0..n-1; each partition's ISR, ELR and last known ELR are disjoint subsets of its
+    replicas and its leader is an ISR member or -1; epochs never fall. `last_applied_offset` is -1
+    before the first record.
     """
 
     def __init__(self) -> None:
@@ -193,7 +210,8 @@ class ClusterMetadata:
         topics = []
         for topic_id, name in sorted(self._topic_names.items()):
             partitions = [
-                [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+                [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch, list(p.elr),
+                 list(p.last_known_elr)]
                 for _, p in sorted(self._partitions[topic_id].items())
             ]
             topics.append([topic_id, name, to_wire(self._configs[name]), partitions])
@@ -313,6 +331,7 @@ class ClusterMetadata:
             broker_epoch=offset,
             endpoints=dict(record.endpoints),
             rack=record.rack,
+            log_dirs=record.log_dirs,
         )
 
     def _registered(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
@@ -355,7 +374,8 @@ class ClusterMetadata:
         if record.partition != len(parts):
             raise MetadataApplyError(f"partition {record.partition} of {record.topic_id}: next index is {len(parts)}")
         state = PartitionRegistration(
-            record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch
+            record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch, record.elr,
+            record.last_known_elr,
         )
         self._check_partition(state, f"{record.topic_id}-{record.partition}")
         if state.leader_epoch < 0 or state.partition_epoch < 0:
@@ -367,7 +387,7 @@ class ClusterMetadata:
         current = self.partition(record.topic_id, record.partition)
         if current is None:
             raise MetadataApplyError(f"change of unknown partition {where}")
-        if record.isr is None and record.leader is None:
+        if record.is_empty:
             raise MetadataApplyError(f"change of {where} changes nothing")
         state = current.merge(record)
         self._check_partition(state, where)
@@ -376,8 +396,13 @@ class ClusterMetadata:
     def _check_partition(self, state: PartitionRegistration, where: str) -> None:
         if not state.replicas or len(set(state.replicas)) != len(state.replicas):
             raise MetadataApplyError(f"{where}: replicas {state.replicas} are empty or repeat a broker")
-        if not state.isr or len(set(state.isr)) != len(state.isr) or not set(state.isr) <= set(state.replicas):
-            raise MetadataApplyError(f"{where}: ISR {state.isr} is empty, repeats or is outside {state.replicas}")
+        for name, members in (("ISR", state.isr), ("ELR", state.elr), ("last known ELR", state.last_known_elr)):
+            if len(set(members)) != len(members) or not set(members) <= set(state.replicas):
+                raise MetadataApplyError(f"{where}: {name} {members} repeats or is outside {state.replicas}")
+        if set(state.elr) & set(state.isr) or set(state.last_known_elr) & (set(state.isr) | set(state.elr)):
+            raise MetadataApplyError(
+                f"{where}: ISR {state.isr}, ELR {state.elr} and last known ELR {state.last_known_elr} overlap"
+            )
         if state.leader != NO_LEADER and state.leader not in state.isr:
             raise MetadataApplyError(f"{where}: leader {state.leader} is not in ISR {state.isr}")
         if state.leader != NO_LEADER and state.leader not in self._brokers:
@@ -427,16 +452,17 @@ def _load_snapshot(data: bytes) -> ClusterMetadata:
     """Parse and check a snapshot; raises `MetadataRecordError` if it is malformed or inconsistent."""
     value = unpack(data, what="metadata snapshot")
     check_wire_type(value, tuple[Any, ...], "snapshot")
-    if len(value) != 3 or value[0] != SNAPSHOT_VERSION:
-        raise MetadataRecordError(f"snapshot must be [version {SNAPSHOT_VERSION}, brokers, topics]")
-    _, brokers, topics = value
+    if len(value) != 3 or value[0] not in _SNAPSHOT_FIELD_COUNTS:
+        raise MetadataRecordError(f"snapshot must be [version 0..{SNAPSHOT_VERSION}, brokers, topics]")
+    version, brokers, topics = value
+    broker_count, partition_count = _SNAPSHOT_FIELD_COUNTS[version]
     loaded = ClusterMetadata()
     check_wire_type(brokers, tuple[tuple[Any, ...], ...], "snapshot brokers")
     for entry in brokers:
-        _broker_from_snapshot(loaded, entry)
+        _broker_from_snapshot(loaded, entry, _BROKER_FIELDS[:broker_count])
     check_wire_type(topics, tuple[tuple[Any, ...], ...], "snapshot topics")
     for entry in topics:
-        _topic_from_snapshot(loaded, entry)
+        _topic_from_snapshot(loaded, entry, _PARTITION_FIELDS[:partition_count])
     return loaded
 
 
@@ -448,6 +474,7 @@ _BROKER_FIELDS: list[tuple[str, Any]] = [
     ("rack", str | None),
     ("fenced", bool),
     ("in_controlled_shutdown", bool),
+    ("log_dirs", tuple[str, ...]),
 ]
 _TOPIC_FIELDS: list[tuple[str, Any]] = [
     ("topic_id", str),
@@ -461,7 +488,11 @@ _PARTITION_FIELDS: list[tuple[str, Any]] = [
     ("leader", int),
     ("leader_epoch", int),
     ("partition_epoch", int),
+    ("elr", tuple[int, ...]),
+    ("last_known_elr", tuple[int, ...]),
 ]
+_SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
+"""Per snapshot version, how many broker and partition fields it has (later fields take defaults)."""
 
 
 def _check_fields(entry: tuple[Any, ...], fields: list[tuple[str, Any]], what: str) -> None:
@@ -471,23 +502,23 @@ def _check_fields(entry: tuple[Any, ...], fields: list[tuple[str, Any]], what: s
         check_wire_type(value, hint, f"snapshot {what}.{name}")
 
 
-def _broker_from_snapshot(loaded: ClusterMetadata, entry: tuple[Any, ...]) -> None:
-    _check_fields(entry, _BROKER_FIELDS, "broker")
+def _broker_from_snapshot(loaded: ClusterMetadata, entry: tuple[Any, ...], fields: list[tuple[str, Any]]) -> None:
+    _check_fields(entry, fields, "broker")
     broker = BrokerRegistration(*entry)
     if broker.broker_id in loaded._brokers or broker.broker_id < 0:
         raise MetadataRecordError(f"snapshot broker id {broker.broker_id} is negative or repeated")
     loaded._brokers[broker.broker_id] = broker
 
 
-def _topic_from_snapshot(loaded: ClusterMetadata, entry: tuple[Any, ...]) -> None:
+def _topic_from_snapshot(loaded: ClusterMetadata, entry: tuple[Any, ...], fields: list[tuple[str, Any]]) -> None:
     _check_fields(entry, _TOPIC_FIELDS, "topic")
     topic_id, name, configs, partitions = entry
     try:
         loaded._apply_topic(-1, Topic(name, topic_id, configs))
-        for index, fields in enumerate(partitions):
-            check_wire_type(fields, tuple[Any, ...], f"snapshot partition {name}-{index}")
-            _check_fields(fields, _PARTITION_FIELDS, f"partition {name}-{index}")
-            loaded._apply_partition(-1, Partition(topic_id, index, *fields))
+        for index, values in enumerate(partitions):
+            check_wire_type(values, tuple[Any, ...], f"snapshot partition {name}-{index}")
+            _check_fields(values, fields, f"partition {name}-{index}")
+            loaded._apply_partition(-1, Partition(topic_id, index, *values))
     except MetadataApplyError as error:
         raise MetadataRecordError(f"snapshot is inconsistent: {error}") from None
 
@@ -499,11 +530,12 @@ def check_invariants(metadata: ClusterMetadata) -> list[str]:
     """Every violated invariant of one node's metadata, as readable sentences (empty when all hold).
 
     Checked: names and ids map one to one; names are legal; configs parse; replicas are distinct
-    registered brokers; the ISR is a non-empty subset of the replicas; the leader is an ISR member
-    or -1; a fenced or shutting-down broker leads nothing; epochs are not negative; broker epochs
-    are offsets already applied. Every prefix of a controller's record batch passes too (a topic
-    may have fewer partitions than created), so the checker may run after any applied record,
-    although Raft commits and applies a controller's batch whole (`ProposeBatch`).
+    registered brokers; the ISR, the ELR and the last known ELR are disjoint subsets of the replicas
+    (the ISR may be empty, KIP-966); the leader is an ISR member or -1; a fenced or shutting-down
+    broker leads nothing; epochs are not negative; broker epochs are offsets already applied.
+    Every prefix of a controller's record batch passes too (a topic may have fewer partitions than
+    created), so the checker may run after any applied record, although Raft commits and applies a
+    controller's batch whole (`ProposeBatch`).
     """
     problems: list[str] = []
     for broker in metadata.brokers():
@@ -532,8 +564,13 @@ def _partition_problems(metadata: ClusterMetadata, where: str, state: PartitionR
     unknown = [replica for replica in state.replicas if metadata.broker(replica) is None]
     if unknown:
         problems.append(f"{where}: replicas {unknown} are not registered brokers")
-    if not state.isr or not set(state.isr) <= set(state.replicas):
-        problems.append(f"{where}: ISR {state.isr} is empty or not a subset of replicas {state.replicas}")
+    for name, members in (("ISR", state.isr), ("ELR", state.elr), ("last known ELR", state.last_known_elr)):
+        if len(set(members)) != len(members) or not set(members) <= set(state.replicas):
+            problems.append(f"{where}: {name} {members} repeats or is not a subset of replicas {state.replicas}")
+    if set(state.elr) & set(state.isr):
+        problems.append(f"{where}: ELR {state.elr} overlaps ISR {state.isr}")
+    if set(state.last_known_elr) & (set(state.isr) | set(state.elr)):
+        problems.append(f"{where}: last known ELR {state.last_known_elr} overlaps ISR {state.isr} or ELR {state.elr}")
     if state.leader != NO_LEADER and state.leader not in state.isr:
         problems.append(f"{where}: leader {state.leader} is not in ISR {state.isr}")
     leader = metadata.broker(state.leader)

@@ -6,9 +6,15 @@ Each record is a frozen dataclass; msgpack appears only in `encode_record` / `de
     [type, version, field_1, field_2, ...]
 
 with `type` a `MetadataRecordType` (Kafka's `apiKey` numbers from `MetadataRecordType.java`, so a
-dump reads like `kafka-metadata-shell`), `version` 0, and the fields in dataclass order. Maps are
-written with sorted keys, so equal records encode to equal bytes. Decoding checks the type tag,
-the version, the arity and every field's type, and raises `MetadataRecordError` on any mismatch.
+dump reads like `kafka-metadata-shell`), `version` the record's latest version, and the fields in
+dataclass order. Maps are written with sorted keys, so equal records encode to equal bytes. Decoding
+checks the type tag, the version, the arity and every field's type, and raises `MetadataRecordError`
+on any mismatch.
+
+Versions, as Kafka's record schemas grow: a version adds fields at the end, each with a default
+(`_FIELD_COUNTS`). A log written before a field existed still decodes, the field taking its
+default: version 1 of `RegisterBroker` adds `log_dirs` (KIP-858), version 1 of `Partition` and
+`PartitionChange` add `elr` and `last_known_elr` (KIP-966).
 
 Conventions shared by all records:
 - Broker epochs are the metadata-log offset of the broker's `RegisterBroker` record (KRaft's rule),
@@ -36,7 +42,6 @@ from controller.errors import MetadataRecordError
 NO_LEADER = -1
 """`leader` of a partition with no leader (offline), as in Kafka's `LeaderConstants.NO_LEADER`."""
 
-RECORD_VERSION = 0
 
 
 class MetadataRecordType(IntEnum):
@@ -58,13 +63,16 @@ class RegisterBroker:
     """A broker (re)registers. It starts fenced; its broker epoch is this record's offset.
 
     `endpoints` maps a listener name to `host:port`; `incarnation_id` changes on every process
-    start, so the controller can tell a retry from a second process with the same id.
+    start, so the controller can tell a retry from a second process with the same id. `log_dirs`
+    are the directory ids of the broker's log dirs (Kafka's BrokerRegistrationRecord.LogDirs,
+    KIP-858), so a later registration without one of them shows that storage was wiped or replaced.
     """
 
     broker_id: int
     incarnation_id: str
     endpoints: Mapping[str, str]
     rack: str | None
+    log_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +111,9 @@ class Topic:
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """A partition of an existing topic is created. Partitions are numbered 0, 1, ... in order."""
+    """A partition of an existing topic is created (or restored from a snapshot). Partitions are
+    numbered 0, 1, ... in order. `elr` and `last_known_elr` are Kafka's PartitionRecord
+    EligibleLeaderReplicas and LastKnownElr (KIP-966, see `PartitionRegistration`)."""
 
     topic_id: str
     partition: int
@@ -112,16 +122,27 @@ class Partition:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionChange:
-    """A partition's ISR and/or leader change; `None` means unchanged, `leader=-1` means no leader."""
+    """A partition's ISR, leader, ELR and/or last known ELR change; `None` means unchanged,
+    `leader=-1` means no leader. An `isr` equal to the current one changes nothing but the partition
+    epoch: the controller writes that to fence a rejected AlterPartition's copies (see
+    `QuorumController.alter_partition`)."""
 
     topic_id: str
     partition: int
     isr: tuple[int, ...] | None = None
     leader: int | None = None
+    elr: tuple[int, ...] | None = None
+    last_known_elr: tuple[int, ...] | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.isr is None and self.leader is None and self.elr is None and self.last_known_elr is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +185,14 @@ RECORD_CLASSES: dict[MetadataRecordType, type] = {
     MetadataRecordType.BROKER_REGISTRATION_CHANGE: BrokerRegistrationChange,
 }
 RECORD_TYPES: dict[type, MetadataRecordType] = {cls: tag for tag, cls in RECORD_CLASSES.items()}
+_FIELD_COUNTS: dict[type, tuple[int, ...]] = {
+    cls: (len(dataclasses.fields(cls)),) for cls in RECORD_CLASSES.values()
+} | {
+    RegisterBroker: (4, 5),  # v1: log_dirs (KIP-858)
+    Partition: (7, 9),  # v1: elr, last_known_elr (KIP-966)
+    PartitionChange: (4, 6),  # v1: elr, last_known_elr (KIP-966)
+}
+"""Per record class, its field count in each version (index = version); the last is written."""
 
 
 def encode_record(record: MetadataRecord) -> bytes:
@@ -171,7 +200,8 @@ def encode_record(record: MetadataRecord) -> bytes:
     tag = RECORD_TYPES.get(type(record))
     assert tag is not None, f"not a metadata record: {record!r}"
     fields = [to_wire(getattr(record, field.name)) for field in dataclasses.fields(record)]
-    return msgpack.packb([int(tag), RECORD_VERSION, *fields], use_bin_type=True)
+    version = len(_FIELD_COUNTS[type(record)]) - 1
+    return msgpack.packb([int(tag), version, *fields], use_bin_type=True)
 
 
 def decode_record(data: bytes) -> MetadataRecord:
@@ -186,12 +216,17 @@ def decode_record(data: bytes) -> MetadataRecord:
         record_type = MetadataRecordType(tag)
     except ValueError:
         raise MetadataRecordError(f"unknown metadata record type {tag!r}") from None
-    if version != RECORD_VERSION:
-        raise MetadataRecordError(f"{record_type.name} version {version!r} is not supported (only {RECORD_VERSION})")
     cls = RECORD_CLASSES[record_type]
-    hints = _FIELD_HINTS[cls]
+    counts = _FIELD_COUNTS[cls]
+    if type(version) is not int or not 0 <= version < len(counts):
+        raise MetadataRecordError(
+            f"{record_type.name} version {version!r} is not supported (only 0..{len(counts) - 1})"
+        )
+    hints = _FIELD_HINTS[cls][: counts[version]]
     if len(fields) != len(hints):
-        raise MetadataRecordError(f"{record_type.name} has {len(fields)} fields, expected {len(hints)}")
+        raise MetadataRecordError(
+            f"{record_type.name} version {version} has {len(fields)} fields, expected {len(hints)}"
+        )
     for (name, hint), field_value in zip(hints, fields, strict=True):
         check_wire_type(field_value, hint, f"{record_type.name}.{name}")
     return cls(*fields)

@@ -140,8 +140,12 @@ def test_config_change_and_remove_topic() -> None:
         Partition(TOPIC_ID, 3, (1,), (1,), 1, 0, 0),  # index gap
         Partition(TOPIC_ID, 2, (1, 1), (1,), 1, 0, 0),  # repeated replica
         Partition(TOPIC_ID, 2, (1, 2), (3,), 3, 0, 0),  # ISR outside replicas
-        Partition(TOPIC_ID, 2, (1, 2), (), NO_LEADER, 0, 0),  # empty ISR
+        Partition(TOPIC_ID, 2, (1, 2), (), 1, 0, 0),  # a leader with an empty ISR
         Partition(TOPIC_ID, 2, (1, 2), (1,), 2, 0, 0),  # leader outside ISR
+        Partition(TOPIC_ID, 2, (1, 2), (1,), 1, 0, 0, (1,)),  # ELR overlaps the ISR
+        Partition(TOPIC_ID, 2, (1, 2), (1,), 1, 0, 0, (3,)),  # ELR outside replicas
+        Partition(TOPIC_ID, 2, (1, 2), (), NO_LEADER, 0, 0, (2, 2)),  # ELR repeats
+        Partition(TOPIC_ID, 2, (1, 2), (), NO_LEADER, 0, 0, (2,), (2,)),  # last known ELR overlaps the ELR
         Partition(TOPIC_ID, 2, (1, 9), (9,), 9, 0, 0),  # leader not a broker
         Partition(TOPIC_ID, 2, (1,), (1,), 1, -1, 0),  # negative epoch
         PartitionChange(TOPIC_ID, 0),  # changes nothing
@@ -149,6 +153,8 @@ def test_config_change_and_remove_topic() -> None:
         PartitionChange(OTHER_ID, 0, leader=1),  # unknown topic
         PartitionChange(TOPIC_ID, 0, isr=(2, 3)),  # would drop the leader from the ISR
         PartitionChange(TOPIC_ID, 0, isr=(1, 4)),  # outside replicas
+        PartitionChange(TOPIC_ID, 0, elr=(2,)),  # ELR overlaps the ISR
+        PartitionChange(TOPIC_ID, 0, isr=(1,), elr=(2,), last_known_elr=(1,)),  # last known ELR overlaps the ISR
         ConfigChange("nope", "retention.ms", "1"),
         RemoveTopic(OTHER_ID),
     ],
@@ -199,6 +205,34 @@ def test_snapshot_bytes_do_not_depend_on_insertion_order() -> None:
     assert one.snapshot() == two.snapshot()
 
 
+def test_the_isr_may_empty_into_the_elr_and_an_elr_member_may_lead_with_the_isr_to_itself() -> None:
+    """KIP-966: the metadata holds an empty ISR, an ELR and a last known ELR; PartitionChange sets
+    each alone, and an unchanged ISR still moves the partition epoch."""
+    metadata = feed(loaded(), [PartitionChange(TOPIC_ID, 0, isr=(1,), elr=(2,), last_known_elr=(3,))])
+    feed(metadata, [PartitionChange(TOPIC_ID, 0, isr=(), leader=NO_LEADER, elr=(1, 2))])
+    assert metadata.partition(TOPIC_ID, 0) == PartitionRegistration((1, 2, 3), (), NO_LEADER, 1, 2, (1, 2), (3,))
+    feed(metadata, [PartitionChange(TOPIC_ID, 0, isr=(2,), leader=2, elr=(1,))])
+    assert metadata.partition(TOPIC_ID, 0) == PartitionRegistration((1, 2, 3), (2,), 2, 2, 3, (1,), (3,))
+    feed(metadata, [PartitionChange(TOPIC_ID, 0, isr=(2,))])
+    assert metadata.partition(TOPIC_ID, 0) == PartitionRegistration((1, 2, 3), (2,), 2, 2, 4, (1,), (3,))
+    assert check_invariants(metadata) == []
+    copy = ClusterMetadata()
+    copy.restore(metadata.last_applied_offset, metadata.snapshot())
+    assert copy == metadata
+
+
+def test_a_version_0_snapshot_and_records_load_with_empty_elr_and_no_log_dirs() -> None:
+    """Metadata written before KIP-966/KIP-858 fields existed still loads: they take their defaults."""
+    snapshot = msgpack.packb([0, [[1, "i", 0, {"PLAINTEXT": "h:1"}, None, False, False]],
+                              [[TOPIC_ID, "t", {}, [[[1], [1], 1, 0, 0]]]]])
+    metadata = ClusterMetadata()
+    metadata.restore(0, snapshot)
+    assert metadata.broker(1).log_dirs == ()
+    assert metadata.partition(TOPIC_ID, 0) == PartitionRegistration((1,), (1,), 1, 0, 0)
+    metadata.apply(1, 1, msgpack.packb([5, 0, TOPIC_ID, 0, [], -1]))  # PartitionChange version 0
+    assert metadata.partition(TOPIC_ID, 0) == PartitionRegistration((1,), (), -1, 1, 1)
+
+
 def test_restore_of_a_snapshot_equals_the_original() -> None:
     original = feed(loaded(), [PartitionChange(TOPIC_ID, 1, isr=(2,)), BrokerRegistrationChange(3, 2, True)])
     copy = ClusterMetadata()
@@ -232,7 +266,8 @@ def test_copy_is_independent() -> None:
 @pytest.mark.parametrize(
     "snapshot",
     [
-        msgpack.packb([1, [], []]),  # unknown version
+        msgpack.packb([2, [], []]),  # unknown version
+        msgpack.packb([1, [[1, "i", 0, {}, None, True, False]], []]),  # version 1 broker without log_dirs
         msgpack.packb([0, []]),  # missing topics
         msgpack.packb([0, [[1, "i", 0, {}, None, True]], []]),  # broker field missing
         msgpack.packb([0, [[1, "i", 0, {}, None, "yes", False]], []]),  # bool field of another type

@@ -29,7 +29,8 @@ the committed entries in offset order, as the first node to apply each offset sa
   committed batch is exactly the records of one proposal, and an acknowledged proposal's records
   are the committed batch at the offset it was acknowledged with.
 - Metadata (with a controller spec, DESIGN §6.4): after every step that applied something, the
-  node's `ClusterMetadata` passes `check_invariants` (ISR within the replicas, a fenced broker
+  node's `ClusterMetadata` passes `check_invariants` (ISR, ELR and last known ELR disjoint within the
+  replicas, the ISR possibly empty (KIP-966), the leader in the ISR or -1, a fenced broker
   leads nothing, ...) and `MetadataHistory` (epochs only grow on each node; one leader per
   partition and leader epoch, one state per partition epoch, across all nodes and all time).
 
