@@ -25,17 +25,47 @@ Broker liveness (Kafka's `BrokerHeartbeatManager`): the last heartbeat time of e
 controller memory, not metadata; a new controller assumes every unfenced broker was just heard
 from. A broker silent for more than `broker.session.timeout.ms` is fenced by `tick`.
 
-Leader and ISR changes (Kafka's `ReplicationControlManager.generateLeaderAndIsrUpdates`). When a
-broker is fenced, starts a controlled shutdown or re-registers, it leaves every ISR, and each
-partition it led gets the first replica (in replica order) that is in the remaining ISR and
-active (unfenced, not shutting down), with leader_epoch + 1. If no such replica exists:
-- with `unclean.leader.election.enable=true` the first active replica leads and the ISR is reset
-  to it alone (data may be lost, which is what the user chose);
-- otherwise the partition goes offline (leader -1). If the broker was the last ISR member it
-  stays in the ISR: we never shrink an ISR to nothing (KRaft without ELR, KIP-966's predecessor),
-  because the last ISR member is the only replica known to hold every committed record; when it
-  returns (unfences) it leads again. Unfencing a broker, a `tick`, and turning unclean election
-  on all elect leaders for offline partitions where that became possible.
+Leader, ISR and ELR changes (Kafka's `ReplicationControlManager`, KIP-966). Every change goes
+through `partition_change` (controller/partition_change.py, the rules and why they keep every
+acknowledged record): a broker that is fenced, starts a controlled shutdown or registers again
+leaves every ISR (into the ELR while the ISR is below min.insync.replicas), and each partition it
+led gets the next leader from the ISR, then the ELR. The ISR may become empty. min.insync.replicas
+is the topic's config over `ControllerConfig.topic_defaults` (the node's broker-level defaults, as
+the partition leaders resolve it), capped at the replication factor as the leader caps it.
+
+Registration (KIP-966's unclean shutdown detection, KAFKA-15586; KIP-858's directory ids). A
+broker registers with the broker epoch its clean-shutdown marker recorded (`previous_broker_epoch`,
+-1 if it had none) and the ids of its log dirs. It registered cleanly only if that epoch is the
+one on record and none of the log dirs it registered before is missing: then it leaves ISRs as a
+fenced broker does but keeps its ELR memberships. Otherwise it may have lost an unflushed tail, or
+a whole dir was wiped or replaced: it leaves every ISR and ELR too (into the last known ELR), and
+its replicas rejoin as followers that must catch up. The response's `warning` says which.
+
+Offline partitions with an empty ISR and ELR (every replica that held all acknowledged records
+restarted uncleanly). Kafka 4.x elects the last known leader, which may be exactly the replica that
+lost its tail. Instead, brokers report each such replica's log end in their heartbeats (last
+written leader epoch, log end offset, for the partition's current leader epoch); once every
+replica is registered, unfenced and has reported, the one with the largest (epoch, offset) leads
+(a simplified KIP-966 part 2 "Balanced" recovery). Reports are controller memory, like heartbeat
+times: a new controller waits for fresh ones, and a report counts only for the broker epoch and
+the leader epoch it was made in (during a leader epoch without a leader no replica's log changes).
+With `unclean.leader.election.enable=true` the first active replica leads instead when nothing else
+can (data may be lost, which is what the user chose). Unfencing a broker, a `tick`, a heartbeat
+with reports and turning unclean election on all elect leaders for offline partitions where that
+became possible; changing min.insync.replicas empties the topic's ELRs (Kafka does the same: an
+ELR member is complete only under the min.insync.replicas it was chosen under).
+
+Stale AlterPartition. A request may arrive late or twice (client retries, forwarding). When the
+controller refuses an ISR change as INELIGIBLE_REPLICA, the leader goes back to its committed ISR
+and may advance the HW without the refused member; a later copy of the same request (same epochs)
+must then never be accepted. So the refusal itself commits a PartitionChange that only bumps the
+partition epoch, and the answer carries the new state: every copy of the old request now fails the
+partition epoch check (INVALID_UPDATE_VERSION). Safe: the leader acts on the refusal only after
+the bump committed (the driver answers after the commit), and the copies are fenced by it. Live:
+nothing waits for the refused member; the leader adopts the answered partition epoch (or learns
+it from the metadata) and may propose again after `ineligible_replica_backoff_ms`. The other
+option, the leader counting the refused member in its maximal ISR until the partition epoch
+moves, could hold the HW for good when nothing else changes the partition.
 
 Atomic results. The driver proposes a result's records as one Raft batch (`ProposeBatch`, Kafka's
 atomic append of a controller result, KIP-868): they replicate, survive crashes, are truncated and
@@ -53,7 +83,7 @@ from __future__ import annotations
 import base64
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from controller.controller_api import (
@@ -82,6 +112,7 @@ from controller.controller_api import (
     DeleteTopicsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ReplicaLogInfo,
     TickResponse,
 )
 from controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, topic_name_error
@@ -98,6 +129,7 @@ from controller.metadata_records import (
     Topic,
     UnfenceBroker,
 )
+from controller.partition_change import partition_change
 from controller.replica_assignment import RandomSource, UsableBroker, assign_replicas
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
@@ -105,7 +137,6 @@ from storage.errors import InvalidConfigError
 
 ResponseT = TypeVar("ResponseT")
 
-UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 _LIST_CONFIGS = {"cleanup.policy"}  # the only list-typed topic config: APPEND/SUBTRACT apply to it
 _TOPIC_ID_DRAWS_MAX = 64
@@ -119,6 +150,9 @@ class ControllerConfig:
     num_partitions: int = 1  # `num.partitions`: the default for CreateTopics without a count
     default_replication_factor: int = 1  # `default.replication.factor`
     partition_count_max: int = 10_000  # per CreateTopics topic; Kafka bounds records per operation similarly
+    # The broker-level topic defaults (min.insync.replicas, unclean.leader.election.enable) under
+    # each topic's overrides: the same resolution the partition leaders make.
+    topic_defaults: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
         assert self.broker_session_timeout_ms > 0, f"broker_session_timeout_ms={self.broker_session_timeout_ms}"
@@ -160,20 +194,23 @@ class _Batch:
 
 
 class _Rejected(Exception):
-    """A request check failed; internal control flow only, turned into an error response."""
+    """A request check failed; internal control flow only, turned into an error response. `state`:
+    the partition's registration to answer with (an AlterPartition refusal that bumped it)."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, state: PartitionRegistration | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.state = state
 
 
 class QuorumController:
     """The active controller: validates requests and answers with records and a response.
 
     State: the speculative metadata (committed + own proposals), the offset the next record
-    will get, each broker's last heartbeat time, and the offset from which a broker in controlled
-    shutdown must have read before it may stop. All of it is rebuilt by `reset_to`.
+    will get, each broker's last heartbeat time, the offset from which a broker in controlled
+    shutdown must have read before it may stop, and the replica log ends brokers reported for
+    partitions with an empty ISR and ELR. All of it is rebuilt by `reset_to`.
     """
 
     def __init__(
@@ -203,6 +240,8 @@ class QuorumController:
             for broker in committed.brokers()
             if broker.in_controlled_shutdown
         }
+        # (topic id, index) -> broker id -> (the broker epoch it reported with, its report)
+        self._log_ends: dict[tuple[str, int], dict[int, tuple[int, ReplicaLogInfo]]] = {}
 
     @property
     def metadata(self) -> ClusterMetadata:
@@ -416,7 +455,8 @@ class QuorumController:
     ) -> ControllerResult[IncrementalAlterConfigsResponse]:
         """Apply SET/DELETE/APPEND/SUBTRACT to topic configs; each resource all or nothing
         (UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG, INVALID_REQUEST). Turning unclean leader
-        election on elects leaders for the topic's offline partitions at once."""
+        election on elects leaders for the topic's offline partitions at once; lowering
+        min.insync.replicas empties the ELR where the ISR meets it."""
         batch = self._begin(now_ms)
         counts = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
         results: list[AlterConfigsResourceResult] = []
@@ -458,7 +498,9 @@ class QuorumController:
         for key in sorted(set(current) | set(updated)):
             if current.get(key) != updated.get(key):
                 batch.append(ConfigChange(name, key, updated.get(key)))
-        self._elect_offline_leaders(batch, [topic_id])
+        # Under the new configs: a lower min.insync.replicas empties the ELR of partitions whose ISR
+        # now meets it (their leaders advance the HW again), and unclean election may elect.
+        self._refresh_partitions(batch, topic_id)
 
     # ---- BrokerRegistration, BrokerHeartbeat, ControlledShutdown -------------------------------
 
@@ -466,7 +508,8 @@ class QuorumController:
         self, request: BrokerRegistrationRequest, now_ms: int
     ) -> ControllerResult[BrokerRegistrationResponse]:
         """Register (or re-register) a broker, fenced, with a new broker epoch; a second live
-        process with the same id gets DUPLICATE_BROKER_REGISTRATION."""
+        process with the same id gets DUPLICATE_BROKER_REGISTRATION. A re-registration is clean or
+        unclean as the module docstring says; the response's `warning` explains an unclean one."""
         batch = self._begin(now_ms)
         error = _registration_error(request)
         existing = self._metadata.broker(request.broker_id)
@@ -484,29 +527,40 @@ class QuorumController:
             )
         if error is not None:
             return self._finish(batch, BrokerRegistrationResponse(error.code, error.message))
+        warning = None
         if existing is not None:
-            # A restarted process may have lost unflushed records: it leaves ISRs and leaderships
-            # before its new registration (KIP-966's unclean-shutdown handling, always applied).
-            self._remove_from_isrs(batch, request.broker_id)
+            # A new process leaves ISRs and leaderships before its new registration; after an
+            # unclean shutdown or with a wiped log dir it leaves every ELR too (module docstring).
+            unclean_reason = _unclean_shutdown_reason(existing, request)
+            changed = self._remove_broker(batch, request.broker_id, unclean=unclean_reason is not None)
+            if unclean_reason is not None:
+                warning = (f"{unclean_reason}; it left the ISR or ELR of {changed} partition(s) and its "
+                           "replicas rejoin them by catching up as followers")
         broker_epoch = batch.append(
-            RegisterBroker(request.broker_id, request.incarnation_id, dict(request.endpoints), request.rack)
+            RegisterBroker(request.broker_id, request.incarnation_id, dict(request.endpoints), request.rack,
+                           tuple(request.log_dirs))
         )
         self._last_contact_ms[request.broker_id] = now_ms
         self._controlled_shutdown_offset.pop(request.broker_id, None)
-        return self._finish(batch, BrokerRegistrationResponse(ErrorCode.NONE, None, broker_epoch))
+        return self._finish(batch, BrokerRegistrationResponse(ErrorCode.NONE, None, broker_epoch, warning))
 
     def broker_heartbeat(
         self, request: BrokerHeartbeatRequest, now_ms: int
     ) -> ControllerResult[BrokerHeartbeatResponse]:
         """Record that the broker is alive and move it between fenced, active, controlled shutdown
-        and shut down (Kafka's `BrokerHeartbeatManager.calculateNextBrokerState`)."""
+        and shut down (Kafka's `BrokerHeartbeatManager.calculateNextBrokerState`); keep its replica
+        log ends and elect where they complete a partition's reports."""
         batch = self._begin(now_ms)
         broker = self._metadata.broker(request.broker_id)
         rejected = self._check_broker_epoch(broker, request.broker_id, request.broker_epoch)
         if rejected is not None:
             return self._finish(batch, BrokerHeartbeatResponse(rejected.code, rejected.message))
         assert broker is not None
+        rejected = _log_info_error(request.replica_log_info)
+        if rejected is not None:
+            return self._finish(batch, BrokerHeartbeatResponse(rejected.code, rejected.message))
         self._last_contact_ms[broker.broker_id] = now_ms
+        reported = self._record_log_ends(broker, request.replica_log_info)
         caught_up = request.current_metadata_offset >= broker.broker_epoch
         should_shut_down = False
         if broker.fenced:
@@ -523,6 +577,8 @@ class QuorumController:
                 should_shut_down = True
         elif request.want_shutdown:
             self._begin_controlled_shutdown(batch, broker)
+        if reported:
+            self._elect_offline_leaders(batch, reported)
         after = self._metadata.broker(broker.broker_id)
         assert after is not None
         response = BrokerHeartbeatResponse(ErrorCode.NONE, None, caught_up, after.fenced, should_shut_down)
@@ -556,6 +612,48 @@ class QuorumController:
         last_contact_ms = self._last_contact_ms.get(broker.broker_id, now_ms)
         return not broker.fenced and now_ms <= last_contact_ms + self._config.broker_session_timeout_ms
 
+    def _record_log_ends(self, broker: BrokerRegistration, reports: tuple[ReplicaLogInfo, ...]) -> set[tuple[str, int]]:
+        """Keep the reports that concern a replica of this broker in a partition that has no leader
+        and an empty ISR and ELR, in its current leader epoch; return those partitions. Others are
+        late (the partition moved on) and dropped."""
+        kept: set[tuple[str, int]] = set()
+        for report in reports:
+            key = (report.topic_id, report.partition_index)
+            state = self._metadata.partition(*key)
+            if (
+                state is None
+                or broker.broker_id not in state.replicas
+                or state.leader != NO_LEADER
+                or state.isr
+                or state.elr
+                or report.current_leader_epoch != state.leader_epoch
+            ):
+                continue
+            self._log_ends.setdefault(key, {})[broker.broker_id] = (broker.broker_epoch, report)
+            kept.add(key)
+        return kept
+
+    def _recovery_leader(self, topic_id: str, index: int, state: PartitionRegistration,
+                         acceptable: Callable[[int], bool]) -> int:
+        """The replica with the largest (last written leader epoch, log end offset), ties to replica
+        order, once every replica is acceptable and has reported in this leader epoch with its
+        current broker epoch; NO_LEADER until then."""
+        reports = self._log_ends.get((topic_id, index), {})
+        best: tuple[tuple[int, int], int] | None = None
+        for replica in state.replicas:
+            broker = self._metadata.broker(replica)
+            entry = reports.get(replica)
+            if broker is None or not acceptable(replica) or entry is None:
+                return NO_LEADER
+            broker_epoch, report = entry
+            if broker_epoch != broker.broker_epoch or report.current_leader_epoch != state.leader_epoch:
+                return NO_LEADER
+            end = (report.last_written_leader_epoch, report.log_end_offset)
+            if best is None or end > best[0]:
+                best = (end, replica)
+        assert best is not None, f"{topic_id}-{index} has no replicas"
+        return best[1]
+
     def _unfence(self, batch: _Batch, broker: BrokerRegistration) -> None:
         batch.append(UnfenceBroker(broker.broker_id, broker.broker_epoch))
         self._controlled_shutdown_offset.pop(broker.broker_id, None)
@@ -563,12 +661,12 @@ class QuorumController:
 
     def _fence(self, batch: _Batch, broker: BrokerRegistration) -> None:
         """Leave ISRs and leaderships first, then fence: after every record a fenced broker leads nothing."""
-        self._remove_from_isrs(batch, broker.broker_id)
+        self._remove_broker(batch, broker.broker_id, unclean=False)
         batch.append(FenceBroker(broker.broker_id, broker.broker_epoch))
         self._controlled_shutdown_offset.pop(broker.broker_id, None)
 
     def _begin_controlled_shutdown(self, batch: _Batch, broker: BrokerRegistration) -> None:
-        self._remove_from_isrs(batch, broker.broker_id)
+        self._remove_broker(batch, broker.broker_id, unclean=False)
         offset = batch.append(BrokerRegistrationChange(broker.broker_id, broker.broker_epoch, True))
         self._controlled_shutdown_offset[broker.broker_id] = offset
 
@@ -590,7 +688,17 @@ class QuorumController:
             try:
                 state = self._alter_partition(request.broker_id, data, batch)
             except _Rejected as error:
-                results.append(AlterPartitionResult(data.topic_id, data.partition_index, error.code, error.message))
+                if error.state is None:
+                    results.append(
+                        AlterPartitionResult(data.topic_id, data.partition_index, error.code, error.message)
+                    )
+                else:
+                    results.append(
+                        AlterPartitionResult(
+                            data.topic_id, data.partition_index, error.code, error.message, error.state.leader,
+                            error.state.leader_epoch, error.state.isr, error.state.partition_epoch,
+                        )
+                    )
                 continue
             results.append(
                 AlterPartitionResult(
@@ -607,6 +715,7 @@ class QuorumController:
         return self._finish(batch, AlterPartitionResponse(ErrorCode.NONE, None, tuple(results)))
 
     def _alter_partition(self, broker_id: int, data: AlterPartitionData, batch: _Batch) -> PartitionRegistration:
+        """The partition's state after the leader's ISR change (the ELR follows it), or `_Rejected`."""
         where = f"{self._metadata.topic_name(data.topic_id)}-{data.partition_index}"
         if self._metadata.topic_name(data.topic_id) is None:
             raise _Rejected(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {data.topic_id}")
@@ -624,9 +733,19 @@ class QuorumController:
             raise _Rejected(
                 ErrorCode.INVALID_REQUEST, f"{where}: ISR {list(data.new_isr)} must include leader {state.leader}"
             )
-        self._check_isr_eligible(data, where)
-        if new_isr != state.isr:
-            batch.append(PartitionChange(data.topic_id, data.partition_index, isr=new_isr))
+        try:
+            self._check_isr_eligible(data, where)
+        except _Rejected as refused:
+            if refused.code != ErrorCode.INELIGIBLE_REPLICA:
+                raise
+            # Fence every copy of this request (module docstring, "Stale AlterPartition").
+            batch.append(PartitionChange(data.topic_id, data.partition_index, isr=state.isr))
+            refused.state = self._metadata.partition(data.topic_id, data.partition_index)
+            raise
+        change = self._partition_change(data.topic_id, data.partition_index, state, target_isr=new_isr)
+        if change is not None:
+            assert change.leader is None, f"{where}: an ISR change from leader {state.leader} moved it: {change}"
+            batch.append(change)
         after = self._metadata.partition(data.topic_id, data.partition_index)
         assert after is not None
         return after
@@ -676,69 +795,86 @@ class QuorumController:
 
     # ---- leader and ISR changes ----------------------------------------------------------------
 
-    def _remove_from_isrs(self, batch: _Batch, broker_id: int) -> None:
-        """Take `broker_id` out of every ISR (but never empty one) and away from every leadership."""
+    def _remove_broker(self, batch: _Batch, broker_id: int, unclean: bool) -> int:
+        """Take `broker_id` out of every ISR and away from every leadership; with `unclean` (it
+        restarted without a clean shutdown, or lost a log dir) out of every ELR too. Returns how
+        many partitions changed."""
         involved = [
             (topic_id, index, state)
             for topic_id, index, state in self._metadata.all_partitions()
-            if broker_id in state.isr
+            if broker_id in state.isr or (unclean and broker_id in state.elr)
         ]
+        changed = 0
         for topic_id, index, state in involved:
-            change = self._partition_change(topic_id, index, state, removing=broker_id)
+            change = self._partition_change(
+                topic_id, index, state,
+                target_isr=tuple(replica for replica in state.isr if replica != broker_id),
+                removing=broker_id,
+                unclean_shutdown=(broker_id,) if unclean else (),
+            )
             if change is not None:
                 batch.append(change)
+                changed += 1
         assert not self._leads_anything(broker_id), f"broker {broker_id} still leads after removal"
+        return changed
 
-    def _elect_offline_leaders(self, batch: _Batch, topic_ids: list[str] | None) -> list[tuple[str, int]]:
-        """Elect leaders for offline partitions (of `topic_ids`, or all) where one is now eligible."""
+    def _elect_offline_leaders(self, batch: _Batch, only: set[tuple[str, int]] | None) -> list[tuple[str, int]]:
+        """Elect leaders for offline partitions (those in `only`, or all) where one is now eligible."""
         elected: list[tuple[str, int]] = []
         for topic_id, index in self._metadata.leaderless_partitions():
-            if topic_ids is not None and topic_id not in topic_ids:
+            if only is not None and (topic_id, index) not in only:
                 continue
             state = self._metadata.partition(topic_id, index)
             assert state is not None
-            change = self._partition_change(topic_id, index, state, removing=None)
+            change = self._partition_change(topic_id, index, state)
             if change is not None:
                 batch.append(change)
-                elected.append((topic_id, index))
+                if change.leader is not None:
+                    elected.append((topic_id, index))
+                    self._log_ends.pop((topic_id, index), None)
         return elected
 
+    def _refresh_partitions(self, batch: _Batch, topic_id: str) -> None:
+        """Re-apply the rules to every partition of the topic (after its configs changed)."""
+        for index, state in enumerate(self._metadata.partitions(topic_id)):
+            change = self._partition_change(topic_id, index, state)
+            if change is not None:
+                batch.append(change)
+
     def _partition_change(
-        self, topic_id: str, index: int, state: PartitionRegistration, removing: int | None
+        self,
+        topic_id: str,
+        index: int,
+        state: PartitionRegistration,
+        target_isr: tuple[int, ...] | None = None,
+        removing: int | None = None,
+        unclean_shutdown: tuple[int, ...] = (),
     ) -> PartitionChange | None:
-        """The change that removes `removing` (if any) from the ISR and gives the partition the best
-        leader available, or None if nothing changes. See the module docstring for the rules."""
+        """`partition_change` for this partition under its topic's configs: `removing` is not an
+        acceptable leader, `target_isr` defaults to the current ISR."""
 
         def acceptable(replica: int) -> bool:
             return replica != removing and self._is_active(replica)
 
-        isr = tuple(replica for replica in state.isr if replica != removing)
-        if state.leader in isr and acceptable(state.leader):
-            leader = state.leader
-        else:
-            leader = next((replica for replica in state.replicas if replica in isr and acceptable(replica)), NO_LEADER)
-            if leader == NO_LEADER and self._unclean_election_enabled(topic_id):
-                leader = next((replica for replica in state.replicas if acceptable(replica)), NO_LEADER)
-                if leader != NO_LEADER:
-                    isr = (leader,)
-        if not isr:
-            isr = state.isr  # the last ISR member stays: it is the only replica known to be complete
-        if isr == state.isr and leader == state.leader:
-            return None
-        return PartitionChange(
+        config = self._topic_config(topic_id)
+        return partition_change(
             topic_id,
             index,
-            isr=None if isr == state.isr else isr,
-            leader=None if leader == state.leader else leader,
+            state,
+            state.isr if target_isr is None else target_isr,
+            min(config.min_insync_replicas, len(state.replicas)),
+            acceptable,
+            unclean_shutdown,
+            config.unclean_leader_election_enable,
+            lambda: self._recovery_leader(topic_id, index, state, acceptable),
         )
 
-    def _unclean_election_enabled(self, topic_id: str) -> bool:
+    def _topic_config(self, topic_id: str) -> LogConfig:
+        """The topic's effective config: its overrides over the broker-level defaults (the leaders'
+        resolution, so that both sides agree on min.insync.replicas)."""
         name = self._metadata.topic_name(topic_id)
         assert name is not None, f"unknown topic id {topic_id}"
-        value = self._metadata.topic_configs(name).get(UNCLEAN_LEADER_ELECTION_ENABLE)
-        if value is None:
-            return LogConfig().unclean_leader_election_enable
-        return LogConfig.from_properties({UNCLEAN_LEADER_ELECTION_ENABLE: value}).unclean_leader_election_enable
+        return LogConfig.from_properties(self._metadata.topic_configs(name), base=self._config.topic_defaults)
 
     def _is_active(self, broker_id: int) -> bool:
         broker = self._metadata.broker(broker_id)
@@ -764,6 +900,32 @@ def _registration_error(request: BrokerRegistrationRequest) -> _Rejected | None:
             return _Rejected(
                 ErrorCode.INVALID_REQUEST,
                 f"endpoint {listener}={address!r} of broker {request.broker_id} is not host:port",
+            )
+    return None
+
+
+def _unclean_shutdown_reason(existing: BrokerRegistration, request: BrokerRegistrationRequest) -> str | None:
+    """Why a re-registration counts as unclean (KIP-966, KIP-858), or None if it is clean."""
+    broker_id = request.broker_id
+    gone = [directory for directory in existing.log_dirs if directory not in request.log_dirs]
+    if gone:
+        new = [directory for directory in request.log_dirs if directory not in existing.log_dirs]
+        return (f"broker {broker_id}'s log dir {', '.join(new) or '(none)'} is new and {', '.join(gone)} is gone: "
+                "its storage was wiped or replaced, so its replicas hold nothing they may lead with")
+    if request.previous_broker_epoch != existing.broker_epoch:
+        previous = "none" if request.previous_broker_epoch == NO_VALUE else request.previous_broker_epoch
+        return (f"broker {broker_id} restarted without a clean shutdown (its clean-shutdown marker names broker "
+                f"epoch {previous}, the registration on record is {existing.broker_epoch}): it may have lost "
+                "unflushed records")
+    return None
+
+
+def _log_info_error(reports: tuple[ReplicaLogInfo, ...]) -> _Rejected | None:
+    for report in reports:
+        if report.log_end_offset < 0 or report.last_written_leader_epoch < NO_VALUE or report.current_leader_epoch < 0:
+            return _Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"replica log info {report} has a negative offset or epoch; it must come from the replica's log",
             )
     return None
 

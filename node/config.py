@@ -301,7 +301,8 @@ class NodeConfig:
     def controller_config(self) -> ControllerConfig:
         return ControllerConfig(broker_session_timeout_ms=self.broker_session_timeout_ms,
                                 num_partitions=self.num_partitions,
-                                default_replication_factor=self.default_replication_factor)
+                                default_replication_factor=self.default_replication_factor,
+                                topic_defaults=self.topic_defaults)
 
     def broker_settings(self) -> BrokerSettings:
         """What the broker side reads (node/broker_settings.py)."""

@@ -609,23 +609,24 @@ def test_fence_records_come_after_the_partition_changes() -> None:
     harness.commit(result)
 
 
-def test_last_isr_member_stays_in_the_isr_and_the_partition_goes_offline() -> None:
+def test_last_isr_member_leaves_into_the_elr_and_leads_again_when_back() -> None:
+    """KIP-966: the ISR may empty; its last member stays eligible in the ELR (min.insync.replicas 1)."""
     harness = cluster(2)
     harness.create_topic("t", assignments={0: (1, 2)})
     alter_isr(harness, "t", (1,))
     harness.heartbeat_all(SESSION_MS, except_ids=(1,))
     harness.tick(1)
     state = harness.partition("t")
-    assert (state.leader, state.isr, state.leader_epoch) == (NO_LEADER, (1,), 1)
+    assert (state.leader, state.isr, state.elr, state.leader_epoch) == (NO_LEADER, (), (1,), 1)
     assert harness.committed.leaderless_partitions() == [(harness.committed.topic_id("t"), 0)]
     # Broker 2 is alive but was not in the ISR: with unclean election off it may not lead.
     harness.heartbeat(2)
     assert harness.tick(0).elected_partitions == ()
     assert harness.partition("t").leader == NO_LEADER
-    # Broker 1 comes back: it unfences and, as the last ISR member, leads again.
+    # Broker 1 comes back: it unfences and, as the ELR member, leads with the ISR to itself.
     harness.heartbeat(1)
     state = harness.partition("t")
-    assert (state.leader, state.isr, state.leader_epoch) == (1, (1,), 2)
+    assert (state.leader, state.isr, state.elr, state.leader_epoch) == (1, (1,), (), 2)
 
 
 def test_unclean_election_picks_the_first_live_replica_and_resets_the_isr() -> None:
@@ -656,7 +657,7 @@ def test_offline_partition_with_no_live_replica_stays_offline_even_with_unclean_
     harness.create_topic("t", configs={"unclean.leader.election.enable": "true"})
     harness.tick(SESSION_MS + 1)
     state = harness.partition("t")
-    assert (state.leader, state.isr) == (NO_LEADER, (1,))
+    assert (state.leader, state.isr, state.elr) == (NO_LEADER, (), (1,))
 
 
 def test_new_controller_assumes_every_unfenced_broker_was_just_heard_from() -> None:
@@ -683,7 +684,7 @@ def test_controlled_shutdown_moves_leaderships_then_lets_the_broker_stop() -> No
     zero, one, solo = harness.partition("t", 0), harness.partition("t", 1), harness.partition("solo")
     assert (zero.leader, zero.isr, zero.leader_epoch) == (2, (2, 3), 1)
     assert (one.leader, one.isr, one.leader_epoch) == (2, (2, 3), 0)
-    assert (solo.leader, solo.isr, solo.leader_epoch) == (NO_LEADER, (1,), 1)  # the sole replica
+    assert (solo.leader, solo.isr, solo.elr, solo.leader_epoch) == (NO_LEADER, (), (1,), 1)  # the sole replica
     assert harness.committed.broker(1).in_controlled_shutdown
     # Not yet: the broker has not seen the records that moved its leaderships.
     early = harness.run(ControlledShutdownRequest(1, epoch, seen_offset))
@@ -765,7 +766,6 @@ def state_topic(harness: Harness) -> str:
         ({"new_isr": (1, 4)}, ErrorCode.INVALID_REQUEST),  # 4 is not a replica
         ({"new_isr": (1, 1)}, ErrorCode.INVALID_REQUEST),  # repeated
         ({"new_isr_broker_epochs": (0,)}, ErrorCode.INVALID_REQUEST),  # one epoch for two members
-        ({"new_isr": (1, 2, 3), "new_isr_broker_epochs": (-1, 999, -1)}, ErrorCode.INELIGIBLE_REPLICA),
         ({"partition_index": 7}, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
         ({"topic_id": "AAAAAAAAAAAAAAAAAAAAAA"}, ErrorCode.UNKNOWN_TOPIC_ID),
     ],

@@ -20,6 +20,7 @@ from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.records import iter_headers
 from tests.sim.replication.broker import SimBroker
+from tests.sim.replication.checker import TAIL
 from tests.sim.replication.controller import TOPIC
 from tests.sim.replication.messages import CONTROLLER_ID, PRODUCER_ID
 from tests.sim.replication.options import ReplicationSimOptions
@@ -160,6 +161,18 @@ class Scenario(Simulation):
                 offsets.append(header.base_offset)
                 offset = header.next_offset
         return offsets
+
+    def records(self, broker_id: int, topic_partition: TopicPartition = P0) -> dict[int, bytes]:
+        """Each batch in a broker's log by base offset, as the bytes a leader does not rewrite (from
+        magic on): equal bytes at an offset mean the same record."""
+        log = self.brokers[broker_id].partitions[topic_partition].log
+        batches, offset = {}, log.log_start_offset
+        while offset < log.log_end_offset:
+            data = log.read(offset, 1 << 20).records
+            for position, header in iter_headers(data):
+                batches[header.base_offset] = bytes(data[position + TAIL : position + header.size_in_bytes])
+                offset = header.next_offset
+        return batches
 
     def leader_id(self, broker_id: int, topic_partition: TopicPartition = P0) -> int:
         partition = self.brokers[broker_id].partitions.get(topic_partition)

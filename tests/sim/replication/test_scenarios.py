@@ -7,6 +7,7 @@ cluster and runs the final checks (every acks=all record kept), and the test com
 
 from __future__ import annotations
 
+from storage.config import LONG_MAX
 from storage.error_codes import ErrorCode
 from tests.sim.replication.messages import CONTROLLER_ID
 from tests.sim.replication.scenario import Scenario
@@ -25,8 +26,8 @@ broker 3: follower of 1 in epoch 0, ISR [1]
 broker 1: leader in epoch 0, ISR [1]
 broker 2: follower of 1 in epoch 0, ISR [1]
 node 1 isolated
-broker 3: follower of -1 in epoch 1, ISR [1]
-broker 2: follower of -1 in epoch 1, ISR [1]
+broker 3: follower of -1 in epoch 1, ISR []
+broker 2: follower of -1 in epoch 1, ISR []
 links healed
 broker 3: follower of 1 in epoch 2, ISR [1]
 broker 2: follower of 1 in epoch 2, ISR [1]
@@ -55,7 +56,8 @@ def started(**overrides: object) -> Scenario:
 def test_isr_shrinks_to_the_leader_then_the_leader_is_cut_off() -> None:
     """Goal: with the ISR down to the leader, an acks=all record (min.insync.replicas=1) lives only
     there; when the leader is cut off the partition must go offline rather than elect a replica
-    without it (no unclean election), and come back with it."""
+    without it (no unclean election), and come back with it: fenced, the leader leaves the ISR for
+    the ELR (KIP-966), from which it is elected again when it returns."""
     scenario = started(min_insync_replicas=1)
     scenario.cut(1, 2)
     scenario.cut(1, 3)
@@ -66,7 +68,7 @@ def test_isr_shrinks_to_the_leader_then_the_leader_is_cut_off() -> None:
     assert scenario.state().isr == (1,)
     scenario.isolate(1)
     scenario.run_until(lambda: scenario.state().leader == -1)
-    assert scenario.state().isr == (1,), "the controller never empties an ISR"
+    assert (scenario.state().isr, scenario.state().elr) == ((), (1,)), "the last ISR member stays eligible (ELR)"
     scenario.run_for(500)
     assert scenario.state().leader == -1, "no replica without the record may lead"
     scenario.reconnect()
@@ -160,3 +162,39 @@ def test_zombie_old_leader_is_fenced() -> None:
         "broker 1: Truncated(Truncated(end_offset=1, high_watermark_before=1))",
         "broker 3: Truncated(Truncated(end_offset=1, high_watermark_before=1))",
     ], "the zombie and the follower that fetched from it drop the zombie's record"
+
+
+def test_last_replica_standing_keeps_acked_records() -> None:
+    """Goal (issue 11, KIP-966): RF=3, min.insync.replicas=2, three records acked at offsets 0..2
+    and replicated to all three. Both followers lose contact with the controller only (they keep
+    fetching from the leader): they are fenced and the ISR shrinks to the leader alone. The leader
+    loses power with its unflushed tail. The acked records live on the followers, so one of them
+    must lead next: the partition waits offline until a follower the controller kept eligible (ELR)
+    is back, and no offset is reused with other bytes."""
+    scenario = Scenario(min_insync_replicas=2, flush_messages=LONG_MAX, tear_probability=0.0)
+    scenario.run_until(lambda: all(scenario.leader_id(broker) == 1 for broker in (1, 2, 3)))
+    for offset in range(3):
+        acked = scenario.produce(acks=-1)
+        assert acked is not None and (acked.error, acked.base_offset) == (NONE, offset), acked
+    scenario.run_for(50)  # followers learn the HW
+    records = scenario.records(2)
+    assert sorted(records) == [0, 1, 2] and scenario.records(3) == records
+    scenario.cut(2, CONTROLLER_ID)
+    scenario.run_until(lambda: scenario.state().isr == (1, 3))
+    scenario.cut(3, CONTROLLER_ID)
+    scenario.run_until(lambda: scenario.state().isr == (1,))
+    assert scenario.state().elr == (3,), "the last follower to leave the ISR holds every acked record"
+    scenario.crash(1)  # power loss: the leader's unflushed tail, offsets 0..2, is gone
+    scenario.run_for(300)
+    scenario.restart(1)
+    scenario.run_until(lambda: scenario.brokers[1].broker_epoch >= 0)
+    scenario.run_for(300)
+    assert scenario.state().leader == -1, "the restarted leader lost the acked records: it may not lead"
+    assert 1 not in scenario.state().elr, "an unclean restart ends eligibility"
+    scenario.reconnect()
+    scenario.run_until(lambda: scenario.state().leader != -1)
+    assert (scenario.state().leader, scenario.state().isr) == (3, (3,)), "the ELR member leads, not broker 2"
+    scenario.converge()
+    for broker in (1, 2, 3):
+        kept = scenario.records(broker)
+        assert {offset: kept.get(offset) for offset in records} == records, f"broker {broker} lost acked records"

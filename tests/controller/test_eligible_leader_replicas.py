@@ -1,0 +1,382 @@
+"""Eligible Leader Replicas (KIP-966), unclean-shutdown detection at registration (KAFKA-15586),
+directory ids (KIP-858), the recovery election of partitions with an empty ISR and ELR, and the
+fencing of a refused AlterPartition's copies.
+
+Method: the pure `partition_change` rules on hand-built registrations (and a property test of the
+invariants they keep), then the `QuorumController` through the `Harness` (every result committed
+through the codec, the metadata invariants checked after every step).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.controller_api import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterPartitionData,
+    AlterPartitionRequest,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    ConfigResourceType,
+    IncrementalAlterConfigsRequest,
+    ReplicaLogInfo,
+)
+from controller.metadata import PartitionRegistration
+from controller.metadata_records import NO_LEADER, PartitionChange
+from controller.partition_change import partition_change
+from controller.quorum_controller import ControllerConfig
+from storage.config import LogConfig
+from storage.error_codes import ErrorCode
+from tests.controller.metadata_harness import Harness
+
+SESSION_MS = 9000
+TOPIC_ID = "ECfE0cOGu8TNYT4w2PFq3w"
+DIR_A, DIR_B, DIR_NEW = "9ZxEQ-ZEQLqmP-9-dUFZ2A", "Wg7Fq4VRTO6QmPMTGm0P2A", "kM2yJ9Q1R_uMTHkVL7fXbw"
+
+
+def everyone(replica: int) -> bool:
+    return True
+
+
+def state(isr: tuple[int, ...], leader: int, elr: tuple[int, ...] = (), last_known_elr: tuple[int, ...] = (),
+          replicas: tuple[int, ...] = (1, 2, 3)) -> PartitionRegistration:
+    return PartitionRegistration(replicas, isr, leader, 4, 9, elr, last_known_elr)
+
+
+# ---- the rules -------------------------------------------------------------------------------------
+
+
+def test_elr_is_empty_while_the_target_isr_meets_min_isr() -> None:
+    change = partition_change(TOPIC_ID, 0, state((1, 2, 3), 1), (1, 3), 2, everyone)
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(1, 3))
+
+
+def test_replicas_leaving_an_isr_below_min_isr_join_the_elr() -> None:
+    change = partition_change(TOPIC_ID, 0, state((1, 3), 1), (1,), 2, everyone)
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(1,), elr=(3,))
+    change = partition_change(TOPIC_ID, 0, state((1,), 1, elr=(3,)), (), 2, lambda replica: replica != 1)
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(3,), leader=3, elr=(1,)), "3 leads from the ELR"
+
+
+def test_an_unclean_shutdown_moves_a_replica_from_the_elr_to_the_last_known_elr() -> None:
+    change = partition_change(TOPIC_ID, 0, state((), NO_LEADER, elr=(1, 3)), (), 2, lambda r: False,
+                              unclean_shutdown=(1,))
+    assert change == PartitionChange(TOPIC_ID, 0, elr=(3,), last_known_elr=(1,))
+
+
+def test_joining_the_isr_up_to_min_isr_empties_elr_and_last_known_elr() -> None:
+    change = partition_change(TOPIC_ID, 0, state((3,), 3, elr=(1,), last_known_elr=(2,)), (1, 3), 2, everyone)
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(1, 3), elr=(), last_known_elr=())
+
+
+def test_election_order_current_leader_then_isr_in_replica_order_then_elr() -> None:
+    def alive(*ids: int):
+        return lambda replica: replica in ids
+
+    assert partition_change(TOPIC_ID, 0, state((1, 2, 3), 2), (1, 2, 3), 2, everyone) is None
+    change = partition_change(TOPIC_ID, 0, state((1, 2, 3), 1), (2, 3), 2, alive(2, 3))
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(2, 3), leader=2)
+    change = partition_change(TOPIC_ID, 0, state((), NO_LEADER, elr=(1, 2)), (), 3, alive(2, 3))
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(2,), leader=2, elr=(1,))
+    change = partition_change(TOPIC_ID, 0, state((), NO_LEADER, elr=(1, 2)), (), 3, alive(3))
+    assert change is None, "ELR members exist but none is active: wait for one (3 may lack acked records)"
+
+
+def test_an_elr_leader_meeting_min_isr_alone_empties_the_elr() -> None:
+    """min.insync.replicas 1: the new leader advances the HW alone at once, so the other ELR members
+    stop being complete at once (Kafka clears them only at the next change)."""
+    change = partition_change(TOPIC_ID, 0, state((), NO_LEADER, elr=(1, 2)), (), 1, everyone)
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(1,), leader=1, elr=())
+
+
+def test_recovery_leader_is_asked_only_when_isr_and_elr_are_empty() -> None:
+    asked: list[int] = []
+
+    def recovery() -> int:
+        asked.append(1)
+        return 2
+
+    assert partition_change(TOPIC_ID, 0, state((), NO_LEADER, elr=(1,)), (), 2, lambda r: False,
+                            recovery_leader=recovery) is None
+    assert asked == []
+    change = partition_change(TOPIC_ID, 0, state((), NO_LEADER, last_known_elr=(1,)), (), 2, everyone,
+                              recovery_leader=recovery)
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(2,), leader=2, last_known_elr=())
+
+
+def test_unclean_election_takes_the_first_active_replica_and_empties_the_elr() -> None:
+    change = partition_change(TOPIC_ID, 0, state((), NO_LEADER, elr=(1,)), (), 2, lambda replica: replica == 3,
+                              unclean_election=True)
+    assert change == PartitionChange(TOPIC_ID, 0, isr=(3,), leader=3, elr=())
+
+
+members = st.lists(st.sampled_from((1, 2, 3)), unique=True).map(lambda ids: tuple(sorted(ids)))
+
+
+@given(members, members, members, members, st.integers(1, 3), members, st.booleans(), st.sampled_from((-1, 1, 2, 3)))
+def test_changes_keep_the_registration_invariants(isr: tuple[int, ...], elr: tuple[int, ...], known: tuple[int, ...],
+                                                   target: tuple[int, ...], min_isr: int, active: tuple[int, ...],
+                                                   unclean: bool, recovery: int) -> None:
+    """Whatever the inputs: the ISR, ELR and last known ELR stay disjoint; the leader is an active ISR
+    member or -1; the ELR is empty when the ISR meets min.insync.replicas; an ELR member never
+    appears from outside the old ISR and ELR."""
+    elr = tuple(replica for replica in elr if replica not in isr)
+    known = tuple(replica for replica in known if replica not in isr and replica not in elr)
+    before = state(isr, isr[0] if isr else NO_LEADER, elr, known)
+    change = partition_change(TOPIC_ID, 0, before, target, min_isr, lambda replica: replica in active,
+                              unclean_election=unclean, recovery_leader=lambda: recovery if recovery in active else -1)
+    after = before if change is None else before.merge(change)
+    assert not set(after.isr) & set(after.elr)
+    assert not set(after.last_known_elr) & (set(after.isr) | set(after.elr))
+    assert after.leader == NO_LEADER or (after.leader in after.isr and after.leader in active)
+    if len(after.isr) >= min_isr:
+        assert after.elr == after.last_known_elr == ()
+    assert set(after.elr) <= set(isr) | set(elr)
+
+
+# ---- the controller: fencing and registration -----------------------------------------------------------
+
+
+def three_brokers(min_isr: str = "2", dirs: bool = False) -> Harness:
+    harness = Harness(config=ControllerConfig(topic_defaults=LogConfig(min_insync_replicas=int(min_isr))))
+    for broker_id in (1, 2, 3):
+        register(harness, broker_id, log_dirs=(f"dir-{broker_id}",) if dirs else ())
+        harness.heartbeat(broker_id)
+    harness.create_topic("t", assignments={0: (1, 2, 3)})
+    return harness
+
+
+def register(harness: Harness, broker_id: int, previous_broker_epoch: int = -1,
+             log_dirs: tuple[str, ...] = ()) -> object:
+    request = BrokerRegistrationRequest(broker_id, f"incarnation-{broker_id}-{harness.now_ms}",
+                                        {"PLAINTEXT": f"broker{broker_id}:9092"}, None, log_dirs,
+                                        previous_broker_epoch)
+    response = harness.run(request)
+    assert response.error_code == ErrorCode.NONE, response
+    harness.broker_epochs[broker_id] = response.broker_epoch
+    return response
+
+
+def fence(harness: Harness, *broker_ids: int) -> None:
+    for broker_id in broker_ids:
+        harness.heartbeat(broker_id, want_fence=True)
+
+
+def test_min_isr_comes_from_the_topic_over_the_controller_defaults() -> None:
+    harness = three_brokers(min_isr="1")
+    fence(harness, 2, 3)
+    assert (harness.partition("t").isr, harness.partition("t").elr) == ((1,), ())
+    harness.create_topic("u", assignments={0: (1, 2, 3)}, configs={"min.insync.replicas": "3"})
+    harness.heartbeat(2)
+    harness.heartbeat(3)
+    harness.run(AlterPartitionRequest(1, harness.broker_epochs[1], (isr_data(harness, "u", (1, 2, 3)),)))
+    fence(harness, 3)
+    assert (harness.partition("u").isr, harness.partition("u").elr) == ((1, 2), (3,))
+
+
+def test_last_replica_standing_stays_offline_until_an_elr_member_is_back() -> None:
+    """Issue 11's story at the controller: followers fenced, ISR down to the leader, the leader loses
+    power and re-registers uncleanly: the follower in the ELR leads, not the restarted leader."""
+    harness = three_brokers()
+    fence(harness, 2)
+    assert (harness.partition("t").isr, harness.partition("t").elr) == ((1, 3), ())
+    fence(harness, 3)
+    assert (harness.partition("t").isr, harness.partition("t").elr) == ((1,), (3,))
+    harness.heartbeat_all(SESSION_MS, except_ids=(1,))
+    harness.tick(1)  # the leader's session expires
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.elr) == (NO_LEADER, (), (1, 3))
+    response = register(harness, 1, previous_broker_epoch=-1)
+    assert "restarted without a clean shutdown" in response.warning
+    harness.heartbeat(1)
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.elr, state_.last_known_elr) == (NO_LEADER, (), (3,), (1,))
+    harness.heartbeat(2)
+    assert harness.partition("t").leader == NO_LEADER, "broker 2 left the ISR before it was below min ISR"
+    harness.heartbeat(3)
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.elr, state_.last_known_elr) == (3, (3,), (), (1,))
+
+
+def test_clean_reregistration_keeps_elr_membership_and_leaves_the_isr() -> None:
+    harness = three_brokers()
+    fence(harness, 2, 3)
+    epoch = harness.broker_epochs[3]
+    response = register(harness, 3, previous_broker_epoch=epoch)
+    assert response.warning is None
+    assert harness.partition("t").elr == (3,)
+    epoch = harness.broker_epochs[1]
+    register(harness, 1, previous_broker_epoch=epoch)
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.elr) == (NO_LEADER, (), (1, 3))
+
+
+def test_unclean_reregistration_leaves_isr_and_elr() -> None:
+    harness = three_brokers()
+    fence(harness, 2, 3)
+    response = register(harness, 3, previous_broker_epoch=harness.broker_epochs[3] - 1)
+    assert "broker 3 restarted without a clean shutdown" in response.warning
+    assert "left the ISR or ELR of 1 partition(s)" in response.warning
+    register(harness, 1)
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.elr, state_.last_known_elr) == (NO_LEADER, (), (), (1, 3))
+
+
+def test_a_missing_log_dir_makes_a_registration_unclean_whatever_its_marker_says() -> None:
+    """KIP-858: the marker of a second, intact dir matches, but the dir that held the replica is new."""
+    harness = three_brokers(dirs=True)
+    assert harness.committed.broker(3).log_dirs == ("dir-3",)
+    fence(harness, 2, 3)
+    response = register(harness, 3, previous_broker_epoch=harness.broker_epochs[3], log_dirs=(DIR_NEW,))
+    assert response.warning.startswith(f"broker 3's log dir {DIR_NEW} is new and dir-3 is gone")
+    assert harness.partition("t").elr == ()
+    assert harness.committed.broker(3).log_dirs == (DIR_NEW,)
+    response = register(harness, 3, previous_broker_epoch=harness.broker_epochs[3], log_dirs=(DIR_NEW, DIR_A))
+    assert response.warning is None, "a dir added beside the registered ones is no loss"
+
+
+# ---- the controller: recovery of a partition with an empty ISR and ELR --------------------------------
+
+
+def emptied(min_isr: str = "2") -> Harness:
+    """Every replica restarted uncleanly after the ISR emptied: the ISR and ELR are empty."""
+    harness = three_brokers(min_isr)
+    fence(harness, 1, 2, 3)
+    for broker_id in (1, 2, 3):
+        register(harness, broker_id)
+        harness.heartbeat(broker_id)
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.elr) == (NO_LEADER, (), ())
+    return harness
+
+
+def report(harness: Harness, broker_id: int, last_epoch: int, log_end_offset: int,
+           leader_epoch: int | None = None) -> object:
+    state_ = harness.partition("t")
+    info = ReplicaLogInfo(harness.committed.topic_id("t"), 0,
+                          state_.leader_epoch if leader_epoch is None else leader_epoch, last_epoch, log_end_offset)
+    request = BrokerHeartbeatRequest(broker_id, harness.broker_epochs[broker_id], harness.committed.last_applied_offset,
+                                     replica_log_info=(info,))
+    return harness.run(request)
+
+
+def test_recovery_waits_for_every_replica_then_elects_the_most_complete_log() -> None:
+    harness = emptied()
+    report(harness, 1, 0, 3)
+    report(harness, 2, 0, 7)
+    assert harness.partition("t").leader == NO_LEADER, "broker 3 has not reported"
+    report(harness, 3, -1, 0)  # a wiped replica: it must never lead while another holds data
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.elr, state_.last_known_elr) == (2, (2,), (), ())
+
+
+def test_recovery_prefers_the_later_epoch_then_the_longer_log_then_replica_order() -> None:
+    harness = emptied()
+    report(harness, 1, 3, 5)
+    report(harness, 2, 4, 2)
+    report(harness, 3, 4, 2)
+    assert harness.partition("t").leader == 2
+
+
+def test_recovery_ignores_reports_from_another_leader_epoch_or_an_older_registration() -> None:
+    harness = emptied()
+    state_ = harness.partition("t")
+    report(harness, 1, 0, 9, leader_epoch=state_.leader_epoch - 1)
+    report(harness, 2, 0, 1)
+    report(harness, 3, 0, 1)
+    assert harness.partition("t").leader == NO_LEADER, "broker 1's report is from another leader epoch"
+    register(harness, 2)  # restarted again: its report is void
+    harness.heartbeat(2)
+    report(harness, 1, 0, 9)
+    assert harness.partition("t").leader == NO_LEADER
+    report(harness, 2, 0, 1)
+    assert harness.partition("t").leader == 1
+
+
+def test_a_new_controller_waits_for_fresh_reports() -> None:
+    harness = emptied()
+    report(harness, 1, 0, 3)
+    report(harness, 2, 0, 3)
+    harness.controller.reset_to(harness.committed, harness.now_ms, harness.committed.last_applied_offset + 1)
+    report(harness, 3, 0, 9)
+    assert harness.partition("t").leader == NO_LEADER
+    report(harness, 1, 0, 3)
+    report(harness, 2, 0, 3)
+    assert harness.partition("t").leader == 3
+
+
+def test_unclean_election_does_not_wait_for_reports() -> None:
+    harness = emptied()
+    harness.run(alter_config("t", "unclean.leader.election.enable", "true"))
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_a_malformed_report_is_invalid_request() -> None:
+    harness = emptied()
+    response = report(harness, 1, 0, -5)
+    assert response.error_code == ErrorCode.INVALID_REQUEST
+    assert "negative offset" in response.error_message
+
+
+def test_lowering_min_isr_empties_the_elr_where_the_isr_meets_it() -> None:
+    harness = three_brokers()
+    fence(harness, 2, 3)
+    assert harness.partition("t").elr == (3,)
+    harness.run(alter_config("t", "min.insync.replicas", "3"))
+    assert harness.partition("t").elr == (3,), "still below: the HW stays held, 3 stays complete"
+    harness.run(alter_config("t", "min.insync.replicas", "1"))
+    assert harness.partition("t").elr == (), "the leader advances the HW alone now"
+
+
+def alter_config(name: str, key: str, value: str) -> IncrementalAlterConfigsRequest:
+    resource = AlterConfigsResource(ConfigResourceType.TOPIC, name, (AlterableConfig(key, AlterConfigOp.SET, value),))
+    return IncrementalAlterConfigsRequest((resource,))
+
+
+# ---- a refused AlterPartition fences its copies ---------------------------------------------------------
+
+
+def isr_data(harness: Harness, name: str, new_isr: tuple[int, ...],
+             broker_epochs: tuple[int, ...] | None = None) -> AlterPartitionData:
+    state_ = harness.partition(name)
+    return AlterPartitionData(harness.committed.topic_id(name), 0, state_.leader_epoch, state_.partition_epoch,
+                              new_isr, broker_epochs)
+
+
+def test_a_refused_expansion_bumps_the_partition_epoch_so_its_late_copy_is_refused() -> None:
+    """Seed 28142510: leader 1 proposed broker 2 for the ISR; refused INELIGIBLE_REPLICA (2 was fenced),
+    the leader acked on ISR (1, 3); a delayed copy of the same request (same epochs) was accepted once
+    2 was back, putting a replica without those records into the ISR. Now the refusal moves the
+    partition epoch and answers with it, and the copy fails the epoch check."""
+    harness = three_brokers()
+    harness.run(AlterPartitionRequest(1, harness.broker_epochs[1], (isr_data(harness, "t", (1, 3)),)))
+    before = harness.partition("t")
+    fence(harness, 2)
+    request = AlterPartitionRequest(
+        1, harness.broker_epochs[1], (isr_data(harness, "t", (1, 2, 3), (-1, harness.broker_epochs[2], -1)),)
+    )
+    (refused,) = harness.run(request).partitions
+    assert refused.error_code == ErrorCode.INELIGIBLE_REPLICA
+    after = harness.partition("t")
+    assert (after.isr, after.partition_epoch) == (before.isr, before.partition_epoch + 1)
+    assert (refused.isr, refused.partition_epoch, refused.leader_id, refused.leader_epoch) == (
+        after.isr, after.partition_epoch, after.leader, after.leader_epoch,
+    )
+    harness.heartbeat(2)  # back, with the same broker epoch
+    (copy,) = harness.run(request).partitions
+    assert copy.error_code == ErrorCode.INVALID_UPDATE_VERSION
+    assert harness.partition("t").isr == (1, 3)
+
+
+@pytest.mark.parametrize("new_isr", [(1, 2, 3), (1, 3)])
+def test_requests_refused_for_other_reasons_change_nothing(new_isr: tuple[int, ...]) -> None:
+    harness = three_brokers()
+    before = harness.partition("t")
+    data = isr_data(harness, "t", new_isr, (0,))  # one broker epoch for several members: INVALID_REQUEST
+    (result,) = harness.run(AlterPartitionRequest(1, harness.broker_epochs[1], (data,))).partitions
+    assert result.error_code == ErrorCode.INVALID_REQUEST
+    assert harness.partition("t") == before
