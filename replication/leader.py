@@ -31,8 +31,12 @@ from storage.error_codes import ErrorCode
 from storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from storage.log import Log
 
-# Kafka's handleAlterPartitionError: these answers say the proposal was not applied and the
-# partition epoch we sent is current, so the leader may go back to its last committed ISR.
+# Kafka's handleAlterPartitionError: these answers say the proposal was not applied. The leader goes
+# back to its last committed ISR only when the answer also proves that no copy of the proposal can
+# be applied later: INELIGIBLE_REPLICA comes with a partition epoch the controller bumped for that
+# purpose (controller/quorum_controller.py, "Stale AlterPartition"), which the leader adopts. Without
+# it (OPERATION_NOT_ATTEMPTED, or an answer without a newer epoch) the change stays pending: the HW
+# keeps counting the proposed member until newer metadata settles the ISR.
 _REVERT_ERRORS = frozenset({ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED})
 # These say the leader's view is stale: keep the change pending (HW on the maximal ISR) until new
 # metadata arrives, and do not resend.
@@ -220,8 +224,12 @@ class Leader:
             if isinstance(state, PendingExpandIsr) and response.error == ErrorCode.INELIGIBLE_REPLICA:
                 backoff_ms = self.config.ineligible_replica_backoff_ms
                 self.ineligible_until_ms[state.new_in_sync_replica_id] = now_ms + backoff_ms
-            self.isr_state = state.last_committed
             self.resend_ms = None
+            if response.leader_epoch != self.leader_epoch or response.partition_epoch <= self.partition_epoch:
+                return False  # copies of the proposal may still be applied: keep it pending
+            assert self.broker_id in response.isr, f"controller ISR {response.isr} lacks leader {self.broker_id}"
+            self.isr_state = CommittedIsr(response.isr)
+            self.partition_epoch = response.partition_epoch
             return True
         self.resend_ms = None if response.error in _GIVE_UP_ERRORS else now_ms
         return False

@@ -280,16 +280,35 @@ def test_follower_below_leader_epoch_start_does_not_join(brokers: Brokers) -> No
     assert ready.messages == ()
 
 
-def test_ineligible_replica_reverts_and_backs_off(brokers: Brokers) -> None:
+def test_ineligible_replica_adopts_the_answered_epoch_reverts_and_backs_off(brokers: Brokers) -> None:
+    """The controller's refusal bumped the partition epoch, fencing every copy of the proposal: the
+    leader takes that state, goes back to its committed ISR and proposes again after the backoff."""
     leader, one, _ = setup(brokers, isr=(1,))
     ready, _ = fetch_round(leader, one, now_ms=0)
     proposal = only(ready.messages, AlterPartitionProposal)
-    leader.handle(AlterPartitionResponse(proposal, ErrorCode.INELIGIBLE_REPLICA), now_ms=1)
+    leader.handle(AlterPartitionResponse(proposal, ErrorCode.INELIGIBLE_REPLICA, 1, 1, 1, (1,)), now_ms=1)
     assert leader.partition.state.isr_state == CommittedIsr((1,))
+    assert leader.partition.partition_epoch == 1
+    leader.handle(MakeLeader(1, 1, (1,), REPLICAS), now_ms=2)  # the same state from the metadata: no-op
     ready, _ = fetch_round(leader, one, now_ms=100)
     assert ready.messages == (), "backing off"
     ready, _ = fetch_round(leader, one, now_ms=202)
-    assert only(ready.messages, AlterPartitionProposal) == proposal
+    assert only(ready.messages, AlterPartitionProposal) == AlterPartitionProposal(1, 1, (1, 2), (-1, -1))
+
+
+def test_ineligible_replica_without_a_newer_epoch_keeps_the_expansion_pending(brokers: Brokers) -> None:
+    """Seed 28142510: reverting on a refusal that fenced nothing let the leader advance the HW without
+    the refused follower, and a late copy of the proposal then put that follower into the ISR. Without
+    proof that the copies are fenced, the HW keeps waiting for the proposed member."""
+    leader, one, _ = setup(brokers, isr=(1,))
+    produce(leader, batch(b"a"), acks=1)
+    fetch_round(leader, one, now_ms=0)
+    ready, _ = fetch_round(leader, one, now_ms=0)  # at the HW (1): proposed
+    proposal = only(ready.messages, AlterPartitionProposal)
+    produce(leader, batch(b"b"), acks=1, now_ms=1)
+    leader.handle(AlterPartitionResponse(proposal, ErrorCode.INELIGIBLE_REPLICA), now_ms=2)
+    assert isinstance(leader.partition.state.isr_state, PendingExpandIsr)
+    assert leader.log.high_watermark == 1, "the HW waits for the proposed follower (LEO 1)"
 
 
 def test_stale_partition_epoch_answer_keeps_change_pending_until_metadata(brokers: Brokers) -> None:
