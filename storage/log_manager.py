@@ -6,7 +6,11 @@ Per log dir (Kafka's layout):
 - `recovery-point-offset-checkpoint`, `replication-offset-checkpoint` (high watermarks),
   `log-start-offset-checkpoint`, `cleaner-offset-checkpoint`: the key offsets of its logs;
 - `.kafka_cleanshutdown`: written last on a clean shutdown and removed on open. Without it
-  the loader recovers every log from its recovery point (Kafka's name, so tools agree).
+  the loader recovers every log from its recovery point (Kafka's name, so tools agree). It holds
+  Kafka's `{"version":0,"broker_epoch":N}` (KAFKA-15586): the broker epoch of the process that
+  shut down cleanly, which the next process sends with its registration so that the controller
+  can tell a clean restart from one that may have lost unflushed records (KIP-966). An empty marker
+  (written before) or one that does not parse means a clean shutdown of unknown epoch.
 
 The node calls the periodic passes (`cleanup_logs`, `flush_dirty_logs`, `checkpoint`,
 `delete_expired_files`) with `now_ms`; the manager reads no clock and schedules nothing.
@@ -14,6 +18,7 @@ The node calls the periodic passes (`cleanup_logs`, `flush_dirty_logs`, `checkpo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -24,6 +29,7 @@ from storage.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
     TopicPartition,
+    write_atomically,
 )
 from storage.cleaner import Cleaner, CleanResult
 from storage.config import LogConfig
@@ -33,6 +39,25 @@ from storage.log_loader import LogLoader
 from storage.partition_metadata import PartitionMetadataFile
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+CLEAN_SHUTDOWN_VERSION = 0
+NO_BROKER_EPOCH = -1
+
+
+def clean_shutdown_text(broker_epoch: int) -> str:
+    """The marker's content: Kafka's CleanShutdownFileHandler format."""
+    return json.dumps({"version": CLEAN_SHUTDOWN_VERSION, "broker_epoch": broker_epoch}, separators=(",", ":"))
+
+
+def read_clean_shutdown_epoch(text: str) -> int:
+    """The broker epoch in a marker's text, NO_BROKER_EPOCH if it names none (empty, old or damaged)."""
+    try:
+        content = json.loads(text)
+    except ValueError:
+        return NO_BROKER_EPOCH
+    if not isinstance(content, dict) or content.get("version") != CLEAN_SHUTDOWN_VERSION:
+        return NO_BROKER_EPOCH
+    epoch = content.get("broker_epoch")
+    return epoch if type(epoch) is int and epoch >= 0 else NO_BROKER_EPOCH
 
 
 class LogDir:
@@ -66,11 +91,19 @@ class LogManager:
         # before topic ids); read once at load and kept here so that no read touches the file.
         self._topic_ids: dict[TopicPartition, str | None] = {}
         self.recovered: list[TopicPartition] = []
-        for log_dir in self.log_dirs:
-            self._load_dir(log_dir, now_ms)
+        epochs = [self._load_dir(log_dir, now_ms) for log_dir in self.log_dirs]
+        # The broker epoch the last process wrote in every log dir's clean-shutdown marker, or
+        # NO_BROKER_EPOCH if a dir has none (it lost what it did not flush) or they disagree.
+        self.previous_broker_epoch = epochs[0] if len(set(epochs)) == 1 else NO_BROKER_EPOCH
 
-    def _load_dir(self, log_dir: LogDir, now_ms: int) -> None:
+    def _load_dir(self, log_dir: LogDir, now_ms: int) -> int:
+        """Open the dir's logs; return the broker epoch of its clean-shutdown marker (or NO_BROKER_EPOCH)."""
         had_clean_shutdown = log_dir.clean_shutdown_marker.exists()
+        previous_broker_epoch = NO_BROKER_EPOCH
+        if had_clean_shutdown:
+            previous_broker_epoch = read_clean_shutdown_epoch(
+                log_dir.clean_shutdown_marker.read_text(encoding="utf-8", errors="replace")
+            )
         recovery_points = log_dir.recovery_points.read()
         high_watermarks = log_dir.high_watermarks.read()
         log_start_offsets = log_dir.log_start_offsets.read()
@@ -100,6 +133,7 @@ class LogManager:
                 self.recovered.append(topic_partition)
         # The marker means "nothing since has been written": remove it before any append.
         log_dir.clean_shutdown_marker.unlink(missing_ok=True)
+        return previous_broker_epoch
 
     def get_log(self, topic_partition: TopicPartition) -> Log | None:
         return self.logs.get(topic_partition)
@@ -206,15 +240,16 @@ class LogManager:
             log_dir.high_watermarks.write({tp: log.high_watermark for tp, log in logs.items()})
             log_dir.log_start_offsets.write({tp: log.log_start_offset for tp, log in logs.items()})
 
-    def shutdown(self, now_ms: int) -> None:
-        """Flush, checkpoint, close every log, then write the clean-shutdown markers."""
+    def shutdown(self, now_ms: int, broker_epoch: int = NO_BROKER_EPOCH) -> None:
+        """Flush, checkpoint, close every log, then write the clean-shutdown markers naming
+        `broker_epoch` (the broker's current registration; NO_BROKER_EPOCH if it had none)."""
         for _, log in self:
             log.flush(now_ms)
         self.checkpoint()
         for _, log in self:
             log.close()
         for log_dir in self.log_dirs:
-            log_dir.clean_shutdown_marker.touch()
+            write_atomically(log_dir.clean_shutdown_marker, clean_shutdown_text(broker_epoch))
         self.logs.clear()
         self._dir_of.clear()
         self._topic_ids.clear()

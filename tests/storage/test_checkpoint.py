@@ -35,7 +35,13 @@ from storage.errors import (
     InconsistentClusterIdError,
     InconsistentNodeIdError,
 )
-from storage.meta_properties import META_PROPERTIES_FILE, MetaProperties, ensure, new_cluster_id
+from storage.meta_properties import (
+    META_PROPERTIES_FILE,
+    MetaProperties,
+    ensure,
+    new_cluster_id,
+    new_directory_id,
+)
 
 LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1
@@ -381,7 +387,15 @@ def test_meta_properties_reads_a_file_written_by_kafka(tmp_path: Path) -> None:
         "#\n#Tue Mar 05 10:00:00 UTC 2024\nnode.id=1\ndirectory.id=J8aAPcfLQt2bqs1JT_rMgQ\n"
         "version=1\ncluster.id=4L6g3nShT-eMCtK--X86sw\n"
     )
-    assert MetaProperties.read(path) == MetaProperties(1, 1, "4L6g3nShT-eMCtK--X86sw")
+    assert MetaProperties.read(path) == MetaProperties(1, 1, "4L6g3nShT-eMCtK--X86sw", "J8aAPcfLQt2bqs1JT_rMgQ")
+
+
+def test_meta_properties_with_a_directory_id_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / META_PROPERTIES_FILE
+    meta = MetaProperties(1, 3, "MkU3OEVBNTcwNTJENDM2Qg", "J8aAPcfLQt2bqs1JT_rMgQ")
+    meta.write(path)
+    assert path.read_text().splitlines()[-1] == "directory.id=J8aAPcfLQt2bqs1JT_rMgQ"
+    assert MetaProperties.read(path) == meta
 
 
 @pytest.mark.parametrize(
@@ -397,6 +411,7 @@ def test_meta_properties_reads_a_file_written_by_kafka(tmp_path: Path) -> None:
         ("version=1\nnode.id=1\ncluster.id=a\\u0062\n", "backslash"),
         ("version=1\nnode.id=1\ncluster.id\n", "not key=value"),
         ("version=1\nnode.id=1\ncluster.id=\n", "cluster.id ''"),
+        ("version=1\nnode.id=1\ncluster.id=abc\ndirectory.id=short\n", "directory.id 'short'"),
     ],
 )
 def test_malformed_meta_properties_are_rejected(tmp_path: Path, text: str, reason: str) -> None:
@@ -409,16 +424,32 @@ def test_malformed_meta_properties_are_rejected(tmp_path: Path, text: str, reaso
 
 def test_ensure_claims_a_fresh_directory_then_accepts_the_same_identity(tmp_path: Path) -> None:
     log_dir = tmp_path / "data" / "logs"
-    created = ensure(log_dir, node_id=1, cluster_id="abcDEF-_12")
-    assert created == MetaProperties(1, 1, "abcDEF-_12")
+    created = ensure(log_dir, node_id=1, cluster_id="abcDEF-_12", rng=random.Random(1))
+    assert created == MetaProperties(1, 1, "abcDEF-_12", new_directory_id(random.Random(1)))
     assert MetaProperties.read(log_dir / META_PROPERTIES_FILE) == created
-    assert ensure(log_dir, node_id=1, cluster_id="abcDEF-_12") == created
+    assert ensure(log_dir, node_id=1, cluster_id="abcDEF-_12", rng=random.Random(2)) == created, "the id stays"
+
+
+def test_ensure_gives_a_directory_formatted_before_directory_ids_one_and_keeps_it(tmp_path: Path) -> None:
+    MetaProperties(1, 1, "clusterA").write(tmp_path / META_PROPERTIES_FILE)
+    claimed = ensure(tmp_path, node_id=1, cluster_id="clusterA", rng=random.Random(5))
+    assert claimed.directory_id == new_directory_id(random.Random(5))
+    assert MetaProperties.read(tmp_path / META_PROPERTIES_FILE) == claimed
+
+
+def test_a_wiped_directory_gets_a_new_id(tmp_path: Path) -> None:
+    """KIP-858: what the controller compares to tell a wiped or replaced dir from the old one."""
+    first = ensure(tmp_path / "logs", node_id=1, cluster_id="clusterA", rng=random.Random(5))
+    (tmp_path / "logs" / META_PROPERTIES_FILE).unlink()
+    (tmp_path / "logs").rmdir()
+    second = ensure(tmp_path / "logs", node_id=1, cluster_id="clusterA", rng=random.Random(6))
+    assert first.directory_id != second.directory_id
 
 
 def test_ensure_refuses_a_directory_of_another_cluster(tmp_path: Path) -> None:
-    ensure(tmp_path, node_id=1, cluster_id="clusterA")
+    ensure(tmp_path, node_id=1, cluster_id="clusterA", rng=random.Random(1))
     with pytest.raises(InconsistentClusterIdError) as raised:
-        ensure(tmp_path, node_id=1, cluster_id="clusterB")
+        ensure(tmp_path, node_id=1, cluster_id="clusterB", rng=random.Random(1))
     message = str(raised.value)
     assert str(tmp_path) in message
     assert "'clusterA'" in message
@@ -429,9 +460,9 @@ def test_ensure_refuses_a_directory_of_another_cluster(tmp_path: Path) -> None:
 
 
 def test_ensure_refuses_a_directory_of_another_node(tmp_path: Path) -> None:
-    ensure(tmp_path, node_id=1, cluster_id="clusterA")
+    ensure(tmp_path, node_id=1, cluster_id="clusterA", rng=random.Random(1))
     with pytest.raises(InconsistentNodeIdError) as raised:
-        ensure(tmp_path, node_id=2, cluster_id="clusterA")
+        ensure(tmp_path, node_id=2, cluster_id="clusterA", rng=random.Random(1))
     message = str(raised.value)
     assert str(tmp_path) in message
     assert "node.id=1" in message
@@ -440,9 +471,9 @@ def test_ensure_refuses_a_directory_of_another_node(tmp_path: Path) -> None:
 
 def test_ensure_rejects_an_invalid_identity(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"node\.id -1"):
-        ensure(tmp_path, node_id=-1, cluster_id="clusterA")
+        ensure(tmp_path, node_id=-1, cluster_id="clusterA", rng=random.Random(1))
     with pytest.raises(ValueError, match=r"cluster\.id"):
-        ensure(tmp_path, node_id=1, cluster_id="has space")
+        ensure(tmp_path, node_id=1, cluster_id="has space", rng=random.Random(1))
     assert not (tmp_path / META_PROPERTIES_FILE).exists()
 
 

@@ -15,7 +15,7 @@ from storage.checkpoint import (
 )
 from storage.config import LogConfig
 from storage.errors import CorruptPartitionMetadataError, InconsistentTopicIdError
-from storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
+from storage.log_manager import CLEAN_SHUTDOWN_FILE, NO_BROKER_EPOCH, LogManager
 from storage.partition_metadata import PARTITION_METADATA_FILE, PartitionMetadata, PartitionMetadataFile
 from storage.records import build_batch
 
@@ -56,6 +56,39 @@ def test_clean_shutdown_writes_checkpoints_and_marker_and_reopen_keeps_offsets(t
     log = reopened.get_log(ORDERS)
     assert log is not None
     assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (4, 15, 20)
+
+
+def test_the_marker_carries_the_broker_epoch_to_the_next_start(tmp_path: Path) -> None:
+    """KAFKA-15586: Kafka's `{"version":0,"broker_epoch":N}`, read before the marker is removed."""
+    manager = manager_for(tmp_path)
+    assert manager.previous_broker_epoch == NO_BROKER_EPOCH, "a fresh dir has no marker"
+    manager.shutdown(now_ms=0, broker_epoch=42)
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).read_text() == '{"version":0,"broker_epoch":42}'
+    reopened = manager_for(tmp_path)
+    assert reopened.previous_broker_epoch == 42
+    assert manager_for(tmp_path).previous_broker_epoch == NO_BROKER_EPOCH, "crashed: the marker was removed"
+
+
+@pytest.mark.parametrize("text", ["", "garbage", '{"version":1,"broker_epoch":4}', '{"version":0}',
+                                  '{"version":0,"broker_epoch":-7}', '{"version":0,"broker_epoch":"4"}', "[0]"])
+def test_a_marker_naming_no_epoch_is_a_clean_shutdown_of_unknown_epoch(tmp_path: Path, text: str) -> None:
+    (tmp_path / CLEAN_SHUTDOWN_FILE).write_text(text)
+    fill(manager_for(tmp_path), ORDERS, 1)  # an unclean stop: no shutdown, no marker
+    (tmp_path / CLEAN_SHUTDOWN_FILE).write_text(text)
+    reopened = manager_for(tmp_path)
+    assert (reopened.previous_broker_epoch, reopened.recovered) == (NO_BROKER_EPOCH, [])
+
+
+def test_every_log_dir_must_name_the_same_epoch(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    manager_for(one, two).shutdown(now_ms=0, broker_epoch=9)
+    assert manager_for(one, two).previous_broker_epoch == 9
+    manager_for(one, two).shutdown(now_ms=0, broker_epoch=9)
+    (two / CLEAN_SHUTDOWN_FILE).unlink()  # that dir's process died before its marker was written
+    assert manager_for(one, two).previous_broker_epoch == NO_BROKER_EPOCH
+    manager_for(one).shutdown(now_ms=0, broker_epoch=9)
+    manager_for(two).shutdown(now_ms=0, broker_epoch=10)
+    assert manager_for(one, two).previous_broker_epoch == NO_BROKER_EPOCH
 
 
 def test_missing_marker_recovers_every_log_and_cuts_a_torn_tail(tmp_path: Path) -> None:
