@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from controller.controller_api import AlterPartitionData, AlterPartitionRequest
+from controller.controller_api import AlterPartitionData, AlterPartitionRequest, ReplicaLogInfo
 from controller.controller_api import AlterPartitionResponse as ControllerAlterPartitionResponse
 from node.broker_settings import BrokerSettings
 from node.lifecycle import BrokerLifecycleManager, Quorum
@@ -77,7 +77,9 @@ class Broker:
     """One node's broker: started once, stopped once; one event loop, no locks."""
 
     def __init__(self, settings: BrokerSettings, quorum: Quorum, connections: Connections,
-                 clock: Callable[[], int], wall_clock: Callable[[], int], log_manager: LogManager) -> None:
+                 clock: Callable[[], int], wall_clock: Callable[[], int], log_manager: LogManager,
+                 directory_ids: tuple[str, ...]) -> None:
+        """`directory_ids`: the ids in the log dirs' meta.properties (KIP-858), for the registration."""
         self.settings = settings
         self.quorum = quorum
         self.log_manager = log_manager
@@ -93,7 +95,8 @@ class Broker:
         self._stopped = False
         self._caught_up = False
         self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
-        self.lifecycle = BrokerLifecycleManager(settings, quorum, on_registered=self._on_metadata)
+        self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, directory_ids,
+                                                log_manager.previous_broker_epoch, self._replica_log_info)
         self.log_tasks = LogTasks(settings, log_manager, self.run_retention, wall_clock)
 
     @property
@@ -131,7 +134,7 @@ class Broker:
         """Stop serving. `controlled`: first ask the controller to move leaderships away, up to
         `controlled_shutdown_timeout_ms`. Then stop the log tasks and the core (parked requests are
         answered), drop the sends in flight, and shut the LogManager down (flush, checkpoints,
-        clean-shutdown marker)."""
+        clean-shutdown marker with this process's broker epoch, which the next start registers with)."""
         if self._stopped:
             return
         if controlled:
@@ -146,7 +149,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         assert not self._futures, f"broker {self.settings.node_id}: {len(self._futures)} requests unanswered"
-        self.log_manager.shutdown(self._wall_clock())
+        self.log_manager.shutdown(self._wall_clock(), self.lifecycle.broker_epoch)
 
     def _on_metadata(self) -> None:
         """The quorum's listener (and the lifecycle's, after a registration). A failure (a log dir
@@ -163,6 +166,13 @@ class Broker:
                 self._caught_up = True
                 self.lifecycle.set_ready_to_unfence()
         self.lifecycle.on_metadata()
+
+    def _replica_log_info(self) -> tuple[ReplicaLogInfo, ...]:
+        """For the heartbeat: the core's log ends of replicas of partitions with no leader and an
+        empty ISR and ELR (KIP-966 recovery), in the controller's request shape."""
+        return tuple(ReplicaLogInfo(end.topic_id, end.partition_index, end.leader_epoch,
+                                    end.last_written_leader_epoch, end.log_end_offset)
+                     for end in self.core.offline_log_ends())
 
     def run_retention(self) -> None:
         """The leaders' retention pass (LogTasks' `kafka-log-retention` job)."""

@@ -1,7 +1,11 @@
 """BrokerLifecycleManager: the broker's registration, heartbeats and controlled shutdown.
 
 Kafka's BrokerLifecycleManager (KIP-631). At start the broker registers with the active controller
-under a fresh incarnation id, its advertised endpoints and rack, and gets a broker epoch. It then
+under a fresh incarnation id, its advertised endpoints and rack, the directory ids of its log dirs
+(KIP-858) and the broker epoch its clean-shutdown marker named (KIP-966, KAFKA-15586: -1 after a
+crash), so that the controller can tell a clean restart from one that may have lost unflushed
+records or a whole dir; it gets a broker epoch, and logs the controller's warning when the
+restart counted as unclean. It then
 heartbeats every `broker.heartbeat.interval.ms` with the metadata offset it has applied, asking to
 stay fenced (`want_fence`) until it has applied the metadata up to its own registration (the
 owner says so with `set_ready_to_unfence`); the controller then unfences it and it may lead and
@@ -9,6 +13,10 @@ join ISRs. A heartbeat refused with STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTER
 registration moved the controller on) makes it register again. A controlled shutdown replaces
 the heartbeats by ControlledShutdown requests until the controller answers `should_shut_down`
 (it leads nothing and has seen the records that moved its leaderships), or the time is up.
+
+Heartbeats carry the log ends of this broker's replicas of partitions that have no leader and an
+empty ISR and ELR (`replica_log_info`, from the owner): the controller elects the most complete of
+them once every replica has reported.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from controller.controller_api import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
+    ReplicaLogInfo,
 )
 from controller.metadata import ClusterMetadata
 from node.broker_settings import BrokerSettings
@@ -68,12 +77,20 @@ class BrokerLifecycleManager:
 
     `broker_epoch` is NO_BROKER_EPOCH until a registration succeeds. `on_registered` is called after
     each successful registration (the owner may now apply metadata at or past the new epoch).
+    `previous_broker_epoch` is what the next registration claims: the epoch of the clean-shutdown
+    marker at start, then this process's own latest epoch (a process that registers again has lost
+    nothing it wrote).
     """
 
-    def __init__(self, settings: BrokerSettings, quorum: Quorum, on_registered: Callable[[], None]) -> None:
+    def __init__(self, settings: BrokerSettings, quorum: Quorum, on_registered: Callable[[], None],
+                 log_dirs: tuple[str, ...], previous_broker_epoch: int,
+                 replica_log_info: Callable[[], tuple[ReplicaLogInfo, ...]]) -> None:
         self.settings = settings
         self.incarnation_id = uuid.uuid4().hex  # new for every process start (KIP-631)
         self.broker_epoch = NO_BROKER_EPOCH
+        self.log_dirs = log_dirs
+        self.previous_broker_epoch = previous_broker_epoch
+        self._replica_log_info = replica_log_info
         self.state = BrokerState.NOT_RUNNING
         self._quorum = quorum
         self._on_registered = on_registered
@@ -147,7 +164,8 @@ class BrokerLifecycleManager:
     async def _register(self) -> None:
         settings = self.settings
         request = BrokerRegistrationRequest(settings.node_id, self.incarnation_id,
-                                            dict(settings.advertised_endpoints), settings.broker_rack)
+                                            dict(settings.advertised_endpoints), settings.broker_rack,
+                                            self.log_dirs, self.previous_broker_epoch)
         response = await self._quorum.controller_request(request, settings.request_timeout_ms)
         assert isinstance(response, BrokerRegistrationResponse), response
         if response.error_code != ErrorCode.NONE:
@@ -155,7 +173,11 @@ class BrokerLifecycleManager:
                         response.error_message)
             return
         log.info("broker %s: registered with broker epoch %s", settings.node_id, response.broker_epoch)
+        if response.warning is not None:
+            log.warning("broker %s: the controller took this start as an unclean restart: %s", settings.node_id,
+                        response.warning)
         self.broker_epoch = response.broker_epoch
+        self.previous_broker_epoch = response.broker_epoch
         self._ready_to_unfence = False
         self._unfenced.clear()
         self.state = BrokerState.STARTING
@@ -165,7 +187,8 @@ class BrokerLifecycleManager:
     async def _heartbeat(self) -> None:
         settings = self.settings
         request = BrokerHeartbeatRequest(settings.node_id, self.broker_epoch, self._quorum.metadata_offset,
-                                         want_fence=not self._ready_to_unfence)
+                                         want_fence=not self._ready_to_unfence,
+                                         replica_log_info=self._replica_log_info())
         response = await self._quorum.controller_request(request, settings.request_timeout_ms)
         assert isinstance(response, BrokerHeartbeatResponse), response
         if response.error_code in _REREGISTER_ERRORS:

@@ -9,7 +9,8 @@ controller listener serves: Raft, the broker-to-controller requests and topic ad
 the active controller or forwarded to it). It refuses every other request with 503
 BROKER_NOT_AVAILABLE naming the brokers to use, which a client takes as "ask another node".
 
-Start order: claim the data dirs (meta.properties: refuse a dir of another cluster), open the
+Start order: claim the data dirs (meta.properties: refuse a dir of another cluster; a new or wiped
+dir gets a fresh directory id, KIP-858), open the
 logs (storage recovery), listen (peers need the Raft route before anyone can be elected), start
 the quorum, then the broker (it registers with the active controller). Client requests are
 refused (503 BROKER_NOT_AVAILABLE) until the broker has applied the metadata up to its
@@ -81,10 +82,13 @@ class Node:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
+        directory_ids: dict[str, str] = {}
         for data_dir in self.config.data_dirs:
-            meta_properties.ensure(Path(data_dir), self.config.node_id, self.config.cluster_id)
+            claimed = meta_properties.ensure(Path(data_dir), self.config.node_id, self.config.cluster_id, self.rng)
+            assert claimed.directory_id is not None, f"ensure leaves a directory id: {claimed}"
+            directory_ids[data_dir] = claimed.directory_id
         if self.config.is_broker:
-            self._make_broker()
+            self._make_broker(tuple(directory_ids[log_dir] for log_dir in self.config.log_dirs))
         self._runner = web.AppRunner(build_app(self), access_log=None)
         await self._runner.setup()
         for host, port in self.config.listener_binds():
@@ -93,12 +97,14 @@ class Node:
         if self.broker is not None:
             await self.broker.start()
 
-    def _make_broker(self) -> None:
-        """The broker's parts: its partition logs (storage recovery runs here), the broker, group offsets."""
+    def _make_broker(self, directory_ids: tuple[str, ...]) -> None:
+        """The broker's parts: its partition logs (storage recovery runs here; the clean-shutdown
+        marker's broker epoch is read), the broker (it registers with `directory_ids`, those of its
+        log dirs, KIP-858), group offsets."""
         self.log_manager = LogManager([Path(d) for d in self.config.log_dirs], self._log_config, self.clock(),
                                       skip_topics=frozenset({METADATA_TOPIC}))
         self.broker = Broker(self.config.broker_settings(), self.quorum, self.connections, self.monotonic_clock,
-                             self.clock, self.log_manager)
+                             self.clock, self.log_manager, directory_ids)
         self.group_offsets = GroupOffsets(
             self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
             self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self._forward,

@@ -89,6 +89,19 @@ class DeletedLog:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaLogEnd:
+    """A hosted replica's log end, for a partition with no leader and an empty ISR and ELR (what the
+    heartbeat reports for KIP-966's recovery election): the partition's `leader_epoch` the core is
+    in, the epoch of its last batch (-1 for an empty log) and its log end offset."""
+
+    topic_id: str
+    partition_index: int
+    leader_epoch: int
+    last_written_leader_epoch: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerReady:
     """The work one `ReplicaManager.handle` call hands back. Log writes are done already (the cores
     write through `storage.Log`). The owner then, in this order:

@@ -29,7 +29,8 @@ KIP-392: a consumer that names its rack may be sent to a replica in it (replica_
 Replication: the cores say whom to follow and when to back off; `ReplicaFetchers` (fetch_session.py)
 keeps one session per leader with at most one fetch in flight, built from the cores' positions when
 sent; each partition's answer goes back to its core. The leaders' AlterPartition proposals go out
-as `AlterPartitionSend` and their answers back to the proposing core.
+as `AlterPartitionSend` and their answers back to the proposing core. `offline_log_ends` gives the
+heartbeat the log ends of replicas whose partition has no leader and an empty ISR and ELR (KIP-966).
 
 Time: `now_ms` is monotonic (timeouts, deadlines, backoffs); `wall_clock_ms` only reaches storage
 (record and segment timestamps, retention). Partition cores want ticks (`Ready.next_tick_ms`); the
@@ -59,10 +60,12 @@ from replication.broker_ready import (
     PartAnswer,
     PartitionStep,
     ReplicaFetchSend,
+    ReplicaLogEnd,
 )
 from replication.config import ReplicaManagerConfig
 from replication.delayed_fetch import FetchPurgatory, ParkedFetch, is_answerable
 from replication.events import (
+    NO_EPOCH,
     NO_LEADER,
     AlterPartitionResponse,
     ConsumerFetch,
@@ -265,6 +268,28 @@ class ReplicaManager:
         for topic_partition, (topic_id, state) in sorted(wanted.items()):
             self._apply_partition(topic_partition, topic_id, state, out)
         self.caught_up = True
+
+    def offline_log_ends(self) -> tuple[ReplicaLogEnd, ...]:
+        """The log end of each hosted replica whose partition has no leader and an empty ISR and ELR,
+        once its core is in that leader epoch: without a leader it appends nothing, so the report
+        holds for the whole epoch. The heartbeat sends them; the controller elects the most complete
+        replica once every replica has reported (controller/quorum_controller.py)."""
+        metadata = self.metadata
+        if metadata is None or self.stopped:
+            return ()
+        ends = []
+        for topic_partition, hosted in sorted(self.hosted.items()):
+            state = metadata.partition(hosted.topic_id, topic_partition.partition)
+            partition = hosted.partition
+            if state is None or state.leader != NO_LEADER or state.isr or state.elr:
+                continue
+            if partition.leader_epoch != state.leader_epoch or partition.leader_id != NO_LEADER:
+                continue
+            latest_epoch = partition.log.leader_epoch_cache.latest_epoch()
+            ends.append(ReplicaLogEnd(hosted.topic_id, topic_partition.partition, state.leader_epoch,
+                                      NO_EPOCH if latest_epoch is None else latest_epoch,
+                                      partition.log.log_end_offset))
+        return tuple(ends)
 
     def _wanted(self, metadata: MetadataView) -> dict[TopicPartition, tuple[str, PartitionStateView]]:
         """Every partition with a replica on this broker, with its topic id and state."""

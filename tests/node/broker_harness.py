@@ -34,6 +34,7 @@ from controller.metadata_records import MetadataRecord, PartitionChange
 from controller.quorum_controller import ControllerConfig, QuorumController
 from node.broker import Broker, BrokerSettings
 from replication.config import ReplicationConfig
+from storage import meta_properties
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
@@ -42,6 +43,7 @@ from storage.records import iter_headers
 
 T = TypeVar("T")
 LISTENER = "PLAINTEXT"
+CLUSTER_ID = "tributary-test-cluster"
 TIMEOUT_S = 15
 # Small index files: every partition preallocates its indexes on a temp dir.
 LOG_DEFAULTS = {"segment.index.bytes": "4096", "index.interval.bytes": "64"}
@@ -231,8 +233,11 @@ class Cluster:
         settings = BrokerSettings(node_id=node.broker_id, advertised_endpoints={LISTENER: node.address},
                                   inter_broker_listener_name=LISTENER, broker_rack=f"rack-{node.broker_id}",
                                   **self.settings)
+        claimed = meta_properties.ensure(node.directory, node.broker_id, CLUSTER_ID, random.Random())
+        assert claimed.directory_id is not None
         log_manager = LogManager([node.directory], self.log_config, wall_clock_ms())
-        node.broker = Broker(settings, self.quorum, self.connections, monotonic_ms, wall_clock_ms, log_manager)
+        node.broker = Broker(settings, self.quorum, self.connections, monotonic_ms, wall_clock_ms, log_manager,
+                             (claimed.directory_id,))
         await node.broker.start()
 
     async def restart(self, broker_id: int) -> Broker:
