@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from controller.controller_api import AlterPartitionData, AlterPartitionRequest, ReplicaLogInfo
+from controller.controller_api import AlterPartitionData, AlterPartitionRequest
 from controller.controller_api import AlterPartitionResponse as ControllerAlterPartitionResponse
 from node.broker_settings import BrokerSettings
 from node.lifecycle import BrokerLifecycleManager, Quorum
@@ -96,7 +96,7 @@ class Broker:
         self._caught_up = False
         self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
         self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, directory_ids,
-                                                log_manager.previous_broker_epoch, self._replica_log_info)
+                                                log_manager.previous_broker_epoch, self.core.offline_log_ends)
         self.log_tasks = LogTasks(settings, log_manager, self.run_retention, wall_clock)
 
     @property
@@ -166,13 +166,6 @@ class Broker:
                 self._caught_up = True
                 self.lifecycle.set_ready_to_unfence()
         self.lifecycle.on_metadata()
-
-    def _replica_log_info(self) -> tuple[ReplicaLogInfo, ...]:
-        """For the heartbeat: the core's log ends of replicas of partitions with no leader and an
-        empty ISR and ELR (KIP-966 recovery), in the controller's request shape."""
-        return tuple(ReplicaLogInfo(end.topic_id, end.partition_index, end.leader_epoch,
-                                    end.last_written_leader_epoch, end.log_end_offset)
-                     for end in self.core.offline_log_ends())
 
     def run_retention(self) -> None:
         """The leaders' retention pass (LogTasks' `kafka-log-retention` job)."""

@@ -15,8 +15,8 @@ the heartbeats by ControlledShutdown requests until the controller answers `shou
 (it leads nothing and has seen the records that moved its leaderships), or the time is up.
 
 Heartbeats carry the log ends of this broker's replicas of partitions that have no leader and an
-empty ISR and ELR (`replica_log_info`, from the owner): the controller elects the most complete of
-them once every replica has reported.
+empty ISR and ELR (the broker core's `offline_log_ends`): the controller elects the most complete
+of them once every replica has reported.
 """
 
 from __future__ import annotations
@@ -39,12 +39,19 @@ from controller.controller_api import (
 )
 from controller.metadata import ClusterMetadata
 from node.broker_settings import BrokerSettings
+from replication.broker_ready import ReplicaLogEnd
 from storage.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
 NO_BROKER_EPOCH = -1
 _REREGISTER_ERRORS = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED})
+
+
+def replica_log_info(ends: tuple[ReplicaLogEnd, ...]) -> tuple[ReplicaLogInfo, ...]:
+    """The broker core's offline log ends in the heartbeat's shape."""
+    return tuple(ReplicaLogInfo(end.topic_id, end.partition_index, end.leader_epoch, end.last_written_leader_epoch,
+                                end.log_end_offset) for end in ends)
 
 
 class Quorum(Protocol):
@@ -84,13 +91,13 @@ class BrokerLifecycleManager:
 
     def __init__(self, settings: BrokerSettings, quorum: Quorum, on_registered: Callable[[], None],
                  log_dirs: tuple[str, ...], previous_broker_epoch: int,
-                 replica_log_info: Callable[[], tuple[ReplicaLogInfo, ...]]) -> None:
+                 offline_log_ends: Callable[[], tuple[ReplicaLogEnd, ...]]) -> None:
         self.settings = settings
         self.incarnation_id = uuid.uuid4().hex  # new for every process start (KIP-631)
         self.broker_epoch = NO_BROKER_EPOCH
         self.log_dirs = log_dirs
         self.previous_broker_epoch = previous_broker_epoch
-        self._replica_log_info = replica_log_info
+        self._offline_log_ends = offline_log_ends
         self.state = BrokerState.NOT_RUNNING
         self._quorum = quorum
         self._on_registered = on_registered
@@ -188,7 +195,7 @@ class BrokerLifecycleManager:
         settings = self.settings
         request = BrokerHeartbeatRequest(settings.node_id, self.broker_epoch, self._quorum.metadata_offset,
                                          want_fence=not self._ready_to_unfence,
-                                         replica_log_info=self._replica_log_info())
+                                         replica_log_info=replica_log_info(self._offline_log_ends()))
         response = await self._quorum.controller_request(request, settings.request_timeout_ms)
         assert isinstance(response, BrokerHeartbeatResponse), response
         if response.error_code in _REREGISTER_ERRORS:

@@ -9,7 +9,12 @@ registration and heartbeats (`duty`), the metadata long poll and the log tasks' 
 An incarnation is what a process holds: a `LogManager` opened from the directory (recovery after a
 crash), a broker core, its registration (broker epoch), the requests in flight. A crash drops the
 incarnation and cuts the files (`disk.crash`); a restart opens a new one from what is left and
-registers again with a new incarnation id. A pause keeps the incarnation and holds its events.
+registers again with a new incarnation id, as `node/lifecycle.py` does: with the directory id of its
+meta.properties (KIP-858) and the broker epoch of its clean-shutdown marker (-1 after a crash,
+KIP-966); heartbeats carry the core's `offline_log_ends`. A pause keeps the incarnation and holds
+its events. Correlation ids grow across incarnations: an answer to a request of the previous
+process must never be taken for the answer to one of the new process (a new process has new
+connections).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from controller.controller_api import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
 )
+from node.lifecycle import replica_log_info
 from replication.broker_events import (
     AlterPartitionAnswer,
     ClientRequest,
@@ -41,13 +47,14 @@ from replication.events import DeleteRecords, RunRetention, Tick
 from replication.partition import Partition
 from replication.ready import ProduceResult
 from replication.replica_manager import ReplicaManager
+from storage import meta_properties
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
 from tests.sim.kernel.disk import DiskModel
 from tests.sim.replication import disk
-from tests.sim.replication.controller import LISTENER, endpoints, incarnation_id
+from tests.sim.replication.controller import CLUSTER_ID, LISTENER, endpoints, incarnation_id
 from tests.sim.replication.messages import (
     CONTROLLER_ID,
     ClientDeleteRecords,
@@ -107,6 +114,7 @@ class SimBroker:
         self.manager: LogManager | None = None
         self.core: ReplicaManager | None = None
         self.disk = disk.BrokerDisk(services.disk_model, self.directory)
+        self.next_id = 1
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -118,7 +126,9 @@ class SimBroker:
         self.paused_until_ms = -1
         self.held = []
         self.disk.opened()
+        self.log_dirs = self.claim_log_dirs()
         self.manager = LogManager([self.directory], lambda topic: self.services.log_config, now_ms)
+        self.previous_broker_epoch = self.manager.previous_broker_epoch if broker_epoch < 0 else broker_epoch
         options = self.services.options
         config = ReplicaManagerConfig(
             broker_id=self.broker_id,
@@ -132,7 +142,6 @@ class SimBroker:
         self.core = ReplicaManager(config, self.manager, now_ms)
         self.pending: dict[int, Pending] = {}
         self.controller_requests: dict[int, tuple[Any, Any]] = {}
-        self.next_id = 1
         self.broker_epoch = broker_epoch
         self.metadata_offset = -1
         self.next_heartbeat_ms = now_ms
@@ -148,6 +157,12 @@ class SimBroker:
         if not self.up or self.core is None:
             return {}
         return {topic_partition: hosted.partition for topic_partition, hosted in self.core.hosted.items()}
+
+    def claim_log_dirs(self) -> tuple[str, ...]:
+        """`meta_properties.ensure` of the log dir, as a node starts: its directory id."""
+        claimed = meta_properties.ensure(self.directory, self.broker_id, CLUSTER_ID, random.Random(self.broker_id))
+        assert claimed.directory_id is not None
+        return (claimed.directory_id,)
 
     def crash(self, rng: random.Random, tear_probability: float) -> tuple[dict[TopicPartition, tuple[int, int]],
                                                                           list[str]]:
@@ -232,9 +247,12 @@ class SimBroker:
             self.next_heartbeat_ms = now_ms + options.heartbeat_interval_ms
             if self.broker_epoch < 0:
                 name = incarnation_id(self.broker_id, self.incarnation)
-                request: Any = BrokerRegistrationRequest(self.broker_id, name, endpoints(self.broker_id))
+                request: Any = BrokerRegistrationRequest(self.broker_id, name, endpoints(self.broker_id), None,
+                                                         self.log_dirs, self.previous_broker_epoch)
             else:
-                request = BrokerHeartbeatRequest(self.broker_id, self.broker_epoch, self.metadata_offset)
+                assert self.core is not None
+                request = BrokerHeartbeatRequest(self.broker_id, self.broker_epoch, self.metadata_offset,
+                                                 replica_log_info=replica_log_info(self.core.offline_log_ends()))
             self._send_controller(request, None)
         if self.metadata_sent_ms < 0 or now_ms - self.metadata_sent_ms > (
             options.metadata_max_wait_ms + options.request_timeout_ms
@@ -270,6 +288,7 @@ class SimBroker:
                 self.broker_id, self.incarnation
             ):
                 self.broker_epoch = max(self.broker_epoch, response.broker_epoch)
+                self.previous_broker_epoch = self.broker_epoch
         elif isinstance(response, BrokerHeartbeatResponse):
             if response.error_code == ErrorCode.STALE_BROKER_EPOCH:
                 self.broker_epoch = -1  # a duplicate registration moved us on: register again

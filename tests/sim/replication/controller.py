@@ -2,9 +2,9 @@
 
 Every record it produces is committed at once (its speculative metadata is the committed state),
 which is what a healthy quorum looks like to brokers; the quorum itself is simulated elsewhere
-(tests/sim). Leader election (first live ISR member in replica order, leader epoch + 1), fencing
-after `broker.session.timeout.ms`, ISR removal of re-registering brokers and AlterPartition with
-partition epochs are all the controller's own code.
+(tests/sim). Leader election (ISR, then ELR, then the recovery election from reported log ends),
+fencing after `broker.session.timeout.ms`, ISR and ELR removal of re-registering brokers and
+AlterPartition with partition epochs are all the controller's own code.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from storage.error_codes import ErrorCode
 
 TOPIC = "orders"
 LISTENER = "PLAINTEXT"
+CLUSTER_ID = "replication-sim"
 
 
 def endpoints(broker_id: int) -> dict[str, str]:
@@ -47,13 +48,15 @@ class SimController:
     def handle(self, request: Any, now_ms: int) -> Any:
         return self.controller.handle(request, now_ms).response
 
-    def bootstrap(self, broker_ids: list[int], assignments: dict[int, tuple[int, ...]], configs: dict[str, str],
-                  now_ms: int) -> dict[int, int]:
-        """Register and unfence the brokers, create the topic; return each broker's epoch."""
+    def bootstrap(self, log_dirs: dict[int, tuple[str, ...]], assignments: dict[int, tuple[int, ...]],
+                  configs: dict[str, str], now_ms: int) -> dict[int, int]:
+        """Register (with their log dir ids) and unfence the brokers, create the topic; return each
+        broker's epoch."""
+        broker_ids = sorted(log_dirs)
         epochs = {}
         for broker_id in broker_ids:
             response = self.handle(BrokerRegistrationRequest(broker_id, incarnation_id(broker_id, 1),
-                                                             endpoints(broker_id)), now_ms)
+                                                             endpoints(broker_id), None, log_dirs[broker_id]), now_ms)
             assert response.error_code == ErrorCode.NONE, response
             epochs[broker_id] = response.broker_epoch
         for broker_id in broker_ids:

@@ -262,7 +262,8 @@ class Simulation:
         chaos and the heal (a scripted scenario acts itself)."""
         assignments = {index: tuple(BROKER_IDS[(index + k) % 3] for k in range(3))
                        for index in range(self.options.partitions)}
-        epochs = self.controller.bootstrap(list(BROKER_IDS), assignments, self.topic_configs, self.now_ms)
+        log_dirs = {broker_id: broker.claim_log_dirs() for broker_id, broker in self.brokers.items()}
+        epochs = self.controller.bootstrap(log_dirs, assignments, self.topic_configs, self.now_ms)
         for broker_id, broker in self.brokers.items():
             broker.start(self.now_ms, broker_epoch=epochs[broker_id])
             self.schedule(self.rng.randint(0, DUTY_INTERVAL_MS), Kind.DUTY, (broker_id, broker.incarnation))
