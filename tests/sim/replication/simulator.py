@@ -225,7 +225,11 @@ class Simulation:
         self.result.acked_all += 1
 
     def _isr_of(self, topic_partition: TopicPartition) -> tuple[int, ...]:
-        return self.controller.partition(topic_partition).isr
+        """The replicas the controller counts on to hold every acknowledged record: the ISR and the
+        ELR (KIP-966); when both are empty, those that left the ELR by an unclean restart (the last
+        known ELR), else every replica. The checker excuses a loss only when all of them lost it."""
+        state = self.controller.partition(topic_partition)
+        return state.isr + state.elr or state.last_known_elr or state.replicas
 
     def _max_epoch_of(self, topic_partition: TopicPartition) -> int:
         return self.controller.partition(topic_partition).leader_epoch
