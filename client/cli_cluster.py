@@ -1,9 +1,10 @@
 """`tributary cluster status`: nodes and their state, the active controller, and per partition
-the leader, ISR, high watermark, logStartOffset and each replica's log end offset and lag.
+the leader, ISR, ELR (KIP-966 eligible leader replicas), high watermark, logStartOffset and each
+replica's log end offset and lag.
 
 `--json` prints one object: `nodes` [{id, host, port, state}], `controller` (id), `partitions`
-[{topic, partition, leader, leaderEpoch, replicas, isr, highWatermark, logStartOffset,
-logEndOffsets {node id: LEO}}] (a replica whose node did not answer has no entry).
+[{topic, partition, leader, leaderEpoch, replicas, isr, elr, lastKnownElr, highWatermark,
+logStartOffset, logEndOffsets {node id: LEO}}] (a replica whose node did not answer has no entry).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def status_json(description: ClusterDescription) -> dict[str, Any]:
                 "leaderEpoch": p.info.leader_epoch,
                 "replicas": list(p.info.replicas),
                 "isr": list(p.info.isr),
+                "elr": list(p.info.elr),
+                "lastKnownElr": list(p.info.last_known_elr),
                 "highWatermark": p.high_watermark,
                 "logStartOffset": p.log_start_offset,
                 "logEndOffsets": {
@@ -71,7 +74,8 @@ def status_table(description: ClusterDescription) -> str:
     ]
     lines += format_rows(node_rows)
     lines.append("")
-    partition_rows = [("TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW", "LOG-START", "REPLICAS LEO (LAG)")]
+    partition_rows = [("TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW", "LOG-START",
+                       "REPLICAS LEO (LAG)")]
     for p in description.partitions:
         replicas = []
         for node in p.info.replicas:
@@ -80,7 +84,7 @@ def status_table(description: ClusterDescription) -> str:
         leader_known = p.leader_state is not None  # else its HW, log start and the lags are unknown
         partition_rows.append((
             p.info.topic, str(p.info.partition), "none" if p.info.leader < 0 else str(p.info.leader),
-            str(p.info.leader_epoch), ",".join(map(str, p.info.isr)),
+            str(p.info.leader_epoch), ",".join(map(str, p.info.isr)) or "-", ",".join(map(str, p.info.elr)) or "-",
             str(p.high_watermark) if leader_known else "?", str(p.log_start_offset) if leader_known else "?",
             " ".join(replicas),
         ))

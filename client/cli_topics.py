@@ -88,7 +88,8 @@ async def describe_topics(arguments: argparse.Namespace, out: TextIO, err: TextI
             for info in partitions:
                 print(f"\tTopic: {name}\tPartition: {info.partition}\tLeader: {_node(info.leader)}\t"
                       f"LeaderEpoch: {info.leader_epoch}\tReplicas: {_nodes(info.replicas)}\t"
-                      f"Isr: {_nodes(info.isr)}", file=out)
+                      f"Isr: {_nodes(info.isr)}\tElr: {_nodes(info.elr)}\tLastKnownElr: {_nodes(info.last_known_elr)}",
+                      file=out)
     return EXIT_OK
 
 

@@ -39,6 +39,8 @@ class PartitionInfo:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     error_code: ErrorCode = ErrorCode.NONE
+    elr: tuple[int, ...] = ()  # KIP-966 eligible leader replicas
+    last_known_elr: tuple[int, ...] = ()
 
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, ...]:
@@ -172,7 +174,8 @@ class Metadata:
             self.topic_configs[topic.name] = dict(topic.configs)
             self.topics[topic.name] = {
                 p.partition: PartitionInfo(
-                    topic.name, p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr), p.error_code
+                    topic.name, p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr), p.error_code,
+                    tuple(p.eligible_leader_replicas), tuple(p.last_known_elr),
                 )
                 for p in topic.partitions
             }

@@ -326,12 +326,18 @@ class MetadataBroker:
 
 @dataclass(frozen=True, slots=True)
 class MetadataPartition:
+    """One partition as the metadata says. `eligible_leader_replicas` and `last_known_elr` are
+    KIP-966's (Kafka shows them in DescribeTopicPartitions): replicas outside the ISR that still
+    hold every acknowledged record, and those that lost that standing by an unclean restart."""
+
     partition: int
     leader: int
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     error_code: ErrorCode = ErrorCode.NONE
+    eligible_leader_replicas: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

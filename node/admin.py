@@ -38,7 +38,8 @@ def metadata_response(
         partitions = tuple(
             protocol.MetadataPartition(
                 index, state.leader, state.leader_epoch, state.replicas, state.isr,
-                ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, state.elr,
+                state.last_known_elr,
             )
             for index, state in enumerate(metadata.partitions(topic_id))
         )

@@ -110,7 +110,7 @@ def description() -> ClusterDescription:
         "c1", 0,
         (NodeStatus(MetadataBroker(0, "h", 9092), "online"), NodeStatus(MetadataBroker(1, "h", 9093), "online"),
          NodeStatus(MetadataBroker(2, "h", 9094), "unreachable", "down")),
-        (PartitionStatus(PartitionInfo("t", 0, 0, 3, (0, 1, 2), (0, 1)), {0: state(0, 10), 1: state(1, 8)}),),
+        (PartitionStatus(PartitionInfo("t", 0, 0, 3, (0, 1, 2), (0, 1), elr=(2,)), {0: state(0, 10), 1: state(1, 8)}),),
     )
 
 
@@ -124,7 +124,7 @@ def test_status_json_has_the_documented_shape() -> None:
         "controller": 0,
         "partitions": [{
             "topic": "t", "partition": 0, "leader": 0, "leaderEpoch": 3, "replicas": [0, 1, 2], "isr": [0, 1],
-            "highWatermark": 8, "logStartOffset": 5, "logEndOffsets": {"0": 10, "1": 8},
+            "elr": [2], "lastKnownElr": [], "highWatermark": 8, "logStartOffset": 5, "logEndOffsets": {"0": 10, "1": 8},
         }],
     }
 
@@ -134,6 +134,7 @@ def test_status_table_shows_lag_per_replica() -> None:
     assert "active controller: 0" in table
     assert "unreachable (down)" in table
     assert "0:10(0) 1:8(2) 2:?" in table
+    assert table.splitlines()[-1].split()[4:6] == ["0,1", "2"], "ISR, then ELR (KIP-966)"
 
 
 def test_status_table_says_unknown_when_the_leader_did_not_answer() -> None:
@@ -141,7 +142,7 @@ def test_status_table_says_unknown_when_the_leader_did_not_answer() -> None:
     unanswered = dataclasses.replace(partition, replica_states={1: partition.replica_states[1]})
     table = status_table(dataclasses.replace(description(), partitions=(unanswered,)))
     row = table.splitlines()[-1].split()
-    assert row[5:] == ["?", "?", "0:?", "1:8(?)", "2:?"]  # HW, LOG-START, each replica's LEO (lag)
+    assert row[6:] == ["?", "?", "0:?", "1:8(?)", "2:?"]  # HW, LOG-START, each replica's LEO (lag)
 
 
 # -- end to end against the fake cluster ----------------------------------------------------
@@ -155,7 +156,8 @@ def test_topics_create_list_describe_alter_delete(fake: FakeCluster, capsys: pyt
     status, out, _ = run([*b, "topics", "describe", "--topic", "orders"], capsys)
     assert status == 0
     assert "Topic: orders\tPartitionCount: 2\tReplicationFactor: 3\tConfigs: retention.ms=1000" in out
-    assert "\tTopic: orders\tPartition: 1\tLeader: 1\tLeaderEpoch: 0\tReplicas: 1,2,0\tIsr: 1,2,0" in out
+    assert ("\tTopic: orders\tPartition: 1\tLeader: 1\tLeaderEpoch: 0\tReplicas: 1,2,0\tIsr: 1,2,0\tElr: \t"
+            "LastKnownElr: \n") in out
     assert run([*b, "topics", "alter-config", "--topic", "orders", "--config", "retention.ms=5"], capsys)[0] == 0
     assert fake.state.configs["orders"] == {"retention.ms": "5"}
     status, _, err = run([*b, "topics", "create", "--topic", "orders"], capsys)

@@ -1,5 +1,6 @@
 """Registration after a restart (KIP-966 unclean-shutdown detection, KAFKA-15586; KIP-858 directory
-ids) and the heartbeat's log-end reports, on real brokers with the fake quorum.
+ids) and the heartbeat's log-end reports, on real brokers with the fake quorum; and the ELR in the
+metadata answers clients describe.
 
 Method: the three-broker cluster of broker_harness; every controller request is recorded with its
 answer, so a test reads what the restarted broker sent and what the controller made of it. Waits
@@ -15,8 +16,11 @@ from typing import Any
 
 import pytest
 
+from client import protocol
 from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest, BrokerRegistrationResponse
-from controller.metadata_records import NO_LEADER, PartitionChange
+from controller.metadata import ClusterMetadata
+from controller.metadata_records import NO_LEADER, Partition, PartitionChange, RegisterBroker, Topic
+from node.admin import metadata_response
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
@@ -160,3 +164,21 @@ async def test_heartbeats_report_log_ends_and_the_most_complete_replica_leads(cl
     assert {(request.broker_id, info.current_leader_epoch, info.last_written_leader_epoch, info.log_end_offset)
             for request, _ in recorder.exchanges if isinstance(request, BrokerHeartbeatRequest)
             for info in request.replica_log_info} == {(0, 2, 0, 1), (1, 2, 0, 1), (2, 2, 1, 2)}
+
+
+def test_metadata_answers_show_elr_and_last_known_elr() -> None:
+    """What `topics describe` and `cluster status` print (Kafka's DescribeTopicPartitions fields)."""
+    metadata = ClusterMetadata()
+    records = [
+        RegisterBroker(1, "i1", {"PLAINTEXT": "h:1"}, None),
+        RegisterBroker(2, "i2", {"PLAINTEXT": "h:2"}, None),
+        RegisterBroker(3, "i3", {"PLAINTEXT": "h:3"}, None),
+        Topic("orders", "ECfE0cOGu8TNYT4w2PFq3w", {}),
+        Partition("ECfE0cOGu8TNYT4w2PFq3w", 0, (1, 2, 3), (), NO_LEADER, 4, 9, (3,), (1,)),
+    ]
+    for offset, record in enumerate(records):
+        metadata.apply_record(offset, record)
+    response = metadata_response(metadata, protocol.MetadataRequest(), "PLAINTEXT", "c", 1)
+    (partition,) = response.topics[0].partitions
+    assert (partition.isr, partition.eligible_leader_replicas, partition.last_known_elr) == ((), (3,), (1,))
+    assert partition.error_code == ErrorCode.LEADER_NOT_AVAILABLE
