@@ -17,8 +17,9 @@ rules live in one place. Given the current registration and the target ISR:
 2. Leader. The current leader if it stays in the ISR and is acceptable (registered, unfenced, not
    shutting down, not being removed); else the first acceptable ISR member in replica order; else,
    with an empty ISR, the first acceptable ELR member, which leads with the ISR to itself and leaves
-   the ELR; else, with the ISR and the ELR both empty, the recovery leader the caller names (see
-   `QuorumController`: the replica with the most complete log once every replica has reported);
+   the ELR; else, with the ISR and the ELR both empty, the recovery leader the caller names for the
+   target last known ELR (see `QuorumController`: the member with the most complete log once all of
+   them have reported);
    else, with `unclean.leader.election.enable`, the first acceptable replica (data may be lost, the
    user chose it). A recovery or unclean election resets the ISR to the leader and empties the ELR
    and the last known ELR, as Kafka's unclean election does.
@@ -47,7 +48,7 @@ def partition_change(
     acceptable: Callable[[int], bool],
     unclean_shutdown: Collection[int] = (),
     unclean_election: bool = False,
-    recovery_leader: Callable[[], int] = lambda: NO_LEADER,
+    recovery_leader: Callable[[tuple[int, ...]], int] = lambda last_known_elr: NO_LEADER,
 ) -> PartitionChange | None:
     """The change that moves `state` to `target_isr` with the ELR and leader of the module
     docstring, or None if nothing changes. `target_isr` must be in replica order."""
@@ -63,7 +64,7 @@ def partition_change(
             isr = (leader,)
             elr = tuple(replica for replica in elr if replica != leader)
         elif not elr:
-            leader = recovery_leader()
+            leader = recovery_leader(last_known_elr)
             if leader != NO_LEADER:
                 isr, elr, last_known_elr = (leader,), (), ()
     if leader == NO_LEADER and unclean_election:

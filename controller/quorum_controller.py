@@ -44,16 +44,17 @@ its replicas rejoin as followers that must catch up. The response's `warning` sa
 Offline partitions with an empty ISR and ELR (every replica that held all acknowledged records
 restarted uncleanly). Kafka 4.x elects the last known leader, which may be exactly the replica that
 lost its tail. Instead, brokers report each such replica's log end in their heartbeats (last
-written leader epoch, log end offset, for the partition's current leader epoch); once every
-replica is registered, unfenced and has reported, the one with the largest (epoch, offset) leads
-(a simplified KIP-966 part 2 "Balanced" recovery). Reports are controller memory, like heartbeat
+written leader epoch, log end offset, for the partition's current leader epoch); once every member
+of the last known ELR (every replica if it is empty) is registered, unfenced and has reported, the
+member with the largest (epoch, offset) leads: KIP-966 part 2's "Balanced" recovery, simplified
+(`_recovery_leader` says why only those members). Reports are controller memory, like heartbeat
 times: a new controller waits for fresh ones, and a report counts only for the broker epoch and
 the leader epoch it was made in (during a leader epoch without a leader no replica's log changes).
 With `unclean.leader.election.enable=true` the first active replica leads instead when nothing else
 can (data may be lost, which is what the user chose). Unfencing a broker, a `tick`, a heartbeat
 with reports and turning unclean election on all elect leaders for offline partitions where that
-became possible; changing min.insync.replicas empties the topic's ELRs (Kafka does the same: an
-ELR member is complete only under the min.insync.replicas it was chosen under).
+became possible. Changing a topic's configs re-applies the rules to its partitions: a lower
+min.insync.replicas empties the ELR where the ISR now meets it (its leader advances the HW again).
 
 Stale AlterPartition. A request may arrive late or twice (client retries, forwarding). When the
 controller refuses an ISR change as INELIGIBLE_REPLICA, the leader goes back to its committed ISR
@@ -634,13 +635,20 @@ class QuorumController:
         return kept
 
     def _recovery_leader(self, topic_id: str, index: int, state: PartitionRegistration,
-                         acceptable: Callable[[int], bool]) -> int:
-        """The replica with the largest (last written leader epoch, log end offset), ties to replica
-        order, once every replica is acceptable and has reported in this leader epoch with its
-        current broker epoch; NO_LEADER until then."""
+                         acceptable: Callable[[int], bool], last_known_elr: tuple[int, ...]) -> int:
+        """KIP-966's Balanced recovery: among the last known ELR (every replica if it is empty), the
+        member with the largest (last written leader epoch, log end offset), ties to replica order,
+        once every member is acceptable and has reported in this leader epoch with its current
+        broker epoch; NO_LEADER until then.
+
+        Only last known ELR members: each held every acknowledged record until its unclean restart,
+        so their logs are prefixes of one history (each lost at most an unflushed tail) and the
+        longest is the best. A replica that left the ISR earlier may carry a later epoch without
+        holding what was committed: a deposed leader's unreplicated batches of epoch 1 outrank the
+        epoch-0 records a later leader committed in epoch 2 without appending (seed 5000872)."""
         reports = self._log_ends.get((topic_id, index), {})
         best: tuple[tuple[int, int], int] | None = None
-        for replica in state.replicas:
+        for replica in last_known_elr or state.replicas:
             broker = self._metadata.broker(replica)
             entry = reports.get(replica)
             if broker is None or not acceptable(replica) or entry is None:
@@ -866,7 +874,7 @@ class QuorumController:
             acceptable,
             unclean_shutdown,
             config.unclean_leader_election_enable,
-            lambda: self._recovery_leader(topic_id, index, state, acceptable),
+            lambda last_known_elr: self._recovery_leader(topic_id, index, state, acceptable, last_known_elr),
         )
 
     def _topic_config(self, topic_id: str) -> LogConfig:

@@ -94,10 +94,10 @@ def test_an_elr_leader_meeting_min_isr_alone_empties_the_elr() -> None:
 
 
 def test_recovery_leader_is_asked_only_when_isr_and_elr_are_empty() -> None:
-    asked: list[int] = []
+    asked: list[tuple[int, ...]] = []
 
-    def recovery() -> int:
-        asked.append(1)
+    def recovery(last_known_elr: tuple[int, ...]) -> int:
+        asked.append(last_known_elr)
         return 2
 
     assert partition_change(TOPIC_ID, 0, state((), NO_LEADER, elr=(1,)), (), 2, lambda r: False,
@@ -106,6 +106,7 @@ def test_recovery_leader_is_asked_only_when_isr_and_elr_are_empty() -> None:
     change = partition_change(TOPIC_ID, 0, state((), NO_LEADER, last_known_elr=(1,)), (), 2, everyone,
                               recovery_leader=recovery)
     assert change == PartitionChange(TOPIC_ID, 0, isr=(2,), leader=2, last_known_elr=())
+    assert asked == [(1,)], "asked with the target last known ELR"
 
 
 def test_unclean_election_takes_the_first_active_replica_and_empties_the_elr() -> None:
@@ -128,7 +129,8 @@ def test_changes_keep_the_registration_invariants(isr: tuple[int, ...], elr: tup
     known = tuple(replica for replica in known if replica not in isr and replica not in elr)
     before = state(isr, isr[0] if isr else NO_LEADER, elr, known)
     change = partition_change(TOPIC_ID, 0, before, target, min_isr, lambda replica: replica in active,
-                              unclean_election=unclean, recovery_leader=lambda: recovery if recovery in active else -1)
+                              unclean_election=unclean,
+                              recovery_leader=lambda candidates: recovery if recovery in active else -1)
     after = before if change is None else before.merge(change)
     assert not set(after.isr) & set(after.elr)
     assert not set(after.last_known_elr) & (set(after.isr) | set(after.elr))
@@ -242,8 +244,9 @@ def test_a_missing_log_dir_makes_a_registration_unclean_whatever_its_marker_says
 # ---- the controller: recovery of a partition with an empty ISR and ELR --------------------------------
 
 
-def emptied(min_isr: str = "2") -> Harness:
-    """Every replica restarted uncleanly after the ISR emptied: the ISR and ELR are empty."""
+def emptied(min_isr: str = "3") -> Harness:
+    """Every replica restarted uncleanly after the ISR emptied: the ISR and ELR are empty. With
+    min.insync.replicas 3 every replica went through the ELR, so all are in the last known ELR."""
     harness = three_brokers(min_isr)
     fence(harness, 1, 2, 3)
     for broker_id in (1, 2, 3):
@@ -272,6 +275,20 @@ def test_recovery_waits_for_every_replica_then_elects_the_most_complete_log() ->
     report(harness, 3, -1, 0)  # a wiped replica: it must never lead while another holds data
     state_ = harness.partition("t")
     assert (state_.leader, state_.isr, state_.elr, state_.last_known_elr) == (2, (2,), (), ())
+
+
+def test_recovery_chooses_among_the_last_known_elr_only_and_waits_for_them_only() -> None:
+    """KIP-966 Balanced: broker 1 left the ISR while it still met min.insync.replicas, so it may lack
+    acknowledged records; its later epoch (a deposed leader's unreplicated batches, seed 5000872)
+    does not make it the leader, and the election does not wait for it."""
+    harness = emptied(min_isr="2")
+    assert harness.partition("t").last_known_elr == (2, 3)
+    report(harness, 1, 7, 99)
+    report(harness, 2, 0, 55)
+    assert harness.partition("t").leader == NO_LEADER, "broker 3 has not reported"
+    fence(harness, 1)
+    report(harness, 3, 0, 54)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
 
 
 def test_recovery_prefers_the_later_epoch_then_the_longer_log_then_replica_order() -> None:
