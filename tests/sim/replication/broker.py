@@ -100,6 +100,7 @@ class Pending:
     client_request_id: int = -1
     acks: int = 1
     records: bytes = b""
+    incarnation: int = 0  # of a replica fetch's follower: the reply goes to that process only
 
 
 class SimBroker:
@@ -204,7 +205,7 @@ class SimBroker:
         for answer in ready.answers:
             self._answer(answer)
         for fetch in ready.fetches:
-            self.services.send(Message(self.broker_id, fetch.leader_id, ReplicaFetchMessage(fetch)))
+            self.services.send(Message(self.broker_id, fetch.leader_id, ReplicaFetchMessage(fetch, self.incarnation)))
         if ready.next_tick_ms is not None and ready.next_tick_ms != self.tick_at_ms:
             self.tick_at_ms = ready.next_tick_ms
             self.services.schedule_broker_tick(self, ready.next_tick_ms)
@@ -219,7 +220,8 @@ class SimBroker:
         pending = self.pending.pop(answer.request_id)
         send = self.services.send
         if pending.kind == "replica":
-            body: Any = ReplicaFetchReply(ReplicaFetchAnswer.of(pending.client_request_id, answer))
+            body: Any = ReplicaFetchReply(ReplicaFetchAnswer.of(pending.client_request_id, answer),
+                                          pending.incarnation)
             send(Message(self.broker_id, pending.source, body))
             return
         if pending.kind == "delete":
@@ -318,11 +320,12 @@ class SimBroker:
     def on_replica_fetch(self, source: int, body: ReplicaFetchMessage) -> None:
         """A follower's fetch, on this (maybe) leader."""
         request_id = self._id()
-        self.pending[request_id] = Pending("replica", source, None, body.send.request_id)
+        self.pending[request_id] = Pending("replica", source, None, body.send.request_id, incarnation=body.incarnation)
         self.step(replica_fetch_request(body.send, request_id))
 
     def on_replica_fetch_answer(self, body: ReplicaFetchReply) -> None:
-        self.step(body.answer)
+        if body.incarnation == self.incarnation:
+            self.step(body.answer)
 
     # -- clients -----------------------------------------------------------------------------------
 

@@ -65,16 +65,20 @@ class MetadataAnswer:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFetchMessage:
-    """A follower core's fetch, to its leader."""
+    """A follower core's fetch, to its leader, from the follower's `incarnation` (its connection)."""
 
     send: ReplicaFetchSend
+    incarnation: int
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFetchReply:
-    """The leader core's answer, back to the follower."""
+    """The leader core's answer, back to the follower incarnation that asked: a restarted process
+    has new connections, so a reply to its previous incarnation never reaches it (both number
+    their fetches from 1)."""
 
     answer: ReplicaFetchAnswer
+    incarnation: int
 
 
 @dataclass(frozen=True, slots=True)
