@@ -111,6 +111,7 @@ class SimBroker:
     next_heartbeat_ms: int = 0
     revive_ms: int = 0
     shutting_down: bool = False
+    clean_epoch: int = -1  # the broker epoch a controlled shutdown left in its clean-shutdown marker
 
 
 @dataclass(slots=True)
@@ -154,7 +155,8 @@ class MetadataWorkload:
     def _registration(self, broker: SimBroker) -> BrokerRegistrationRequest:
         rack = None if broker.broker_id % 3 == 0 else f"rack-{broker.broker_id % 2}"
         return BrokerRegistrationRequest(broker.broker_id, f"b{broker.broker_id}-i{broker.incarnation}",
-                                         {"PLAINTEXT": f"broker-{broker.broker_id}:9092"}, rack)
+                                         {"PLAINTEXT": f"broker-{broker.broker_id}:9092"}, rack,
+                                         (f"dir-{broker.broker_id}",), broker.clean_epoch)
 
     def next_request(self, now_ms: int, view: ClusterMetadata) -> Any | None:
         """One admin or broker request (None: this turn the workload crashed a broker instead)."""
@@ -165,6 +167,7 @@ class MetadataWorkload:
             if broker.alive:
                 broker.alive = False  # the process dies: no more heartbeats until it comes back
                 broker.revive_ms = now_ms + rng.randint(1, self.broker_down_max_ms)
+                broker.clean_epoch = -1  # no clean-shutdown marker: it registers as an unclean restart
             return None
         if roll < 0.008:
             broker = self.brokers[rng.randint(1, self.broker_count)]
@@ -257,3 +260,6 @@ class MetadataWorkload:
         if getattr(response, "should_shut_down", False):
             broker.alive, broker.shutting_down = False, False
             broker.revive_ms = 0
+            # A controlled shutdown ends with the marker naming this epoch: the next registration is
+            # clean (KIP-966), so the controller keeps the broker's ELR memberships.
+            broker.clean_epoch = broker.broker_epoch if broker.broker_epoch is not None else -1
