@@ -96,7 +96,7 @@ class Broker:
         self._caught_up = False
         self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
         self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, directory_ids,
-                                                log_manager.previous_broker_epoch, self.core.offline_log_ends)
+                                                log_manager.previous_broker_epoch, clock)
         self.log_tasks = LogTasks(settings, log_manager, self.run_retention, wall_clock)
 
     @property
@@ -156,16 +156,14 @@ class Broker:
         that cannot be written) is logged; the next metadata change retries what is left."""
         if self._stopped:
             return
+        caught_up = False
         try:
-            ready = self._step(MetadataChanged(self.quorum.metadata, self.lifecycle.broker_epoch))
+            caught_up = self._step(MetadataChanged(self.quorum.metadata, self.lifecycle.broker_epoch)).caught_up
         except Exception:
             log.exception("broker %s: applying metadata at offset %s failed", self.settings.node_id,
                           self.quorum.metadata_offset)
-        else:
-            if ready.caught_up:
-                self._caught_up = True
-                self.lifecycle.set_ready_to_unfence()
-        self.lifecycle.on_metadata()
+        self._caught_up = self._caught_up or caught_up
+        self.lifecycle.on_metadata(self.quorum.metadata_offset, caught_up, self.core.offline_log_ends())
 
     def run_retention(self) -> None:
         """The leaders' retention pass (LogTasks' `kafka-log-retention` job)."""
