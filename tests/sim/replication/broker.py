@@ -1,10 +1,11 @@
 """SimBroker: one simulated broker — its log directory, its current incarnation, its broker core.
 
-The broker is the node's own broker core (`replication.replica_manager.ReplicaManager`): metadata to
+The broker is the node's own broker core (`replication.replica_manager.ReplicaManager`: metadata to
 roles, requests, the delayed fetch, the replica fetch sessions and their backoff, AlterPartition
-proposals. This module only carries its `BrokerReady` over the simulated network, in the order the
-Ready fixes, as `node/broker.py` carries it over HTTP. What is still simulated here is the
-registration and heartbeats (`duty`), the metadata long poll and the log tasks' cadence.
+proposals) and its own lifecycle core (`controller.broker_lifecycle.BrokerLifecycle`: registration,
+heartbeats). This module only carries their Readies over the simulated network, in the order each
+fixes, as `node/broker.py` and `node/lifecycle.py` carry them over HTTP. What is still simulated
+here is the metadata long poll and the log tasks' cadence (`duty`).
 
 An incarnation is what a process holds: a `LogManager` opened from the directory (recovery after a
 crash), a broker core, its registration (broker epoch), the requests in flight. A crash drops the
@@ -24,15 +25,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from controller.controller_api import (
-    AlterPartitionData,
-    AlterPartitionRequest,
-    AlterPartitionResponse,
-    BrokerHeartbeatRequest,
-    BrokerHeartbeatResponse,
-    BrokerRegistrationRequest,
-    BrokerRegistrationResponse,
+from controller.broker_lifecycle import (
+    BrokerLifecycle,
+    BrokerLifecycleConfig,
+    LifecycleEvent,
+    LifecycleTick,
+    MetadataApplied,
+    StartLifecycle,
 )
+from controller.broker_lifecycle import ControllerAnswer as LifecycleAnswer
+from controller.controller_api import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse
+from controller.metadata import ClusterMetadata
 from node.lifecycle import replica_log_info
 from replication.broker_events import (
     AlterPartitionAnswer,
@@ -84,6 +87,7 @@ class Services(Protocol):
 
     def send(self, message: Message) -> None: ...
     def schedule_broker_tick(self, broker: SimBroker, at_ms: int) -> None: ...
+    def schedule_lifecycle_tick(self, broker: SimBroker, at_ms: int) -> None: ...
     def observe(self, broker: SimBroker, step: PartitionStep) -> None: ...
     def acked(self, broker: SimBroker, topic_partition: TopicPartition, result: ProduceResult,
               records: bytes) -> None: ...
@@ -119,8 +123,8 @@ class SimBroker:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def start(self, now_ms: int, broker_epoch: int = -1) -> None:
-        """Open a new incarnation from the directory; register unless `broker_epoch` is given."""
+    def start(self, now_ms: int) -> None:
+        """Open a new incarnation from the directory; its lifecycle core registers it."""
         assert not self.up, f"broker {self.broker_id} is already up"
         self.incarnation += 1
         self.up = True
@@ -129,7 +133,6 @@ class SimBroker:
         self.disk.opened()
         self.log_dirs = self.claim_log_dirs()
         self.manager = LogManager([self.directory], lambda topic: self.services.log_config, now_ms)
-        self.previous_broker_epoch = self.manager.previous_broker_epoch if broker_epoch < 0 else broker_epoch
         options = self.services.options
         config = ReplicaManagerConfig(
             broker_id=self.broker_id,
@@ -143,14 +146,26 @@ class SimBroker:
         self.core = ReplicaManager(config, self.manager, now_ms)
         self.pending: dict[int, Pending] = {}
         self.controller_requests: dict[int, tuple[Any, Any]] = {}
-        self.broker_epoch = broker_epoch
+        self.metadata: ClusterMetadata | None = None
         self.metadata_offset = -1
-        self.next_heartbeat_ms = now_ms
         self.metadata_correlation_id = -1
         self.metadata_sent_ms = -1
         self.next_checkpoint_ms = now_ms
         self.next_retention_ms = now_ms
         self.tick_at_ms: int | None = None
+        self.lifecycle_tick_at_ms: int | None = None
+        lifecycle_config = BrokerLifecycleConfig(
+            broker_id=self.broker_id, endpoints=tuple(endpoints(self.broker_id).items()), rack=None,
+            log_dirs=self.log_dirs, heartbeat_interval_ms=options.heartbeat_interval_ms,
+            session_timeout_ms=options.session_timeout_ms, request_timeout_ms=options.request_timeout_ms,
+        )
+        self.lifecycle = BrokerLifecycle(lifecycle_config, now_ms)
+        self.lifecycle_step(StartLifecycle(incarnation_id(self.broker_id, self.incarnation),
+                                           self.manager.previous_broker_epoch))
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch
 
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:
@@ -240,22 +255,27 @@ class SimBroker:
 
     # -- metadata and the controller ---------------------------------------------------------------
 
+    def lifecycle_step(self, event: LifecycleEvent) -> None:
+        """One event for the lifecycle core (the node's), then what its Ready asks, in order."""
+        ready = self.lifecycle.handle(event, self.services.now_ms)
+        if ready.request is not None:
+            request_id, request = ready.request
+            self._send_controller(request, ("lifecycle", request_id))
+        if ready.next_tick_ms is not None and ready.next_tick_ms != self.lifecycle_tick_at_ms:
+            self.lifecycle_tick_at_ms = ready.next_tick_ms
+            self.services.schedule_lifecycle_tick(self, ready.next_tick_ms)
+        if ready.registered is not None and self.metadata is not None:
+            self._apply_metadata(self.metadata)  # as node/broker.py does on a registration
+
+    def lifecycle_tick(self, at_ms: int) -> None:
+        if self.lifecycle_tick_at_ms == at_ms:
+            self.lifecycle_tick_at_ms = None
+            self.lifecycle_step(LifecycleTick())
+
     def duty(self) -> None:
-        """The broker's periodic work: heartbeats or registration, metadata, checkpoints, the
-        leaders' retention."""
+        """The broker's periodic work: the metadata long poll, checkpoints, the leaders' retention."""
         now_ms = self.services.now_ms
         options = self.services.options
-        if now_ms >= self.next_heartbeat_ms:
-            self.next_heartbeat_ms = now_ms + options.heartbeat_interval_ms
-            if self.broker_epoch < 0:
-                name = incarnation_id(self.broker_id, self.incarnation)
-                request: Any = BrokerRegistrationRequest(self.broker_id, name, endpoints(self.broker_id), None,
-                                                         self.log_dirs, self.previous_broker_epoch)
-            else:
-                assert self.core is not None
-                request = BrokerHeartbeatRequest(self.broker_id, self.broker_epoch, self.metadata_offset,
-                                                 replica_log_info=replica_log_info(self.core.offline_log_ends()))
-            self._send_controller(request, None)
         if self.metadata_sent_ms < 0 or now_ms - self.metadata_sent_ms > (
             options.metadata_max_wait_ms + options.request_timeout_ms
         ):
@@ -283,17 +303,10 @@ class SimBroker:
         entry = self.controller_requests.pop(answer.correlation_id, None)
         if entry is None:
             return  # a duplicate
-        request, context = entry
+        _, context = entry
         response = answer.response
-        if isinstance(response, BrokerRegistrationResponse):
-            if response.error_code == ErrorCode.NONE and request.incarnation_id == incarnation_id(
-                self.broker_id, self.incarnation
-            ):
-                self.broker_epoch = max(self.broker_epoch, response.broker_epoch)
-                self.previous_broker_epoch = self.broker_epoch
-        elif isinstance(response, BrokerHeartbeatResponse):
-            if response.error_code == ErrorCode.STALE_BROKER_EPOCH:
-                self.broker_epoch = -1  # a duplicate registration moved us on: register again
+        if isinstance(context, tuple) and context[0] == "lifecycle":
+            self.lifecycle_step(LifecycleAnswer(context[1], response))
         elif isinstance(response, AlterPartitionResponse):
             result = response.partitions[0] if response.partitions else None
             if response.error_code != ErrorCode.NONE or result is None:
@@ -311,9 +324,17 @@ class SimBroker:
         self._fetch_metadata()
         if answer.metadata.metadata_offset <= self.metadata_offset:
             return
-        ready = self.step(MetadataChanged(answer.metadata, self.broker_epoch))
+        self.metadata = answer.metadata
+        self._apply_metadata(answer.metadata)
+
+    def _apply_metadata(self, metadata: ClusterMetadata) -> None:
+        """The broker core applies it (once it includes the registration); the lifecycle hears of it."""
+        assert self.core is not None
+        ready = self.step(MetadataChanged(metadata, self.broker_epoch))
         if ready.caught_up:
-            self.metadata_offset = answer.metadata.metadata_offset
+            self.metadata_offset = metadata.metadata_offset
+        self.lifecycle_step(MetadataApplied(metadata.metadata_offset, ready.caught_up,
+                                            replica_log_info(self.core.offline_log_ends())))
 
     # -- replica fetching --------------------------------------------------------------------------
 

@@ -13,8 +13,6 @@ import random
 from typing import Any
 
 from controller.controller_api import (
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
     CreatableTopic,
     CreateTopicsRequest,
 )
@@ -48,24 +46,11 @@ class SimController:
     def handle(self, request: Any, now_ms: int) -> Any:
         return self.controller.handle(request, now_ms).response
 
-    def bootstrap(self, log_dirs: dict[int, tuple[str, ...]], assignments: dict[int, tuple[int, ...]],
-                  configs: dict[str, str], now_ms: int) -> dict[int, int]:
-        """Register (with their log dir ids) and unfence the brokers, create the topic; return each
-        broker's epoch."""
-        broker_ids = sorted(log_dirs)
-        epochs = {}
-        for broker_id in broker_ids:
-            response = self.handle(BrokerRegistrationRequest(broker_id, incarnation_id(broker_id, 1),
-                                                             endpoints(broker_id), None, log_dirs[broker_id]), now_ms)
-            assert response.error_code == ErrorCode.NONE, response
-            epochs[broker_id] = response.broker_epoch
-        for broker_id in broker_ids:
-            response = self.handle(BrokerHeartbeatRequest(broker_id, epochs[broker_id], 1 << 40), now_ms)
-            assert response.error_code == ErrorCode.NONE and not response.is_fenced, response
+    def create_topic(self, assignments: dict[int, tuple[int, ...]], configs: dict[str, str], now_ms: int) -> None:
+        """Create the topic (the admin's request, answered at once)."""
         topic = CreatableTopic(TOPIC, assignments=assignments, configs=configs)
         response = self.handle(CreateTopicsRequest((topic,)), now_ms)
         assert response.topics[0].error_code == ErrorCode.NONE, response
-        return epochs
 
     @property
     def topic_id(self) -> str:

@@ -75,6 +75,7 @@ CONTROLLER_TICK_MS = 10
 LIVENESS_BOUND_MS = 20_000
 PROBE_INTERVAL_MS = 20
 STEPS_MAX = 2_000_000
+BOOTSTRAP_STEPS_MAX = 10_000
 PRODUCES_IN_FLIGHT_MAX = 8
 
 
@@ -82,6 +83,7 @@ class Kind(IntEnum):
     DELIVER = 0
     DUTY = 1
     BROKER_TICK = 2
+    LIFECYCLE_TICK = 10
     CONTROLLER_TICK = 3
     PRODUCE = 4
     CONSUME = 5
@@ -203,6 +205,9 @@ class Simulation:
     def schedule_broker_tick(self, broker: SimBroker, at_ms: int) -> None:
         self.schedule(at_ms, Kind.BROKER_TICK, (broker.broker_id, broker.incarnation, at_ms))
 
+    def schedule_lifecycle_tick(self, broker: SimBroker, at_ms: int) -> None:
+        self.schedule(at_ms, Kind.LIFECYCLE_TICK, (broker.broker_id, broker.incarnation, at_ms))
+
     def observe(self, broker: SimBroker, step: PartitionStep) -> None:
         """Every partition step of every broker core: trace it, then check the replica that moved."""
         topic_partition, event, ready = step.topic_partition, step.event, step.ready
@@ -266,12 +271,19 @@ class Simulation:
         chaos and the heal (a scripted scenario acts itself)."""
         assignments = {index: tuple(BROKER_IDS[(index + k) % 3] for k in range(3))
                        for index in range(self.options.partitions)}
-        log_dirs = {broker_id: broker.claim_log_dirs() for broker_id, broker in self.brokers.items()}
-        epochs = self.controller.bootstrap(log_dirs, assignments, self.topic_configs, self.now_ms)
         for broker_id, broker in self.brokers.items():
-            broker.start(self.now_ms, broker_epoch=epochs[broker_id])
+            broker.start(self.now_ms)
             self.schedule(self.rng.randint(0, DUTY_INTERVAL_MS), Kind.DUTY, (broker_id, broker.incarnation))
         self.schedule(0, Kind.CONTROLLER_TICK)
+        # The brokers register themselves (their lifecycle cores); the admin creates the topic once
+        # every one is unfenced, as an operator would after starting a cluster.
+        for _ in range(BOOTSTRAP_STEPS_MAX):
+            if all(self.controller.is_active(broker_id) for broker_id in BROKER_IDS):
+                break
+            self._step()
+        else:
+            raise AssertionError(f"the brokers did not register within {BOOTSTRAP_STEPS_MAX} steps")
+        self.controller.create_topic(assignments, self.topic_configs, self.now_ms)
         if scripted:
             return
         self.schedule(1, Kind.PRODUCE)
@@ -303,11 +315,14 @@ class Simulation:
             self._deliver(payload)
         elif kind == Kind.DUTY:
             self._duty(*payload)
-        elif kind == Kind.BROKER_TICK:
+        elif kind in (Kind.BROKER_TICK, Kind.LIFECYCLE_TICK):
             broker_id, incarnation, at_ms = payload
             broker = self.brokers[broker_id]
             if broker.up and broker.incarnation == incarnation and not self._paused(broker):
-                broker.tick(at_ms)
+                if kind == Kind.BROKER_TICK:
+                    broker.tick(at_ms)
+                else:
+                    broker.lifecycle_tick(at_ms)
         elif kind == Kind.CONTROLLER_TICK:
             self.controller.controller.tick(self.now_ms)
             self._answer_parked_metadata()
