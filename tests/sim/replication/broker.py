@@ -35,6 +35,7 @@ from controller.broker_lifecycle import (
 )
 from controller.broker_lifecycle import ControllerAnswer as LifecycleAnswer
 from controller.controller_api import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse
+from controller.error_responses import is_not_controller
 from controller.metadata import ClusterMetadata
 from node.lifecycle import replica_log_info
 from replication.broker_events import (
@@ -59,7 +60,6 @@ from tests.sim.kernel.disk import DiskModel
 from tests.sim.replication import disk
 from tests.sim.replication.controller import CLUSTER_ID, LISTENER, endpoints, incarnation_id
 from tests.sim.replication.messages import (
-    CONTROLLER_ID,
     ClientDeleteRecords,
     ClientFetch,
     ClientFetchAnswer,
@@ -74,6 +74,7 @@ from tests.sim.replication.messages import (
     ReplicaFetchReply,
 )
 from tests.sim.replication.options import ReplicationSimOptions
+from tests.sim.replication.quorum import CONTROLLER_IDS
 
 
 class Services(Protocol):
@@ -147,6 +148,8 @@ class SimBroker:
         self.pending: dict[int, Pending] = {}
         self.controller_requests: dict[int, tuple[Any, Any]] = {}
         self.metadata: ClusterMetadata | None = None
+        self.controller_hint = CONTROLLER_IDS[self.broker_id % len(CONTROLLER_IDS)]
+        self.lifecycle_correlation_id = -1
         self.metadata_offset = -1
         self.metadata_correlation_id = -1
         self.metadata_sent_ms = -1
@@ -289,15 +292,27 @@ class SimBroker:
             self.step(RunRetention())
 
     def _fetch_metadata(self) -> None:
+        if self.metadata_sent_ms >= 0:
+            self._next_controller()  # the last long poll went unanswered: ask another node
         self.metadata_correlation_id = self._id()
         self.metadata_sent_ms = self.services.now_ms
         body = MetadataFetch(self.broker_id, self.metadata_correlation_id, self.metadata_offset)
-        self.services.send(Message(self.broker_id, CONTROLLER_ID, body))
+        self.services.send(Message(self.broker_id, self.controller_hint, body))
 
     def _send_controller(self, request: Any, context: Any) -> None:
+        """To the controller node this broker believes active (the node's controller channel would
+        know it from its Raft state; a broker here learns it from answers)."""
         correlation_id = self._id()
+        if isinstance(context, tuple) and context[0] == "lifecycle":
+            if self.controller_requests.pop(self.lifecycle_correlation_id, None) is not None:
+                self._next_controller()  # the lifecycle gave up an unanswered request: ask another node
+            self.lifecycle_correlation_id = correlation_id
         self.controller_requests[correlation_id] = (request, context)
-        self.services.send(Message(self.broker_id, CONTROLLER_ID, ControllerRequest(correlation_id, request)))
+        self.services.send(Message(self.broker_id, self.controller_hint, ControllerRequest(correlation_id, request)))
+
+    def _next_controller(self) -> None:
+        index = CONTROLLER_IDS.index(self.controller_hint)
+        self.controller_hint = CONTROLLER_IDS[(index + 1) % len(CONTROLLER_IDS)]
 
     def on_controller_answer(self, answer: ControllerAnswer) -> None:
         entry = self.controller_requests.pop(answer.correlation_id, None)
@@ -305,6 +320,8 @@ class SimBroker:
             return  # a duplicate
         _, context = entry
         response = answer.response
+        if is_not_controller(response):
+            self._next_controller()
         if isinstance(context, tuple) and context[0] == "lifecycle":
             self.lifecycle_step(LifecycleAnswer(context[1], response))
         elif isinstance(response, AlterPartitionResponse):
@@ -321,6 +338,9 @@ class SimBroker:
         poll at a time). The core applies it once it includes this broker's registration."""
         if answer.correlation_id != self.metadata_correlation_id:
             return  # late or duplicated
+        if answer.leader_id >= 0:
+            self.controller_hint = answer.leader_id
+        self.metadata_sent_ms = -1
         self._fetch_metadata()
         if answer.metadata.metadata_offset <= self.metadata_offset:
             return

@@ -1,25 +1,17 @@
-"""SimController: the real `QuorumController` without a Raft quorum under it.
+"""ClusterView: the cluster metadata as the simulation's clients and checks read it, and the names
+(topic, listener, endpoints, incarnation ids) the simulated cluster uses.
 
-Every record it produces is committed at once (its speculative metadata is the committed state),
-which is what a healthy quorum looks like to brokers; the quorum itself is simulated elsewhere
-(tests/sim). Leader election (ISR, then ELR, then the recovery election from reported log ends),
-fencing after `broker.session.timeout.ms`, ISR and ELR removal of re-registering brokers and
-AlterPartition with partition epochs are all the controller's own code.
+The metadata lives in the controller quorum (`quorum.py`: real Raft, office and controller on the
+dedicated controller nodes). Every node applies only committed records, so each node's metadata is a
+prefix of one committed history; the view reads the most advanced one among the nodes that are up
+(the freshest that anyone knows), and keeps the last one it saw while every node is down.
 """
 
 from __future__ import annotations
 
-import random
-from typing import Any
-
-from controller.controller_api import (
-    CreatableTopic,
-    CreateTopicsRequest,
-)
 from controller.metadata import ClusterMetadata, PartitionRegistration
-from controller.quorum_controller import ControllerConfig, QuorumController
 from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
+from tests.sim.replication.quorum import CONTROLLER_IDS, SimQuorum
 
 TOPIC = "orders"
 LISTENER = "PLAINTEXT"
@@ -34,38 +26,31 @@ def incarnation_id(broker_id: int, incarnation: int) -> str:
     return f"broker-{broker_id}-incarnation-{incarnation}"
 
 
-class SimController:
-    def __init__(self, seed: int, session_timeout_ms: int, now_ms: int) -> None:
-        self.controller = QuorumController(ClusterMetadata(), random.Random(seed), now_ms, 0,
-                                           ControllerConfig(broker_session_timeout_ms=session_timeout_ms))
+class ClusterView:
+    """The freshest committed metadata of the quorum (see the module docstring)."""
+
+    def __init__(self, quorum: SimQuorum) -> None:
+        self.quorum = quorum
+        self._last = ClusterMetadata()
 
     @property
     def metadata(self) -> ClusterMetadata:
-        return self.controller.metadata
-
-    def handle(self, request: Any, now_ms: int) -> Any:
-        return self.controller.handle(request, now_ms).response
-
-    def create_topic(self, assignments: dict[int, tuple[int, ...]], configs: dict[str, str], now_ms: int) -> None:
-        """Create the topic (the admin's request, answered at once)."""
-        topic = CreatableTopic(TOPIC, assignments=assignments, configs=configs)
-        response = self.handle(CreateTopicsRequest((topic,)), now_ms)
-        assert response.topics[0].error_code == ErrorCode.NONE, response
+        for node_id in CONTROLLER_IDS:
+            metadata = self.quorum.metadata(node_id)
+            if metadata is not None and metadata.metadata_offset > self._last.metadata_offset:
+                self._last = metadata
+        return self._last
 
     @property
     def topic_id(self) -> str:
         topic_id = self.metadata.topic_id(TOPIC)
-        assert topic_id is not None
+        assert topic_id is not None, "the topic is not created yet"
         return topic_id
 
     def partition(self, topic_partition: TopicPartition) -> PartitionRegistration:
         state = self.metadata.partition(self.topic_id, topic_partition.partition)
         assert state is not None, topic_partition
         return state
-
-    def partitions(self) -> dict[TopicPartition, PartitionRegistration]:
-        return {TopicPartition(TOPIC, index): state
-                for index, state in enumerate(self.metadata.partitions(self.topic_id))}
 
     def is_active(self, broker_id: int) -> bool:
         broker = self.metadata.broker(broker_id)

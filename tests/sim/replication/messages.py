@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.metadata import ClusterMetadata
+from controller.raft_messages import Message as RaftMessage
 from replication.broker_events import FetchWait, ReplicaFetchAnswer
 from replication.broker_ready import ReplicaFetchSend
 from replication.events import ConsumerFetch, ProduceRequest
 from replication.ready import FetchResult, ProduceResult
 from storage.checkpoint import TopicPartition
 
-CONTROLLER_ID = 0
+CONTROLLER_ID = 0  # in a scenario's cut: every controller node (tests/sim/replication/quorum.py)
 PRODUCER_ID = 100
 CONSUMER_ID = 101
 
@@ -56,11 +57,20 @@ class MetadataFetch:
 
 @dataclass(frozen=True, slots=True)
 class MetadataAnswer:
-    """A copy of the controller's metadata as of its last record (the broker reads it, never the
-    controller's own object)."""
+    """A copy of a controller node's applied metadata (the broker reads it, never the node's own
+    object), and the active controller that node knows of (-1: none), as Kafka's metadata answers
+    name the controller."""
 
     correlation_id: int
     metadata: ClusterMetadata
+    leader_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RaftEnvelope:
+    """A Raft message between controller nodes."""
+
+    message: RaftMessage
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,9 @@ class ReplicationSimOptions(FaultOptions):
     """One run's parameters. Times in simulated ms; probabilities per event or per chaos tick.
 
     `leader_fault_probability`: per chaos tick, crash, pause or cut off (from its followers, or
-    from everyone) the leader of a random partition.
+    from everyone) the leader of a random partition. `controller_fault_probability`: per chaos tick,
+    crash or pause the active controller. `election_timeout_ms`, `fetch_timeout_ms`: the controller
+    quorum's Raft timeouts.
 
     `flush_messages`: 1 fsyncs every append (a crash loses nothing acknowledged); LONG_MAX is
     Kafka's default (rely on replication: a crash loses the unflushed tail, and the checker
@@ -51,6 +53,9 @@ class ReplicationSimOptions(FaultOptions):
     delete_records_probability: float
     safety_duration_ms: int
     leader_fault_probability: float
+    election_timeout_ms: int
+    fetch_timeout_ms: int
+    controller_fault_probability: float
 
     FAULTS_AFTER: ClassVar[str] = "checkpoint_interval_ms"
 
@@ -105,4 +110,10 @@ class ReplicationSimOptions(FaultOptions):
             # Faults aimed at a partition's leader (FoundationDB aims its faults too): these make
             # the unreplicated tails and back-to-back failovers that truncation must handle.
             leader_fault_probability=0.0 if calm else rng.choice((0.0, 0.1, 0.3)),
+            # The controller quorum (dedicated controller nodes, real Raft): its timeouts, and faults
+            # aimed at the active controller (crash or pause), so that controller failovers happen
+            # while partitions fail over too. Drawn last: older seeds keep their earlier options.
+            election_timeout_ms=(election_timeout_ms := rng.choice((50, 100, 150))),
+            fetch_timeout_ms=election_timeout_ms * rng.choice((3, 4)) // 2,
+            controller_fault_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.15)),
         )

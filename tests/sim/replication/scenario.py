@@ -24,6 +24,7 @@ from tests.sim.replication.checker import TAIL
 from tests.sim.replication.controller import TOPIC
 from tests.sim.replication.messages import CONTROLLER_ID, PRODUCER_ID
 from tests.sim.replication.options import ReplicationSimOptions
+from tests.sim.replication.quorum import CONTROLLER_IDS
 from tests.sim.replication.simulator import Kind, Simulation
 
 P0 = TopicPartition(TOPIC, 0)
@@ -42,7 +43,8 @@ def scenario_options(**overrides: object) -> ReplicationSimOptions:
         restart_probability=0.0, pause_probability=0.0, pause_max_ms=1, tear_probability=0.0,
         leader_fault_probability=0.0,
         produce_interval_max_ms=10, acks_all_fraction=1.0, produce_timeout_ms=300, consume_interval_max_ms=10,
-        delete_records_probability=0.0, safety_duration_ms=0,
+        delete_records_probability=0.0, safety_duration_ms=0, election_timeout_ms=100, fetch_timeout_ms=150,
+        controller_fault_probability=0.0,
     )
     return dataclasses.replace(base, **overrides)
 
@@ -119,11 +121,13 @@ class Scenario(Simulation):
         return self.produce_results[request_id]
 
     def cut(self, source: int, destination: int) -> None:
-        self.network.blocked |= {(source, destination), (destination, source)}
+        """Cut both directions between two nodes; CONTROLLER_ID stands for every controller node."""
+        for node in CONTROLLER_IDS if destination == CONTROLLER_ID else (destination,):
+            self.network.blocked |= {(source, node), (node, source)}
         self._tell(f"links {source} <-> {destination} cut")
 
     def isolate(self, node_id: int) -> None:
-        for other in (CONTROLLER_ID, 1, 2, 3, PRODUCER_ID):
+        for other in (*CONTROLLER_IDS, 1, 2, 3, PRODUCER_ID):
             if other != node_id:
                 self.network.blocked |= {(node_id, other), (other, node_id)}
         self._tell(f"node {node_id} isolated")

@@ -6,18 +6,22 @@ FoundationDB's simulation): one `random.Random(seed)` draws the options and then
 run — delays, drops, duplicates, partitions, crashes, restarts, pauses, torn writes, the workload —
 in the order events happen, so a seed replays exactly.
 
-Cast: three `SimBroker`s (real `storage` on a temp dir, /dev/shm when present; the node's own broker
-core, `ReplicaManager`, with a `Partition` core per hosted partition), a `SimController` (the real
-`QuorumController`, committing at once), a
-producer (acks=1 and acks=all, to the leader it believes in) and a consumer (reads from any replica,
-KIP-392). Messages go through `tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions
-over the brokers and the controller). Time is an integer of simulated ms in one event heap.
+Cast, all of it the node's own code: three brokers (`SimBroker`: real `storage` on a temp dir,
+/dev/shm when present, under the OS-boundary crash model; the broker core `ReplicaManager` with a
+`Partition` core per hosted partition; the lifecycle core `BrokerLifecycle`), three dedicated
+controller nodes (`SimQuorum`: real Raft over a real metadata log, the office and the
+`QuorumController`, controller failovers included), a producer (acks=1 and acks=all, to the leader
+it believes in) and a consumer (reads from any replica, KIP-392). Messages go through
+`tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions over brokers and controllers).
+Time is an integer of simulated ms in one event heap. The run starts once the quorum has a leader,
+every broker registered itself and the admin created the topic.
 
 Phases:
 1. Safety (`safety_duration_ms`): faults at the drawn rates. After every step `ReplicationChecker`
    checks the replica that moved; crashes feed its excuse for lost unflushed data.
-2. Liveness: every fault healed (down brokers restart, paused ones resume, links reconnect, no more
-   drops). Within LIVENESS_BOUND_MS every partition must have a leader, a full ISR, one acks=all
+2. Liveness: every fault healed (down nodes restart, paused ones resume, links reconnect, no more
+   drops). Within LIVENESS_BOUND_MS the quorum must have an active controller, and every partition a
+   leader, a full ISR, one acks=all
    record acknowledged, and every replica at the same LEO with HW = LEO. Then the final checks:
    every acks=all success still in the leader's log (unless below its logStartOffset, or excused).
 """
@@ -34,7 +38,12 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
+from controller.controller_api import CreatableTopic, CreateTopicsRequest
+from controller.error_responses import is_not_controller
 from controller.metadata_records import NO_LEADER
+from controller.quorum_controller import ControllerConfig
+from controller.raft_messages import Message as RaftMessage
+from controller.raft_messages import Tick as QuorumTick
 from replication.broker_events import FetchWait
 from replication.broker_ready import PartitionStep
 from replication.config import ReplicationConfig
@@ -49,10 +58,9 @@ from tests.sim.kernel.disk import DiskModel
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import SimBroker
 from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
-from tests.sim.replication.controller import TOPIC, SimController
+from tests.sim.replication.controller import TOPIC, ClusterView
 from tests.sim.replication.messages import (
     CONSUMER_ID,
-    CONTROLLER_ID,
     PRODUCER_ID,
     ClientDeleteRecords,
     ClientFetch,
@@ -64,18 +72,20 @@ from tests.sim.replication.messages import (
     Message,
     MetadataAnswer,
     MetadataFetch,
+    RaftEnvelope,
     ReplicaFetchMessage,
     ReplicaFetchReply,
 )
 from tests.sim.replication.options import ReplicationSimOptions
+from tests.sim.replication.quorum import CONTROLLER_IDS, SimQuorum
 
 BROKER_IDS = (1, 2, 3)
 DUTY_INTERVAL_MS = 20
-CONTROLLER_TICK_MS = 10
 LIVENESS_BOUND_MS = 20_000
 PROBE_INTERVAL_MS = 20
 STEPS_MAX = 2_000_000
 BOOTSTRAP_STEPS_MAX = 10_000
+ADMIN_ATTEMPTS_MAX = 20
 PRODUCES_IN_FLIGHT_MAX = 8
 
 
@@ -84,7 +94,8 @@ class Kind(IntEnum):
     DUTY = 1
     BROKER_TICK = 2
     LIFECYCLE_TICK = 10
-    CONTROLLER_TICK = 3
+    QUORUM_TICK = 3
+    METADATA_WAIT = 11
     PRODUCE = 4
     CONSUME = 5
     CHAOS = 6
@@ -168,7 +179,19 @@ class Simulation:
         }
         self.log_config = LogConfig.from_properties(self.topic_configs)
         self.topic_partitions = [TopicPartition(TOPIC, index) for index in range(self.options.partitions)]
-        self.controller = SimController(self.rng.getrandbits(63), self.options.session_timeout_ms, self.now_ms)
+        options = self.options
+        self.quorum = SimQuorum(
+            self.root, tuple(self.rng.getrandbits(63) for _ in CONTROLLER_IDS),
+            SimQuorum.config(options.election_timeout_ms, options.fetch_timeout_ms, options.request_timeout_ms),
+            ControllerConfig(broker_session_timeout_ms=options.session_timeout_ms),
+            tick_interval_ms=max(1, options.heartbeat_interval_ms // 2),
+            send=self._send_raft, answer=self._on_controller_answer,
+        )
+        self.controller = ClusterView(self.quorum)
+        self.quorum_tick_at: dict[int, int] = {}
+        self.controller_paused_until: dict[int, int] = dict.fromkeys(CONTROLLER_IDS, -1)
+        self.controller_held: dict[int, list[Message]] = {node_id: [] for node_id in CONTROLLER_IDS}
+        self.admin_answers: dict[int, Any] = {}
         self.checker = ReplicationChecker(self.topic_partitions, self._isr_of, self._max_epoch_of)
         self.brokers = {broker_id: SimBroker(broker_id, self.root, self) for broker_id in BROKER_IDS}
         self.faulty = True
@@ -180,7 +203,7 @@ class Simulation:
         self.probes_acked: set[TopicPartition] = set()
         self.produced_tails: dict[int, tuple[TopicPartition, bytes]] = {}
         self.last_leader: dict[TopicPartition, int] = {}
-        self.parked_metadata: list[tuple[MetadataFetch, int]] = []
+        self.parked_metadata: list[tuple[int, MetadataFetch, int]] = []  # (node, fetch, deadline)
         self.produce_results: dict[int, ProduceResult] = {}
         self.batch_records_max = 3
 
@@ -263,6 +286,7 @@ class Simulation:
     def close(self) -> None:
         for broker in self.brokers.values():
             broker.close()
+        self.quorum.close()
         self.disk_model.unwatch()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -271,25 +295,50 @@ class Simulation:
         chaos and the heal (a scripted scenario acts itself)."""
         assignments = {index: tuple(BROKER_IDS[(index + k) % 3] for k in range(3))
                        for index in range(self.options.partitions)}
+        for node_id in CONTROLLER_IDS:
+            self._start_controller(node_id, restarted=False)
         for broker_id, broker in self.brokers.items():
             broker.start(self.now_ms)
             self.schedule(self.rng.randint(0, DUTY_INTERVAL_MS), Kind.DUTY, (broker_id, broker.incarnation))
-        self.schedule(0, Kind.CONTROLLER_TICK)
-        # The brokers register themselves (their lifecycle cores); the admin creates the topic once
-        # every one is unfenced, as an operator would after starting a cluster.
-        for _ in range(BOOTSTRAP_STEPS_MAX):
-            if all(self.controller.is_active(broker_id) for broker_id in BROKER_IDS):
-                break
-            self._step()
-        else:
-            raise AssertionError(f"the brokers did not register within {BOOTSTRAP_STEPS_MAX} steps")
-        self.controller.create_topic(assignments, self.topic_configs, self.now_ms)
+        # The quorum elects its leader, the brokers register themselves (their lifecycle cores), and
+        # the admin creates the topic once every broker is unfenced, as an operator would after
+        # starting a cluster; the request goes to the active controller like any other.
+        self._run_until(lambda: self.quorum.active_controller() is not None
+                        and all(self.controller.is_active(broker_id) for broker_id in BROKER_IDS))
+        topic = CreatableTopic(TOPIC, assignments=assignments, configs=self.topic_configs)
+        self._admin(CreateTopicsRequest((topic,)))
         if scripted:
             return
-        self.schedule(1, Kind.PRODUCE)
-        self.schedule(1, Kind.CONSUME)
-        self.schedule(self.options.chaos_interval_ms, Kind.CHAOS)
-        self.schedule(self.options.safety_duration_ms, Kind.HEAL)
+        started_ms = self.now_ms  # the safety phase starts once the cluster is up
+        self.schedule(started_ms + 1, Kind.PRODUCE)
+        self.schedule(started_ms + 1, Kind.CONSUME)
+        self.schedule(started_ms + self.options.chaos_interval_ms, Kind.CHAOS)
+        self.schedule(started_ms + self.options.safety_duration_ms, Kind.HEAL)
+
+    def _run_until(self, condition: Callable[[], bool]) -> None:
+        for _ in range(BOOTSTRAP_STEPS_MAX):
+            if condition():
+                return
+            self._step()
+        raise AssertionError(f"the cluster did not start within {BOOTSTRAP_STEPS_MAX} steps")
+
+    def _admin(self, request: Any) -> None:
+        """An admin request to the active controller, retried (as an admin client retries) until
+        it was answered without error: the office may change, the answer come back NOT_CONTROLLER."""
+        for attempt in range(ADMIN_ATTEMPTS_MAX):
+            response = self._admin_attempt(request, attempt)
+            if response is not None and not is_not_controller(response):
+                return
+        raise AssertionError(f"{type(request).__name__} not answered in {ADMIN_ATTEMPTS_MAX} attempts")
+
+    def _admin_attempt(self, request: Any, attempt: int) -> Any:
+        self._run_until(lambda: self.quorum.active_controller() is not None)
+        leader = self.quorum.active_controller()
+        assert leader is not None
+        self._quorum_step(leader, lambda: self.quorum.call(leader, ("admin", attempt), request, self.now_ms))
+        deadline_ms = self.now_ms + 4 * self.options.request_timeout_ms
+        self._run_until(lambda: attempt in self.admin_answers or self.now_ms > deadline_ms)
+        return self.admin_answers.get(attempt)
 
     def _loop(self) -> None:
         for _ in range(STEPS_MAX):
@@ -323,10 +372,15 @@ class Simulation:
                     broker.tick(at_ms)
                 else:
                     broker.lifecycle_tick(at_ms)
-        elif kind == Kind.CONTROLLER_TICK:
-            self.controller.controller.tick(self.now_ms)
-            self._answer_parked_metadata()
-            self.schedule(self.now_ms + CONTROLLER_TICK_MS, Kind.CONTROLLER_TICK)
+        elif kind == Kind.QUORUM_TICK:
+            node_id, at_ms = payload
+            if self.quorum_tick_at.get(node_id) == at_ms and node_id in self.quorum.drivers and not (
+                self._controller_paused(node_id)
+            ):
+                del self.quorum_tick_at[node_id]
+                self._quorum_step(node_id, lambda: self.quorum.step(node_id, QuorumTick(), self.now_ms))
+        elif kind == Kind.METADATA_WAIT:
+            self._answer_parked_metadata(payload)
         elif kind == Kind.PRODUCE:
             self._produce()
         elif kind == Kind.CONSUME:
@@ -353,7 +407,7 @@ class Simulation:
     def _deliver(self, message: Message) -> None:
         destination = message.destination
         body = message.body
-        if destination == CONTROLLER_ID:
+        if destination in CONTROLLER_IDS:
             self._to_controller(message)
             return
         if destination in (PRODUCER_ID, CONSUMER_ID):
@@ -376,32 +430,70 @@ class Simulation:
         else:
             broker.on_client(message.source, body)
 
-    def _to_controller(self, message: Message) -> None:
-        body = message.body
-        if isinstance(body, MetadataFetch):
-            if body.offset >= self.controller.metadata.last_applied_offset:
-                self.parked_metadata.append((body, self.now_ms + self.options.metadata_max_wait_ms))
-            else:
-                self._answer_metadata(body)
+    # -- the controller quorum -----------------------------------------------------------------------
+
+    def _start_controller(self, node_id: int, restarted: bool) -> None:
+        self.quorum_tick_at.pop(node_id, None)
+        self.controller_paused_until[node_id] = -1
+        self.controller_held[node_id] = []
+        self._quorum_step(node_id, lambda: self.quorum.start(node_id, self.now_ms, restarted))
+        self.trace(f"controller {node_id} starts (incarnation {self.quorum.nodes[node_id].incarnation})")
+
+    def _controller_paused(self, node_id: int) -> bool:
+        return self.controller_paused_until[node_id] > self.now_ms
+
+    def _quorum_step(self, node_id: int, perform: Callable[[], int]) -> None:
+        """Run one step of a controller node, then schedule the tick it asks for and answer the
+        metadata long polls its newly applied records satisfy."""
+        next_tick_ms = perform()
+        if node_id in self.quorum.drivers and self.quorum_tick_at.get(node_id) != next_tick_ms:
+            self.quorum_tick_at[node_id] = next_tick_ms
+            self.schedule(next_tick_ms, Kind.QUORUM_TICK, (node_id, next_tick_ms))
+        self._answer_parked_metadata(node_id)
+
+    def _send_raft(self, message: RaftMessage) -> None:
+        self.send(Message(message.source_id, message.destination_id, RaftEnvelope(message)))
+
+    def _on_controller_answer(self, node_id: int, token: object, response: Any) -> None:
+        assert isinstance(token, tuple), token
+        if token[0] == "admin":
+            self.admin_answers[token[1]] = response
             return
-        assert isinstance(body, ControllerRequest), body
-        answer = ControllerAnswer(body.correlation_id, self.controller.handle(body.request, self.now_ms))
-        self.send(Message(CONTROLLER_ID, message.source, answer))
-        self._answer_parked_metadata()
+        broker_id, correlation_id = token
+        self.send(Message(node_id, broker_id, ControllerAnswer(correlation_id, response)))
 
-    def _answer_metadata(self, fetch: MetadataFetch) -> None:
-        answer = MetadataAnswer(fetch.correlation_id, self.controller.metadata.copy())
-        self.send(Message(CONTROLLER_ID, fetch.broker_id, answer))
+    def _to_controller(self, message: Message) -> None:
+        node_id, body = message.destination, message.body
+        if node_id not in self.quorum.drivers:
+            return  # down
+        if self._controller_paused(node_id):
+            self.controller_held[node_id].append(message)
+            return
+        if isinstance(body, RaftEnvelope):
+            self._quorum_step(node_id, lambda: self.quorum.step(node_id, body.message, self.now_ms))
+        elif isinstance(body, MetadataFetch):
+            self.parked_metadata.append((node_id, body, self.now_ms + self.options.metadata_max_wait_ms))
+            self.schedule(self.now_ms + self.options.metadata_max_wait_ms, Kind.METADATA_WAIT, node_id)
+            self._answer_parked_metadata(node_id)
+        else:
+            assert isinstance(body, ControllerRequest), body
+            token = (message.source, body.correlation_id)
+            self._quorum_step(node_id, lambda: self.quorum.call(node_id, token, body.request, self.now_ms))
 
-    def _answer_parked_metadata(self) -> None:
-        """Answer the long polls that have something newer, or whose wait is over."""
-        offset = self.controller.metadata.last_applied_offset
+    def _answer_parked_metadata(self, node_id: int) -> None:
+        """Answer the long polls at `node_id` that have something newer, or whose wait is over."""
+        metadata = self.quorum.metadata(node_id)
+        if metadata is None:
+            return
         waiting = []
-        for fetch, deadline_ms in self.parked_metadata:
-            if fetch.offset < offset or deadline_ms <= self.now_ms:
-                self._answer_metadata(fetch)
+        for parked in self.parked_metadata:
+            parked_node, fetch, deadline_ms = parked
+            if parked_node == node_id and (fetch.offset < metadata.metadata_offset or deadline_ms <= self.now_ms):
+                leader = self.quorum.drivers[node_id].raft.leader_id
+                answer = MetadataAnswer(fetch.correlation_id, metadata.copy(), -1 if leader is None else leader)
+                self.send(Message(node_id, fetch.broker_id, answer))
             else:
-                waiting.append((fetch, deadline_ms))
+                waiting.append(parked)
         self.parked_metadata = waiting
 
     # -- clients -------------------------------------------------------------------------------------
@@ -494,7 +586,7 @@ class Simulation:
         self.schedule(self.now_ms + self.options.chaos_interval_ms, Kind.CHAOS)
         options = self.options
         rng = self.rng
-        node_ids = [CONTROLLER_ID, *BROKER_IDS]
+        node_ids = [*CONTROLLER_IDS, *BROKER_IDS]
         if rng.random() < options.partition_probability:
             self.trace(f"chaos: partition {self.network.partition(node_ids)}")
         if self.network.blocked and rng.random() < options.partition_heal_probability:
@@ -511,6 +603,52 @@ class Simulation:
                 broker.paused_until_ms = self.now_ms + rng.randint(1, options.pause_max_ms)
                 self.trace(f"chaos: pause broker {broker.broker_id} until {broker.paused_until_ms}")
                 self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
+        if rng.random() < options.controller_fault_probability:
+            self._controller_fault()
+        for node_id in CONTROLLER_IDS:
+            up = node_id in self.quorum.drivers
+            if up and rng.random() < options.crash_probability:
+                self._crash_controller(node_id)
+            elif not up and rng.random() < options.restart_probability:
+                self._start_controller(node_id, restarted=True)
+            elif up and not self._controller_paused(node_id) and rng.random() < options.pause_probability:
+                self._pause_controller(node_id, rng.randint(1, options.pause_max_ms))
+
+    def _controller_fault(self) -> None:
+        """Crash or pause the active controller (a controller failover under replication)."""
+        node_id = self.quorum.active_controller()
+        if node_id is None or self._controller_paused(node_id):
+            return
+        if self.rng.random() < 0.5:
+            self.trace(f"chaos: controller fault crash on {node_id}")
+            self._crash_controller(node_id)
+        else:
+            self.trace(f"chaos: controller fault pause on {node_id}")
+            self._pause_controller(node_id, self.rng.randint(1, self.options.pause_max_ms))
+
+    def _crash_controller(self, node_id: int) -> None:
+        cuts = self.quorum.crash(node_id, self.rng, self.options.tear_probability)
+        self.quorum_tick_at.pop(node_id, None)
+        self.parked_metadata = [parked for parked in self.parked_metadata if parked[0] != node_id]
+        self.result.crashes += 1
+        self.trace(f"chaos: crash controller {node_id} cuts={cuts}")
+
+    def _pause_controller(self, node_id: int, duration_ms: int) -> None:
+        self.controller_paused_until[node_id] = self.now_ms + duration_ms
+        self.trace(f"chaos: pause controller {node_id} until {self.controller_paused_until[node_id]}")
+        self.schedule(self.controller_paused_until[node_id], Kind.RESUME, (node_id, -1))
+
+    def _resume_controller(self, node_id: int) -> None:
+        if node_id not in self.quorum.drivers or self._controller_paused(node_id):
+            return
+        self.controller_paused_until[node_id] = -1
+        held, self.controller_held[node_id] = self.controller_held[node_id], []
+        self.trace(f"resume controller {node_id} with {len(held)} held messages")
+        for message in held:
+            self._to_controller(message)
+        if node_id in self.quorum.drivers:
+            self.quorum_tick_at.pop(node_id, None)
+            self._quorum_step(node_id, lambda: self.quorum.step(node_id, QuorumTick(), self.now_ms))
 
     def _leader_fault(self) -> None:
         """Crash, pause or cut off the current leader of a random partition."""
@@ -527,9 +665,9 @@ class Simulation:
             broker.paused_until_ms = self.now_ms + rng.randint(1, self.options.pause_max_ms)
             self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
         else:
-            others = [node for node in (CONTROLLER_ID, *BROKER_IDS) if node != leader_id]
+            others = [node for node in (*CONTROLLER_IDS, *BROKER_IDS) if node != leader_id]
             if kind == "cut-followers":
-                others = [node for node in others if node != CONTROLLER_ID]
+                others = [node for node in others if node not in CONTROLLER_IDS]
             for other in others:
                 self.network.blocked |= {(leader_id, other), (other, leader_id)}
 
@@ -546,6 +684,9 @@ class Simulation:
         self.schedule(self.now_ms, Kind.DUTY, (broker.broker_id, broker.incarnation))
 
     def _resume(self, broker_id: int, incarnation: int) -> None:
+        if broker_id in CONTROLLER_IDS:
+            self._resume_controller(broker_id)
+            return
         broker = self.brokers[broker_id]
         if not broker.up or broker.incarnation != incarnation or self._paused(broker):
             return
@@ -566,6 +707,12 @@ class Simulation:
         self.network.heal()
         self.liveness_started_ms = self.now_ms
         self.trace("heal: liveness phase")
+        for node_id in CONTROLLER_IDS:
+            if node_id not in self.quorum.drivers:
+                self._start_controller(node_id, restarted=True)
+            elif self._controller_paused(node_id):
+                self.controller_paused_until[node_id] = self.now_ms
+                self._resume_controller(node_id)
         for broker in self.brokers.values():
             if not broker.up:
                 self._restart(broker)
@@ -593,6 +740,10 @@ class Simulation:
         return False
 
     def _not_converged(self) -> str | None:
+        if any(node_id not in self.quorum.drivers for node_id in CONTROLLER_IDS):
+            return "a controller node is down"
+        if self.quorum.active_controller() is None:
+            return "no active controller"
         for broker_id in BROKER_IDS:
             broker = self.brokers[broker_id]
             if not broker.up or not self.controller.is_active(broker_id):
