@@ -74,7 +74,10 @@ class Node:
         self.monotonic_clock = monotonic_clock
         self.rng = rng or random.Random()
         self.connections = Connections()
-        self.quorum = QuorumService(config, self.connections, clock, self.rng)
+        # Raft and the controller time elections, fetch and session timeouts: the monotonic clock,
+        # so a wall-clock step neither fences every broker at once nor freezes an election. (The
+        # metadata log's batch timestamps then count from the host's boot; nothing reads them.)
+        self.quorum = QuorumService(config, self.connections, monotonic_clock, self.rng)
         self.metrics = NodeMetrics(self._replica_metrics if config.is_broker else None, self._quorum_metrics)
         self.log_manager: LogManager | None = None
         self.broker: Broker | None = None

@@ -252,7 +252,7 @@ class QuorumService:
     # ---- the owner task ------------------------------------------------------------------------
 
     def _now(self) -> int:
-        """The clock, never going back (the Raft core asserts it; a wall clock may step back)."""
+        """The clock (monotonic, given by the node), never going back: the Raft core asserts it."""
         self._now_ms = max(self._now_ms, self._clock())
         return self._now_ms
 
