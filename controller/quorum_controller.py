@@ -645,22 +645,42 @@ class QuorumController:
         so their logs are prefixes of one history (each lost at most an unflushed tail) and the
         longest is the best. A replica that left the ISR earlier may carry a later epoch without
         holding what was committed: a deposed leader's unreplicated batches of epoch 1 outrank the
-        epoch-0 records a later leader committed in epoch 2 without appending (seed 5000872)."""
+        epoch-0 records a later leader committed in epoch 2 without appending (seed 5000872).
+
+        Unless no member holds any record (each lost everything: a wiped disk, or a crash before
+        anything was fsynced): electing one of them keeps nothing, while a replica that left the ISR
+        earlier may still hold records acknowledged before it left. Then every replica is waited
+        for and the most complete leads (replication sim seed 1295: two empty members, while
+        broker 1 held offsets 0-14, acknowledged, which their election truncated)."""
+        best = self._most_complete(topic_id, index, state, acceptable, last_known_elr or state.replicas)
+        if best is None:
+            return NO_LEADER
+        (last_written_epoch, _), replica = best
+        if last_known_elr and last_written_epoch < 0:
+            best = self._most_complete(topic_id, index, state, acceptable, state.replicas)
+            return NO_LEADER if best is None else best[1]
+        return replica
+
+    def _most_complete(self, topic_id: str, index: int, state: PartitionRegistration,
+                       acceptable: Callable[[int], bool], candidates: tuple[int, ...]
+                       ) -> tuple[tuple[int, int], int] | None:
+        """((last written epoch, log end offset), replica) of the most complete candidate, ties to
+        replica order; None until every candidate is acceptable and has reported (`_recovery_leader`)."""
         reports = self._log_ends.get((topic_id, index), {})
         best: tuple[tuple[int, int], int] | None = None
-        for replica in last_known_elr or state.replicas:
+        for replica in candidates:
             broker = self._metadata.broker(replica)
             entry = reports.get(replica)
             if broker is None or not acceptable(replica) or entry is None:
-                return NO_LEADER
+                return None
             broker_epoch, report = entry
             if broker_epoch != broker.broker_epoch or report.current_leader_epoch != state.leader_epoch:
-                return NO_LEADER
+                return None
             end = (report.last_written_leader_epoch, report.log_end_offset)
             if best is None or end > best[0]:
                 best = (end, replica)
         assert best is not None, f"{topic_id}-{index} has no replicas"
-        return best[1]
+        return best
 
     def _unfence(self, batch: _Batch, broker: BrokerRegistration) -> None:
         batch.append(UnfenceBroker(broker.broker_id, broker.broker_epoch))

@@ -291,6 +291,19 @@ def test_recovery_chooses_among_the_last_known_elr_only_and_waits_for_them_only(
     assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
 
 
+def test_recovery_among_empty_last_known_elr_members_waits_for_every_replica_and_keeps_the_data() -> None:
+    """Every last known ELR member lost all it held (wiped, or crashed before any fsync): electing
+    one keeps nothing, while broker 1, which left the ISR earlier, still holds records acknowledged
+    before it left. Then every replica is waited for and the most complete leads (seed 1295)."""
+    harness = emptied(min_isr="2")
+    assert harness.partition("t").last_known_elr == (2, 3)
+    report(harness, 2, -1, 0)
+    report(harness, 3, -1, 0)
+    assert harness.partition("t").leader == NO_LEADER, "broker 1 has not reported: it may hold records"
+    report(harness, 1, 1, 15)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
 def test_recovery_prefers_the_later_epoch_then_the_longer_log_then_replica_order() -> None:
     harness = emptied()
     report(harness, 1, 3, 5)
