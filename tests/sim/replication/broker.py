@@ -76,6 +76,8 @@ from tests.sim.replication.messages import (
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS
 
+WALL_START_MS = 1_700_000_000_000  # the simulated wall clocks' base (simulated time 0)
+
 
 class Services(Protocol):
     """What a broker needs from the simulator."""
@@ -121,6 +123,7 @@ class SimBroker:
         self.core: ReplicaManager | None = None
         self.disk = disk.BrokerDisk(services.disk_model, self.directory)
         self.next_id = 1
+        self.wall_offset_ms = 0  # the machine's wall clock is off by this much (a clock step); outlives processes
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -133,7 +136,7 @@ class SimBroker:
         self.held = []
         self.disk.opened()
         self.log_dirs = self.claim_log_dirs()
-        self.manager = LogManager([self.directory], lambda topic: self.services.log_config, now_ms)
+        self.manager = LogManager([self.directory], lambda topic: self.services.log_config, self.wall_clock_ms)
         options = self.services.options
         config = ReplicaManagerConfig(
             broker_id=self.broker_id,
@@ -165,6 +168,24 @@ class SimBroker:
         self.lifecycle = BrokerLifecycle(lifecycle_config, now_ms)
         self.lifecycle_step(StartLifecycle(incarnation_id(self.broker_id, self.incarnation),
                                            self.manager.previous_broker_epoch))
+
+    @property
+    def wall_clock_ms(self) -> int:
+        """This machine's wall clock: the simulated time on the run's wall-clock base, off by the
+        steps it took. Only storage reads it (DESIGN §2); every timeout runs on `now_ms`."""
+        return WALL_START_MS + self.services.now_ms + self.wall_offset_ms
+
+    def wipe(self) -> dict[TopicPartition, tuple[int, int]]:
+        """The broker lost power and its disk is replaced: down, with nothing on disk. Returns the
+        offsets each partition held, all lost."""
+        assert self.up and self.manager is not None, f"broker {self.broker_id} is already down"
+        lost = self.disk.wipe(self.manager)
+        self.up = False
+        self.manager = None
+        self.core = None
+        self.held = []
+        self.paused_until_ms = -1
+        return lost
 
     @property
     def broker_epoch(self) -> int:
@@ -211,8 +232,7 @@ class SimBroker:
         the Ready is carried out (its answers must not reach anyone before the checker has seen the
         log), then the Ready goes out in its documented order. The disk model saw the fsyncs itself."""
         assert self.core is not None
-        now_ms = self.services.now_ms
-        ready = self.core.handle(event, now_ms, now_ms)
+        ready = self.core.handle(event, self.services.now_ms, self.wall_clock_ms)
         for step in ready.steps:
             self.services.observe(self, step)
         for send in ready.alter_partitions:
@@ -286,7 +306,7 @@ class SimBroker:
         if now_ms >= self.next_checkpoint_ms and self.manager is not None:
             self.next_checkpoint_ms = now_ms + options.checkpoint_interval_ms
             self.manager.checkpoint()
-            self.manager.delete_expired_files(now_ms)
+            self.manager.delete_expired_files(self.wall_clock_ms)
         if now_ms >= self.next_retention_ms:
             self.next_retention_ms = now_ms + options.retention_interval_ms
             self.step(RunRetention())

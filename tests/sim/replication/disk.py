@@ -16,6 +16,7 @@ damaging them would test that gap of the record format, not replication (regress
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 from storage.checkpoint import TopicPartition
@@ -59,6 +60,20 @@ class BrokerDisk:
                 previous = lost.get(topic_partition)
                 lost[topic_partition] = (low if previous is None else min(low, previous[0]), ends[topic_partition])
         return lost, [_describe(cut) for cut in cuts]
+
+
+    def wipe(self, manager: LogManager) -> dict[TopicPartition, tuple[int, int]]:
+        """The disk is replaced while the broker is down: every file goes. Returns, per partition,
+        the offsets it held ([logStartOffset, LEO)), all lost."""
+        held = {topic_partition: (log.log_start_offset, log.log_end_offset) for topic_partition, log in manager}
+        for _, log in manager:
+            for segment in list(log.segments):
+                segment.close_handlers()
+            for _, segment in log._pending_deletes:
+                segment.close_handlers()
+        self.model.wipe(self.directory)
+        shutil.rmtree(self.directory)
+        return {topic_partition: offsets for topic_partition, offsets in held.items() if offsets[0] < offsets[1]}
 
 
 def _segment_of(path: Path) -> TopicPartition | None:

@@ -24,7 +24,9 @@ class ReplicationSimOptions(FaultOptions):
     `leader_fault_probability`: per chaos tick, crash, pause or cut off (from its followers, or
     from everyone) the leader of a random partition. `controller_fault_probability`: per chaos tick,
     crash or pause the active controller. `election_timeout_ms`, `fetch_timeout_ms`: the controller
-    quorum's Raft timeouts.
+    quorum's Raft timeouts. `clock_step_probability`: per chaos tick, a broker's wall clock steps
+    (an hour, a minute or a second, either way). `wipe_probability`: a broker's crash also replaces
+    its disk.
 
     `flush_messages`: 1 fsyncs every append (a crash loses nothing acknowledged); LONG_MAX is
     Kafka's default (rely on replication: a crash loses the unflushed tail, and the checker
@@ -56,6 +58,8 @@ class ReplicationSimOptions(FaultOptions):
     election_timeout_ms: int
     fetch_timeout_ms: int
     controller_fault_probability: float
+    clock_step_probability: float
+    wipe_probability: float
 
     FAULTS_AFTER: ClassVar[str] = "checkpoint_interval_ms"
 
@@ -116,4 +120,8 @@ class ReplicationSimOptions(FaultOptions):
             election_timeout_ms=(election_timeout_ms := rng.choice((50, 100, 150))),
             fetch_timeout_ms=election_timeout_ms * rng.choice((3, 4)) // 2,
             controller_fault_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.15)),
+            # A broker's wall clock steps (only storage reads it: record and segment times,
+            # retention); a crash sometimes replaces the disk (KIP-858: the broker rejoins empty).
+            clock_step_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.2)),
+            wipe_probability=0.0 if calm else rng.choice((0.0, 0.1, 0.3)),
         )

@@ -44,7 +44,7 @@ def scenario_options(**overrides: object) -> ReplicationSimOptions:
         leader_fault_probability=0.0,
         produce_interval_max_ms=10, acks_all_fraction=1.0, produce_timeout_ms=300, consume_interval_max_ms=10,
         delete_records_probability=0.0, safety_duration_ms=0, election_timeout_ms=100, fetch_timeout_ms=150,
-        controller_fault_probability=0.0,
+        controller_fault_probability=0.0, clock_step_probability=0.0, wipe_probability=0.0,
     )
     return dataclasses.replace(base, **overrides)
 

@@ -56,7 +56,7 @@ from storage.records import build_batch_from_values, iter_headers
 from tests.sim.disk import default_root
 from tests.sim.kernel.disk import DiskModel
 from tests.sim.network import SimNetwork
-from tests.sim.replication.broker import SimBroker
+from tests.sim.replication.broker import WALL_START_MS, SimBroker
 from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
 from tests.sim.replication.controller import TOPIC, ClusterView
 from tests.sim.replication.messages import (
@@ -86,6 +86,7 @@ PROBE_INTERVAL_MS = 20
 STEPS_MAX = 2_000_000
 BOOTSTRAP_STEPS_MAX = 10_000
 ADMIN_ATTEMPTS_MAX = 20
+CLOCK_STEPS_MS = (-3_600_000, -60_000, -1_000, 1_000, 60_000, 3_600_000)
 PRODUCES_IN_FLIGHT_MAX = 8
 
 
@@ -117,6 +118,7 @@ class SimResult:
     acked_all: int = 0
     consumed_batches: int = 0
     crashes: int = 0
+    wipes: int = 0
     leader_changes: int = 0
     truncations: int = 0
     excused: int = 0
@@ -530,7 +532,7 @@ class Simulation:
         self.client_ids += 1
         count = self.rng.randint(1, self.batch_records_max)
         values = [b"%d:%d:%d" % (topic_partition.partition, self.client_ids, index) for index in range(count)]
-        records = build_batch_from_values(values, timestamp_ms=self.now_ms)
+        records = build_batch_from_values(values, timestamp_ms=WALL_START_MS + self.now_ms)  # the producer's clock
         self.result.produced += 1
         self.produces_in_flight[self.client_ids] = self.now_ms + self.options.produce_timeout_ms
         request = ProduceRequest(self.client_ids, records, acks, self.options.produce_timeout_ms,
@@ -605,6 +607,11 @@ class Simulation:
                 self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
         if rng.random() < options.controller_fault_probability:
             self._controller_fault()
+        if rng.random() < options.clock_step_probability:
+            broker = rng.choice(list(self.brokers.values()))
+            step_ms = rng.choice(CLOCK_STEPS_MS)
+            broker.wall_offset_ms += step_ms
+            self.trace(f"chaos: broker {broker.broker_id}'s wall clock steps {step_ms:+d} ms")
         for node_id in CONTROLLER_IDS:
             up = node_id in self.quorum.drivers
             if up and rng.random() < options.crash_probability:
@@ -672,11 +679,18 @@ class Simulation:
                 self.network.blocked |= {(leader_id, other), (other, leader_id)}
 
     def _crash(self, broker: SimBroker) -> None:
+        """A power loss; with `wipe_probability` the disk is replaced too (the broker restarts empty,
+        with a new directory id: it must rejoin as an empty follower, never lead)."""
         self.checker.forget_incarnation(broker.broker_id, broker.incarnation)
-        lost, cuts = broker.crash(self.rng, self.options.tear_probability)
+        if self.rng.random() < self.options.wipe_probability:
+            lost = broker.wipe()
+            self.result.wipes += 1
+            self.trace(f"chaos: crash broker {broker.broker_id} and wipe its disk lost={lost}")
+        else:
+            lost, cuts = broker.crash(self.rng, self.options.tear_probability)
+            self.trace(f"chaos: crash broker {broker.broker_id} lost={lost} cuts={cuts}")
         self.checker.crashed(broker.broker_id, lost)
         self.result.crashes += 1
-        self.trace(f"chaos: crash broker {broker.broker_id} lost={lost} cuts={cuts}")
 
     def _restart(self, broker: SimBroker) -> None:
         broker.start(self.now_ms)
