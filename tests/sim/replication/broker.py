@@ -45,7 +45,7 @@ from replication.broker_events import (
     ReplicaFetchAnswer,
     replica_fetch_request,
 )
-from replication.broker_ready import BrokerReady, ClientAnswer, PartitionStep
+from replication.broker_ready import BrokerReady, ClientAnswer
 from replication.config import ReplicaManagerConfig, ReplicationConfig
 from replication.events import DeleteRecords, RunRetention, Tick
 from replication.partition import Partition
@@ -91,7 +91,8 @@ class Services(Protocol):
     def send(self, message: Message) -> None: ...
     def schedule_broker_tick(self, broker: SimBroker, at_ms: int) -> None: ...
     def schedule_lifecycle_tick(self, broker: SimBroker, at_ms: int) -> None: ...
-    def observe(self, broker: SimBroker, step: PartitionStep) -> None: ...
+    def opened(self, broker: SimBroker) -> None: ...
+    def observe(self, broker: SimBroker, ready: BrokerReady) -> None: ...
     def acked(self, broker: SimBroker, topic_partition: TopicPartition, result: ProduceResult,
               records: bytes) -> None: ...
     def trace(self, line: str) -> None: ...
@@ -137,6 +138,7 @@ class SimBroker:
         self.disk.opened()
         self.log_dirs = self.claim_log_dirs()
         self.manager = LogManager([self.directory], lambda topic: self.services.log_config, self.wall_clock_ms)
+        self.services.opened(self)
         options = self.services.options
         config = ReplicaManagerConfig(
             broker_id=self.broker_id,
@@ -204,8 +206,7 @@ class SimBroker:
         assert claimed.directory_id is not None
         return (claimed.directory_id,)
 
-    def crash(self, rng: random.Random, tear_probability: float) -> tuple[dict[TopicPartition, tuple[int, int]],
-                                                                          list[str]]:
+    def crash(self, rng: random.Random, tear_probability: float) -> tuple[dict[TopicPartition, int], list[str]]:
         assert self.up and self.manager is not None, f"broker {self.broker_id} is already down"
         lost, cuts = self.disk.crash(self.manager, rng, tear_probability)
         self.up = False
@@ -233,8 +234,7 @@ class SimBroker:
         log), then the Ready goes out in its documented order. The disk model saw the fsyncs itself."""
         assert self.core is not None
         ready = self.core.handle(event, self.services.now_ms, self.wall_clock_ms)
-        for step in ready.steps:
-            self.services.observe(self, step)
+        self.services.observe(self, ready)
         for send in ready.alter_partitions:
             proposal = send.proposal
             data = AlterPartitionData(send.topic_id, send.topic_partition.partition, proposal.leader_epoch,

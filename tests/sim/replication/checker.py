@@ -1,281 +1,449 @@
-"""ReplicationChecker: DESIGN §6 invariants 1-4 and 6 against one canonical history, after every step.
+"""ReplicationChecker: DESIGN §6 invariants 1, 2, 3, 4, 6, 8 and 10, judged from observations only.
 
-The canonical history of a partition maps each batch's base offset to its bytes, as first seen
-below some replica's HW. After every `Ready` the checker reads the replica's log from where it last
-verified up to its HW and requires:
-- (2) every batch below a replica's HW equals the canonical batch at that offset (a new one joins
-  the history; one overlapping a canonical batch differently is a violation);
-- (3) a replica's HW never falls during one incarnation, except by a truncation the excuse below
-  covers; every batch served to a consumer lies below the serving replica's HW and is canonical;
-- (6) batches in a log are contiguous (offsets unique and increasing) with non-decreasing epochs;
-- (4) one leader per (partition, leader epoch), and each core's epochs only grow (the core asserts);
-- (1) every acks=all success matches the canonical batch at its offset when the leader answers,
-  and at the end, after healing, is still in the leader's log unless retention or DeleteRecords
-  removed it (it lies below logStartOffset).
-- retention only on leaders: a replica's logStartOffset never exceeds the highest one any leader had.
+It reads the stream of `observations.py` and nothing else, so it does not care what drives the
+brokers. From that stream it keeps a `LogImage` of every replica (down ones too: a crash cuts the
+image where the fault log says, and the next incarnation must open exactly what is left) and, per
+partition, the history of committed batches (`CommittedBatch`). After every observation:
 
-The excuse (DESIGN §6.1, "short of losing every ISR member's disk"): a crash may cut a broker's log
-back to its recovery point (`disk.crash`). When every member of the controller's ISR has lost an
-offset that way (down, or up without having fetched it again), records from there on are excused:
-acked ones leave the must-keep set, and batches there from leader epochs up to the current one are
-no longer held to the history (the new leader may overwrite them). Later epochs are checked as usual.
+(6) A replica's batches are contiguous, with leader epochs that never fall.
+(4) One leader per (partition, leader epoch). Retention runs only on leaders: a follower's
+    logStartOffset never passes the highest a leader had.
+(2) Replicas agree below the HW: whenever a replica's HW passes one of its batches, that batch is
+    the committed batch at its offset, or it is committed now. A different committed batch there
+    is displaced, which only an excused loss of the earlier one allows (rule 8 below).
+(1) An acks=all batch acknowledged while the leader's committed ISR had at least
+    min.insync.replicas members is never lost, unless every replica that held it at the moment of
+    the ack (its "holders": the images holding those exact bytes at that offset, up or down) lost
+    it to a recorded fault: a crash that cut it (unflushed, torn or damaged bytes, as the
+    `BrokerCrashed` cuts say) or a wiped disk. It is judged once no replica holds it, when another
+    batch is committed over it or at the end of the run (until then a fetch answer on the wire may
+    bring it back), from each holder's *last* loss (one that fetched it again and then lost it
+    counts by that later loss); a holder that lost it to a protocol truncation is no excuse. It is
+    decided from the fault log and the replicas' logs, never from the ISR at the time of the loss.
+    Excused batches are counted by kind ("every holder crashed with it unflushed", ...).
+    (An ack with the committed ISR below min.insync.replicas gets no promise from rule 1; it is
+    counted, and rule 8 holds it all the same, since the ack moved the HW past it.)
+(8) No offset maps to two different records over the run, with one exception, stated exactly:
+    the batch at an offset may be replaced by another only if the earlier one was never committed
+    (never below any replica's HW, never acknowledged with acks=all: an acks=1 or unacknowledged
+    write the leader lost before its followers had it, which Kafka's truncation by leader epoch
+    overwrites) or its loss is excused as in rule 1 (every replica that held it when it was
+    committed lost it to a recorded fault). Why the second: once every copy is destroyed by a fault
+    the offsets are free and a new leader reuses them; no replication protocol can prevent it
+    (Kafka's contract with unflushed data), and forbidding it would only forbid the fault. So a
+    committed batch at an offset is never overwritten while some replica still holds it, unless
+    that copy, too, is later lost to a fault; every other replacement is a violation, found when
+    the later batch is committed over an earlier one no replica holds, or at the end. A deleted
+    batch (below logStartOffset) counts as held by a replica until a fault cuts that replica's log
+    below it: a replica that still knows the offset was used must not see it reused. Reuses after
+    excused losses are counted.
+(3) A consumer is served only batches below the serving replica's HW, and they are committed
+    batches; the HW served to a consumer by one replica incarnation never falls (unless that
+    replica truncated below it, which rules 1 and 8 judge).
+(10) A consumer's position never goes backwards and never skips a record: each answer it takes
+    starts with the batch holding its fetch offset, its batches are contiguous and the position
+    moves to the end of the last one; an out-of-range answer moves it only up to the replica's
+    logStartOffset (records deleted by the contract). Nothing is read that definitely failed: a
+    produce answered with an error saying nothing was appended (`NOTHING_APPENDED`) appended
+    nothing in that step, so its bytes reach no log below any HW.
+At the end (`finish`), every replica's log must equal its image, and no displaced batch may
+still have a copy.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable
+from collections import Counter
 from dataclasses import dataclass, field
 
-from replication.ready import FetchResult, Ready, Role, Truncated, TruncatedFully
 from storage.checkpoint import TopicPartition
-from storage.log import Log
-from storage.records import iter_headers
+from storage.error_codes import ErrorCode
+from tests.sim.replication.committed_batch import Ack, CommittedBatch, Fate, LossCause
+from tests.sim.replication.log_image import LogImage
+from tests.sim.replication.observations import (
+    AppendedBatches,
+    Batch,
+    BrokerCrashed,
+    BrokerWiped,
+    ConsumerPolled,
+    DeletedBelow,
+    EmptiedAt,
+    FetchServed,
+    Observation,
+    ProduceAnswered,
+    ReadReason,
+    ReplicaLogRead,
+    ReplicaStepped,
+    TruncatedTo,
+)
+from tests.sim.replication.partition_history import PartitionHistory
 
-ReplicaKey = tuple[int, int, TopicPartition]  # broker id, incarnation, partition
-TAIL = 16  # bytes from magic on: what a leader does not rewrite (baseOffset, length, epoch come first)
+ACKS_ALL = -1
+# Produce errors that say nothing was appended (the request was refused before the append, or the
+# append was taken back: KAFKA_STORAGE_ERROR, see README "what a failed disk write answers").
+# NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT and a NOT_LEADER_OR_FOLLOWER after the append
+# are indefinite (the records are in the leader's log) and so are not listed; nor is
+# NOT_LEADER_OR_FOLLOWER at all, since its code alone does not say which of the two it was.
+NOTHING_APPENDED = frozenset({
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.INVALID_REQUIRED_ACKS,
+    ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.INVALID_RECORD,
+    ErrorCode.MESSAGE_TOO_LARGE,
+    ErrorCode.RECORD_LIST_TOO_LARGE,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+})
 
 
 class InvariantViolation(AssertionError):
     """A DESIGN §6 invariant does not hold."""
 
 
-@dataclass(slots=True)
-class History:
-    """One partition's canonical batches: base offset -> (next offset, bytes)."""
-
-    batches: dict[int, tuple[int, bytes]] = field(default_factory=dict)
-    bases: list[int] = field(default_factory=list)
-    acked: dict[int, bytes] = field(default_factory=dict)  # acks=all successes: base offset -> tail
-    excuses: list[tuple[int, int]] = field(default_factory=list)  # (offset, epoch): lost on every ISR member
-    excused_count: int = 0
-    max_leader_log_start: int = 0
-    lost: dict[int, list[LostRange]] = field(default_factory=dict)  # broker -> ranges a crash may have cut
-    last_excuse_point: int = -1
+class ObservationError(AssertionError):
+    """The observations contradict each other: a bug in whatever builds them, not in the brokers."""
 
 
 @dataclass(slots=True)
-class LostRange:
-    """Offsets [low, high) a crash may have cut from a broker's log, written in leader epochs up to
-    `epoch` (the partition's epoch at the crash); `used` once an excuse counted it."""
+class CheckerFigures:
+    """What the checker counted over a run."""
 
-    low: int
-    high: int
-    epoch: int
-    used: bool = False
-
-
-@dataclass(slots=True)
-class ReplicaProgress:
-    verified_offset: int  # every batch below it was checked against the history
-    high_watermark: int
-    next_offset: int = -1  # where the next verified batch must start (-1: anywhere)
-    last_epoch: int = -1
+    committed: int = 0
+    acked_all: int = 0
+    acked_below_min_isr: int = 0
+    excused: Counter[str] = field(default_factory=Counter)  # acks=all batches, by kind of excuse
+    excused_unacked: int = 0  # committed batches never acked with acks=all, lost and excused
+    consumed_then_lost: int = 0  # excused batches a consumer had been served
+    deleted: int = 0
+    displaced: int = 0
+    offsets_reused: int = 0
+    truncations_below_high_watermark: int = 0
+    checked_batches: int = 0
+    consumed_batches: int = 0
 
 
 class ReplicationChecker:
-    def __init__(self, partitions: list[TopicPartition], isr_of: Callable[[TopicPartition], tuple[int, ...]],
-                 max_epoch_of: Callable[[TopicPartition], int]) -> None:
-        self.histories = {tp: History() for tp in partitions}
-        self.progress: dict[ReplicaKey, ReplicaProgress] = {}
+    def __init__(self, partitions: list[TopicPartition]) -> None:
+        self.histories = {topic_partition: PartitionHistory() for topic_partition in partitions}
+        self.images: dict[tuple[int, TopicPartition], LogImage] = {}
         self.leaders: dict[tuple[TopicPartition, int], int] = {}
-        self.isr_of = isr_of
-        self.max_epoch_of = max_epoch_of
-        self.checked_batches = 0
-        self.consumed_batches = 0
+        self.positions: dict[tuple[int, TopicPartition], int] = {}
+        self.figures = CheckerFigures()
 
     def fail(self, message: str) -> None:
         raise InvariantViolation(message)
 
-    # -- every Ready -------------------------------------------------------------------------------
+    def observe(self, observation: Observation) -> None:
+        if isinstance(observation, ReplicaStepped):
+            self._stepped(observation)
+        elif isinstance(observation, ReplicaLogRead):
+            self._read(observation)
+        elif isinstance(observation, BrokerCrashed):
+            self._crashed(observation)
+        elif isinstance(observation, BrokerWiped):
+            self._wiped(observation)
+        else:
+            self._polled(observation)
 
-    def observe(self, key: ReplicaKey, log: Log, ready: Ready, consumer_requests: set[int],
-                acked: list[tuple[int, bytes]]) -> None:
-        """Check one replica after one `Ready`: `consumer_requests` are the ids of consumer fetches
-        among its completions, `acked` the (base offset, produced batch tail) of its acks=all successes."""
-        broker_id, _, topic_partition = key
+    # -- a replica's step ------------------------------------------------------------------------
+
+    def _stepped(self, step: ReplicaStepped) -> None:
+        topic_partition, broker_id = step.topic_partition, step.broker_id
+        image = self.images.get((broker_id, topic_partition))
+        if image is None or image.incarnation != step.incarnation:
+            raise ObservationError(f"{topic_partition} on broker {broker_id} stepped in incarnation "
+                                   f"{step.incarnation} before that incarnation opened its log")
+        self._check_leadership(step, image)
+        high_watermark_before = image.high_watermark
+        appended_tails = self._edit(step, image)
+        offsets = step.offsets
+        if (image.log_start_offset, image.log_end_offset) != (offsets.log_start_offset, offsets.log_end_offset):
+            raise ObservationError(f"{topic_partition} on broker {broker_id}: the edits leave "
+                                   f"[{image.log_start_offset}, {image.log_end_offset}), the log is "
+                                   f"[{offsets.log_start_offset}, {offsets.log_end_offset})")
+        truncated = any(isinstance(edit, TruncatedTo | EmptiedAt) for edit in step.edits)
+        if offsets.high_watermark < high_watermark_before and not truncated:
+            self.fail(f"{topic_partition} HW fell on broker {broker_id} without a truncation: "
+                      f"{high_watermark_before} -> {offsets.high_watermark}")
+        image.high_watermark = offsets.high_watermark
+        self._commit_below_high_watermark(topic_partition, broker_id, image, step.now_ms)
+        for answer in step.produce_answers:
+            self._produce_answered(step, image, answer, appended_tails)
+        for served in step.fetches_served:
+            self._served(step, image, served)
+
+    def _check_leadership(self, step: ReplicaStepped, image: LogImage) -> None:
+        """(4), and retention only on leaders."""
+        topic_partition, broker_id = step.topic_partition, step.broker_id
         history = self.histories[topic_partition]
-        if ready.role == Role.LEADER:
-            owner = self.leaders.setdefault((topic_partition, ready.leader_epoch), broker_id)
+        if step.is_leader:
+            owner = self.leaders.setdefault((topic_partition, step.leader_epoch), broker_id)
             if owner != broker_id:
-                self.fail(f"{topic_partition} epoch {ready.leader_epoch} has two leaders: {owner} and {broker_id}")
-            history.max_leader_log_start = max(history.max_leader_log_start, log.log_start_offset)
-        elif log.log_start_offset > history.max_leader_log_start:
-            self.fail(f"{topic_partition} replica {broker_id} has logStartOffset {log.log_start_offset} above any "
-                      f"leader's ({history.max_leader_log_start}): it ran retention itself")
-        progress = self.progress.get(key)
-        if progress is None:
-            progress = self.progress[key] = ReplicaProgress(log.log_start_offset, log.high_watermark)
-        self._apply_truncations(key, ready, progress)
-        if log.high_watermark < progress.high_watermark:
-            self.fail(f"{topic_partition} HW fell on {broker_id}: {progress.high_watermark} -> {log.high_watermark}")
-        progress.high_watermark = log.high_watermark
-        self.verify(key, log, progress)
-        for completion in ready.completions:
-            if isinstance(completion, FetchResult) and completion.request_id in consumer_requests:
-                self._check_served(topic_partition, broker_id, completion)
-        for base_offset, tail in acked:
-            self.check_acked(topic_partition, base_offset, tail)
+                self.fail(f"{topic_partition} epoch {step.leader_epoch} has two leaders: {owner} and {broker_id}")
+            history.max_leader_log_start = max(history.max_leader_log_start, step.offsets.log_start_offset)
+        elif step.offsets.log_start_offset > max(history.max_leader_log_start, image.log_start_offset):
+            self.fail(f"{topic_partition} replica {broker_id} has logStartOffset {step.offsets.log_start_offset} above "
+                      f"any leader's ({history.max_leader_log_start}): it ran retention itself")
 
-    def _apply_truncations(self, key: ReplicaKey, ready: Ready, progress: ReplicaProgress) -> None:
-        """Move the replica's verified point back, and forget what a crash cut from it: after a
-        truncation its log is what the protocol left, not what the crash did."""
-        broker_id, _, topic_partition = key
-        if any(isinstance(change, Truncated | TruncatedFully) for change in ready.log_changes):
-            self.histories[topic_partition].lost.pop(broker_id, None)
-        for change in ready.log_changes:
-            if isinstance(change, Truncated):
-                if change.end_offset < change.high_watermark_before and not self.is_excused(
-                    topic_partition, change.end_offset
-                ):
-                    self.fail(f"{topic_partition} replica {broker_id} truncated to {change.end_offset}, below its HW "
-                              f"{change.high_watermark_before}, with the ISR's copies intact")
-                if change.end_offset < progress.verified_offset:
-                    progress.verified_offset = change.end_offset
-                    progress.next_offset = -1
-                progress.high_watermark = min(progress.high_watermark, change.end_offset)
-            elif isinstance(change, TruncatedFully):
-                progress.verified_offset = change.start_offset
-                progress.high_watermark = change.start_offset
-                progress.next_offset = -1
+    def _edit(self, step: ReplicaStepped, image: LogImage) -> set[bytes]:
+        """Apply the step's edits to the image, in order; return the tails of the batches appended."""
+        topic_partition, broker_id, now_ms = step.topic_partition, step.broker_id, step.now_ms
+        appended_tails: set[bytes] = set()
+        for edit in step.edits:
+            if isinstance(edit, AppendedBatches):
+                for batch in edit.batches:
+                    problem = image.append(batch)
+                    if problem is not None:
+                        self.fail(f"{topic_partition} replica {broker_id}: {problem}")
+                    appended_tails.add(batch.tail)
+                    self._gained(topic_partition, broker_id, batch)
+            elif isinstance(edit, TruncatedTo):
+                if edit.end_offset < image.high_watermark:
+                    self.figures.truncations_below_high_watermark += 1
+                self._lost(topic_partition, broker_id, image.cut_from(edit.end_offset), LossCause.TRUNCATED, now_ms)
+            elif isinstance(edit, EmptiedAt):
+                self._lost(topic_partition, broker_id, image.empty_at(edit.start_offset), LossCause.TRUNCATED, now_ms)
+            else:
+                assert isinstance(edit, DeletedBelow), edit
+                self._lost(topic_partition, broker_id, image.delete_below(edit.log_start_offset), LossCause.DELETED,
+                           now_ms)
+        return appended_tails
 
-    def verify(self, key: ReplicaKey, log: Log, progress: ReplicaProgress) -> None:
-        """Check the batches between the last verified offset and the HW against the history."""
-        topic_partition = key[2]
-        start = max(progress.verified_offset, log.log_start_offset)
-        if start > progress.verified_offset:
-            progress.next_offset = -1
-        offset = start
-        for _ in range(100_000):
-            if offset >= log.high_watermark:
-                break
-            data = log.read(offset, 1 << 20, max_offset=log.high_watermark).records
-            if not data:
-                self.fail(f"{topic_partition} replica {key[0]}: nothing readable at {offset} below HW "
-                          f"{log.high_watermark}")
-            for position, header in iter_headers(data):
-                if progress.next_offset not in (-1, header.base_offset):
-                    self.fail(f"{topic_partition} replica {key[0]}: batch at {header.base_offset} follows one ending "
-                              f"at {progress.next_offset}: offsets not contiguous")
-                if header.partition_leader_epoch < progress.last_epoch:
-                    self.fail(f"{topic_partition} replica {key[0]}: epoch {header.partition_leader_epoch} at "
-                              f"{header.base_offset} after epoch {progress.last_epoch}")
-                batch = bytes(data[position : position + header.size_in_bytes])
-                self.check_batch(topic_partition, header.base_offset, header.next_offset,
-                                 header.partition_leader_epoch, batch, f"replica {key[0]}")
-                progress.next_offset = header.next_offset
-                progress.last_epoch = header.partition_leader_epoch
-                offset = header.next_offset
-        progress.verified_offset = max(offset, progress.verified_offset)
+    # -- commits and copies ----------------------------------------------------------------------
 
-    def check_batch(self, topic_partition: TopicPartition, base_offset: int, next_offset: int, epoch: int,
-                    batch: bytes, where: str) -> None:
+    def _commit_below_high_watermark(self, topic_partition: TopicPartition, broker_id: int, image: LogImage,
+                                     now_ms: int) -> None:
+        """(2): every batch of the replica the HW has passed since the last step is committed."""
+        if image.high_watermark <= image.committed_to:
+            return
+        for batch in image.between(image.committed_to, image.high_watermark):
+            self._commit(topic_partition, broker_id, batch, now_ms)
+        image.committed_to = min(image.high_watermark, image.log_end_offset)
+
+    def _commit(self, topic_partition: TopicPartition, broker_id: int, batch: Batch, now_ms: int) -> None:
         history = self.histories[topic_partition]
-        self.checked_batches += 1
-        if any(next_offset > offset and epoch <= excused_epoch for offset, excused_epoch in history.excuses):
+        self.figures.checked_batches += 1
+        known = history.canonical.get(batch.base_offset)
+        if known is not None and known.batch == batch:
             return
-        known = history.batches.get(base_offset)
-        if known is not None:
-            if known != (next_offset, batch):
-                self.fail(f"{topic_partition} {where}: batch at {base_offset} (epoch {epoch}) differs from the "
-                          f"one committed there before")
+        for earlier in history.overlapping(batch):
+            self._displace(topic_partition, history, earlier, batch)
+        displaced = history.copies_of(batch)
+        if displaced:
+            # Committed before, then displaced while a copy remained, and now committed again over
+            # its replacement (a replica's stale HW): the same record, judged by its first holders.
+            displaced[0].fate = Fate.KEPT
+            history.recanonicalize(displaced[0])
             return
-        slot = bisect.bisect_left(history.bases, base_offset)
-        if slot > 0 and history.batches[history.bases[slot - 1]][0] > base_offset:
-            self.fail(f"{topic_partition} {where}: batch at {base_offset} overlaps the committed batch at "
-                      f"{history.bases[slot - 1]}")
-        if slot < len(history.bases) and history.bases[slot] < next_offset:
-            self.fail(f"{topic_partition} {where}: batch [{base_offset}, {next_offset}) overlaps the committed "
-                      f"batch at {history.bases[slot]}")
-        history.bases.insert(slot, base_offset)
-        history.batches[base_offset] = (next_offset, batch)
+        holders = frozenset(
+            replica for (replica, partition), image in self.images.items()
+            if partition == topic_partition and image.get(batch.base_offset) == batch
+        )
+        assert broker_id in holders, f"{topic_partition}: broker {broker_id} commits a batch it does not hold"
+        history.add(CommittedBatch(batch, now_ms, broker_id, holders, set(holders)))
+        self.figures.committed += 1
 
-    def _check_served(self, topic_partition: TopicPartition, broker_id: int, result: FetchResult) -> None:
-        for position, header in iter_headers(result.records):
-            if header.last_offset >= result.high_watermark:
-                self.fail(f"{topic_partition} replica {broker_id} served offset {header.last_offset} to a consumer "
-                          f"at or above its HW {result.high_watermark}")
-            batch = bytes(result.records[position : position + header.size_in_bytes])
-            self.check_batch(topic_partition, header.base_offset, header.next_offset,
-                             header.partition_leader_epoch, batch, f"consumer of {broker_id}")
-            self.consumed_batches += 1
+    def _displace(self, topic_partition: TopicPartition, history: PartitionHistory, earlier: CommittedBatch,
+                  batch: Batch) -> None:
+        """(8): `batch` is committed over `earlier`. With no copy of `earlier` left its loss is judged
+        now; with copies it is judged when they go (at the latest, at the end)."""
+        history.remove_canonical(earlier)
+        self.figures.displaced += 1
+        if earlier.copies:
+            earlier.fate = Fate.DISPLACED
+            return
+        history.untrack(earlier)
+        kind = earlier.excuse()
+        if kind is None:
+            self.fail(f"{topic_partition}: {earlier.describe_loss()}; batch [{batch.base_offset}, "
+                      f"{batch.next_offset}) epoch {batch.leader_epoch} was committed over it")
+        earlier.fate = Fate.LOST
+        self._count_excuse(earlier, kind)
+        self.figures.offsets_reused += 1
 
-    def check_acked(self, topic_partition: TopicPartition, base_offset: int, tail: bytes) -> None:
+    def _gained(self, topic_partition: TopicPartition, broker_id: int, batch: Batch) -> None:
+        for entry in self.histories[topic_partition].copies_of(batch):
+            entry.regain(broker_id)
+
+    def _lost(self, topic_partition: TopicPartition, broker_id: int, batches: list[Batch], cause: LossCause,
+              now_ms: int) -> None:
         history = self.histories[topic_partition]
-        known = history.batches.get(base_offset)
-        if known is None and self.is_excused(topic_partition, base_offset):
+        for batch in batches:
+            for entry in history.copies_of(batch):
+                if broker_id in entry.copies:
+                    entry.lose(broker_id, cause, now_ms)
+
+    def _cut_after_deletion(self, topic_partition: TopicPartition, broker_id: int, offset: int, cause: LossCause,
+                            now_ms: int) -> None:
+        """A fault cut the broker's log from `offset`: that holds for batches it had deleted, too."""
+        for entries in self.histories[topic_partition].tracked.values():
+            for entry in entries:
+                if entry.batch.next_offset > offset:
+                    entry.cut_after_deletion(broker_id, cause, now_ms)
+
+    def _count_excuse(self, entry: CommittedBatch, kind: str) -> None:
+        if entry.ack is not None:
+            self.figures.excused[kind] += 1
+        else:
+            self.figures.excused_unacked += 1
+        if entry.consumed:
+            self.figures.consumed_then_lost += 1
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    def _produce_answered(self, step: ReplicaStepped, image: LogImage, answer: ProduceAnswered,
+                          appended_tails: set[bytes]) -> None:
+        topic_partition = step.topic_partition
+        if answer.error in NOTHING_APPENDED and answer.tail in appended_tails:
+            self.fail(f"{topic_partition}: broker {step.broker_id} answered a produce {answer.error.name} (nothing "
+                      f"appended) but appended its batch")
+        if answer.error != ErrorCode.NONE or answer.acks != ACKS_ALL:
             return
-        if known is None or known[1][TAIL:] != tail:
-            self.fail(f"{topic_partition}: acks=all success at {base_offset} is not the committed batch there")
-        history.acked[base_offset] = tail
+        batch = image.get(answer.base_offset)
+        if batch is None or batch.tail != answer.tail:
+            self.fail(f"{topic_partition}: acks=all success at {answer.base_offset} on broker {step.broker_id} is not "
+                      f"the batch its log holds there")
+        assert batch is not None
+        entry = self.histories[topic_partition].canonical.get(answer.base_offset)
+        if entry is None or entry.batch != batch or entry.fate is not Fate.KEPT:
+            self.fail(f"{topic_partition}: acks=all success at {answer.base_offset} on broker {step.broker_id} "
+                      f"before its HW ({image.high_watermark}) passed it")
+        assert entry is not None
+        entry.ack = Ack(step.now_ms, step.broker_id, answer.isr_size, answer.min_insync_replicas)
+        entry.holders = frozenset(entry.copies)
+        self.figures.acked_all += 1
+        if answer.isr_size < answer.min_insync_replicas:
+            self.figures.acked_below_min_isr += 1
 
-    # -- crashes and the excuse ----------------------------------------------------------------------
-
-    def crashed(self, broker_id: int, lost: dict[TopicPartition, tuple[int, int]]) -> None:
-        """A crash may have cut these offset ranges of the broker's logs."""
-        for topic_partition, lost_range in lost.items():
-            lost_range_of = LostRange(*lost_range, epoch=self.max_epoch_of(topic_partition))
-            self.histories[topic_partition].lost.setdefault(broker_id, []).append(lost_range_of)
-
-    def update_excuses(self, log_end_offset_of: Callable[[int, TopicPartition], int | None]) -> None:
-        """Excuse offsets that every ISR member lost in a crash; `log_end_offset_of(broker, tp)` is
-        the broker's LEO, None while it is down. Forget lost ranges a broker has fetched again."""
-        if not any(history.lost for history in self.histories.values()):
+    def _served(self, step: ReplicaStepped, image: LogImage, served: FetchServed) -> None:
+        """(3)."""
+        if served.error != ErrorCode.NONE:
             return
+        topic_partition, broker_id = step.topic_partition, step.broker_id
+        floor = image.served_high_watermarks.get(served.consumer_id, -1)
+        if served.high_watermark < floor:
+            self.fail(f"{topic_partition}: broker {broker_id} served consumer {served.consumer_id} HW "
+                      f"{served.high_watermark} after {floor}: the HW it sees went backwards")
+        image.served_high_watermarks[served.consumer_id] = served.high_watermark
+        history = self.histories[topic_partition]
+        for batch in served.batches:
+            if batch.next_offset > served.high_watermark:
+                self.fail(f"{topic_partition}: broker {broker_id} served offset {batch.next_offset - 1} to a "
+                          f"consumer at or above its HW {served.high_watermark}")
+            entries = history.copies_of(batch)
+            if not entries:
+                self.fail(f"{topic_partition}: broker {broker_id} served a consumer batch [{batch.base_offset}, "
+                          f"{batch.next_offset}), which is not committed")
+            for entry in entries:
+                entry.consumed = True
+            self.figures.consumed_batches += 1
+
+    def _polled(self, poll: ConsumerPolled) -> None:
+        """(10): the consumer's position."""
+        key = (poll.consumer_id, poll.topic_partition)
+        where = f"{poll.topic_partition}: consumer {poll.consumer_id} (answer of broker {poll.broker_id} for offset " \
+                f"{poll.fetch_offset})"
+        position = self.positions.get(key, poll.position_before)
+        if poll.position_before != position:
+            raise ObservationError(f"{where}: position {poll.position_before} before, {position} after the last poll")
+        expected = position
+        if poll.error == ErrorCode.OFFSET_OUT_OF_RANGE and position < poll.log_start_offset:
+            expected = poll.log_start_offset
+        elif poll.error == ErrorCode.NONE and poll.batches:
+            first = poll.batches[0]
+            if not first.base_offset <= poll.fetch_offset < first.next_offset:
+                self.fail(f"{where}: the answer starts at [{first.base_offset}, {first.next_offset}): it skips records")
+            for earlier, later in zip(poll.batches, poll.batches[1:], strict=False):
+                if later.base_offset != earlier.next_offset:
+                    self.fail(f"{where}: batch at {later.base_offset} follows one ending at {earlier.next_offset}")
+            expected = max(position, poll.batches[-1].next_offset)
+        if poll.position_after != expected:
+            self.fail(f"{where}: position moved {position} -> {poll.position_after}, expected {expected}")
+        self.positions[key] = poll.position_after
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def _crashed(self, crash: BrokerCrashed) -> None:
+        for topic_partition, offset in crash.cuts:
+            image = self.images.get((crash.broker_id, topic_partition))
+            if image is None:
+                raise ObservationError(f"broker {crash.broker_id}'s crash cut {topic_partition}, never opened")
+            self._lost(topic_partition, crash.broker_id, image.cut_from(offset), LossCause.CRASHED, crash.now_ms)
+            self._cut_after_deletion(topic_partition, crash.broker_id, offset, LossCause.CRASHED, crash.now_ms)
+
+    def _wiped(self, wipe: BrokerWiped) -> None:
+        for broker_id, topic_partition in [key for key in self.images if key[0] == wipe.broker_id]:
+            image = self.images.pop((broker_id, topic_partition))
+            self._lost(topic_partition, broker_id, image.all_batches(), LossCause.WIPED, wipe.now_ms)
+            self._cut_after_deletion(topic_partition, broker_id, 0, LossCause.WIPED, wipe.now_ms)
+
+    # -- whole logs ------------------------------------------------------------------------------
+
+    def _read(self, read: ReplicaLogRead) -> None:
+        key = (read.broker_id, read.topic_partition)
+        image = self.images.get(key)
+        if image is None:
+            image = self.images[key] = LogImage(read.offsets.log_start_offset)
+            for batch in read.batches:
+                problem = image.append(batch)
+                if problem is not None:
+                    raise ObservationError(f"{read.topic_partition} on broker {read.broker_id}: {problem}")
+                self._gained(read.topic_partition, read.broker_id, batch)
+        elif read.reason is ReadReason.OPENED:
+            self._reopened(image, read)
+        self._compare(image, read)
+        if read.reason is ReadReason.OPENED:
+            image.incarnation = read.incarnation
+            image.high_watermark = read.offsets.high_watermark
+            image.served_high_watermarks.clear()
+
+    def _reopened(self, image: LogImage, read: ReplicaLogRead) -> None:
+        """A new incarnation opens a log the checker knows: its logStartOffset may be older than the
+        last one (the checkpoint trails memory), bringing back batches deleted below it."""
+        topic_partition, broker_id = read.topic_partition, read.broker_id
+        if read.offsets.log_start_offset > image.log_start_offset:
+            deleted = image.delete_below(read.offsets.log_start_offset)
+            self._lost(topic_partition, broker_id, deleted, LossCause.DELETED, read.now_ms)
+        first = image.bases[0] if image.bases else image.log_end_offset
+        back = [batch for batch in read.batches if batch.next_offset <= first]
+        image.restore_front(back, read.offsets.log_start_offset)
+        for batch in back:
+            self._gained(topic_partition, broker_id, batch)
+
+    def _compare(self, image: LogImage, read: ReplicaLogRead) -> None:
+        """The replica's log is what the observations made of it (after a crash: what the crash left)."""
+        held = image.all_batches()
+        if held != list(read.batches) or (image.log_start_offset, image.log_end_offset) != (
+            read.offsets.log_start_offset, read.offsets.log_end_offset
+        ):
+            differ = next((mine.base_offset for mine, theirs in zip(held, read.batches, strict=False)
+                           if mine != theirs), None)
+            raise ObservationError(
+                f"{read.topic_partition} on broker {read.broker_id} ({read.reason.value}): the log is "
+                f"[{read.offsets.log_start_offset}, {read.offsets.log_end_offset}) with {len(read.batches)} batches, "
+                f"the observations made [{image.log_start_offset}, {image.log_end_offset}) with {len(held)} "
+                f"(first difference at {differ})"
+            )
+
+    def finish(self) -> CheckerFigures:
+        """The end of the run: judge every committed batch no replica holds (rules 1 and 8), and
+        fail if one that another batch was committed over still has a copy (two records at one
+        offset would survive)."""
         for topic_partition, history in self.histories.items():
-            if not history.lost:
-                continue
-            for broker_id, ranges in list(history.lost.items()):
-                log_end_offset = log_end_offset_of(broker_id, topic_partition)
-                kept = [lost for lost in ranges if log_end_offset is None or log_end_offset < lost.high]
-                if kept:
-                    history.lost[broker_id] = kept
-                else:
-                    del history.lost[broker_id]
-            isr = self.isr_of(topic_partition)
-            point = self._loss_point(isr, history, topic_partition, log_end_offset_of)
-            if point is None:
-                continue
-            fresh = any(not lost.used for broker_id in isr for lost in history.lost[broker_id])
-            if fresh or point < history.last_excuse_point:
-                self._excuse(topic_partition, history, isr, point)
-
-    def _loss_point(self, isr: tuple[int, ...], history: History, topic_partition: TopicPartition,
-                    log_end_offset_of: Callable[[int, TopicPartition], int | None]) -> int | None:
-        """The lowest offset every ISR member has lost in a crash, or None."""
-        point = 0
-        for broker_id in isr:
-            ranges = history.lost.get(broker_id)
-            if not ranges:
-                return None
-            log_end_offset = log_end_offset_of(broker_id, topic_partition)
-            low = min(lost.low for lost in ranges)
-            point = max(point, low if log_end_offset is None else max(low, log_end_offset))
-        return point
-
-    def _excuse(self, topic_partition: TopicPartition, history: History, isr: tuple[int, ...], point: int) -> None:
-        """Offsets from `point` were lost on every ISR member: forget them. A lost range excuses
-        once (unless the ISR narrows to members that lost more), so records a new leader writes
-        there later are held to the history."""
-        epoch = max(lost.epoch for broker_id in isr for lost in history.lost[broker_id])
-        history.excuses.append((point, epoch))
-        history.last_excuse_point = point
-        for broker_id in isr:
-            for lost in history.lost[broker_id]:
-                lost.used = True
-        for base_offset in [base for base in history.acked if base >= point]:
-            del history.acked[base_offset]
-            history.excused_count += 1
-        slot = bisect.bisect_left(history.bases, point)
-        if slot > 0 and history.batches[history.bases[slot - 1]][0] > point:
-            slot -= 1
-        for base_offset in history.bases[slot:]:
-            del history.batches[base_offset]
-        del history.bases[slot:]
-
-    def is_excused(self, topic_partition: TopicPartition, offset: int) -> bool:
-        return any(offset >= point for point, _ in self.histories[topic_partition].excuses)
-
-    def forget_incarnation(self, broker_id: int, incarnation: int) -> None:
-        for key in [key for key in self.progress if key[:2] == (broker_id, incarnation)]:
-            del self.progress[key]
+            for entries in list(history.tracked.values()):
+                for entry in list(entries):
+                    if entry.copies and entry.fate is Fate.DISPLACED:
+                        self.fail(f"{topic_partition}: committed batch [{entry.batch.base_offset}, "
+                                  f"{entry.batch.next_offset}) was replaced at its offset and still exists on "
+                                  f"{sorted(entry.copies)}")
+                    if entry.copies:
+                        continue
+                    history.untrack(entry)
+                    kind = entry.decide()
+                    if entry.fate is Fate.DELETED:
+                        self.figures.deleted += 1
+                    elif kind is None:
+                        self.fail(f"{topic_partition}: {entry.describe_loss()}")
+                    else:
+                        self._count_excuse(entry, kind)
+        return self.figures

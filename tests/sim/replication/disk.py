@@ -3,9 +3,11 @@
 What survives a power loss is judged by `tests/sim/kernel/disk.DiskModel` at the OS boundary: a
 file keeps what was fsynced of it (the model sees every fsync storage makes), an unsynced
 truncation comes back, and with `tear_probability` a random prefix of an unsynced tail survives.
-This module adds what the replication checker needs: per partition, the offsets the crash may have
-cut from the log ([first offset of the first batch not wholly kept, LEO before the crash)), for its
-fault log (DESIGN §6.1: a loss is excused only by a recorded fault).
+This module adds what the replication checker needs: per partition, the first offset the crash
+destroyed (the first batch not kept whole: recovery drops it and everything after), for its fault
+log (DESIGN §6.1: a loss is excused only by a recorded fault). The checker then requires the next
+incarnation's recovered log to be exactly what is left: a pairing check of the crash model, this
+cut and `LogLoader`.
 
 A torn tail may carry one damaged byte; in a segment file it lies in a batch's CRC-covered bytes:
 baseOffset, batchLength, partitionLeaderEpoch and magic precede the CRC, and recovery cannot tell a
@@ -40,9 +42,10 @@ class BrokerDisk:
         self.model.track(self.directory)
 
     def crash(self, manager: LogManager, rng: random.Random, tear_probability: float
-              ) -> tuple[dict[TopicPartition, tuple[int, int]], list[str]]:
+              ) -> tuple[dict[TopicPartition, int], list[str]]:
         """Drop the open files unflushed and put every file back to what a power loss leaves.
-        Returns the possibly lost offset range per partition, and the cuts for the trace."""
+        Returns, per partition the crash cut, the first offset it destroyed, and the cuts for the
+        trace."""
         ends = {topic_partition: log.log_end_offset for topic_partition, log in manager}
         for _, log in manager:
             for segment in list(log.segments):
@@ -50,16 +53,15 @@ class BrokerDisk:
             for _, segment in log._pending_deletes:  # a dying process drops these too
                 segment.close_handlers()
         cuts = self.model.crash(self.directory, rng, tear_probability, damage=_crc_covered_position)
-        lost: dict[TopicPartition, tuple[int, int]] = {}
+        cut_from: dict[TopicPartition, int] = {}
         for cut in cuts:
             topic_partition = _segment_of(cut.path)
             if topic_partition is None or topic_partition not in ends:
                 continue
             low = _first_cut_offset(cut)
             if low is not None and low < ends[topic_partition]:
-                previous = lost.get(topic_partition)
-                lost[topic_partition] = (low if previous is None else min(low, previous[0]), ends[topic_partition])
-        return lost, [_describe(cut) for cut in cuts]
+                cut_from[topic_partition] = min(low, cut_from.get(topic_partition, low))
+        return cut_from, [_describe(cut) for cut in cuts]
 
 
     def wipe(self, manager: LogManager) -> dict[TopicPartition, tuple[int, int]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +33,18 @@ class SeedOutcome:
     acked_all: int
     crashes: int
     truncations: int
-    excused: int
+    wipes: int
+    excused: tuple[tuple[str, int], ...]  # acks=all batches lost and excused, by kind
+    excused_unacked: int
+    offsets_reused: int
     liveness_ms: int | None
+
+    @classmethod
+    def of(cls, seed: int, failure: str | None, result: SimResult) -> SeedOutcome:
+        figures = result.checker
+        return cls(seed, failure, result.steps, result.acked_all, result.crashes, result.truncations, result.wipes,
+                   tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
+                   None if failure else result.liveness_ms)
 
 
 def replay_command(seed: int) -> str:
@@ -46,11 +57,9 @@ def run_seed(seed: int) -> SeedOutcome:
     try:
         result = simulation.run()
     except Exception:  # every failure of a seed is reported, none hidden
-        result = simulation.result
-        return SeedOutcome(seed, traceback.format_exc(limit=-6), result.steps, result.acked_all, result.crashes,
-                           result.truncations, result.excused, None)
-    return SeedOutcome(seed, None, result.steps, result.acked_all, result.crashes, result.truncations,
-                       result.excused, result.liveness_ms)
+        simulation.result.checker = simulation.checker.figures
+        return SeedOutcome.of(seed, traceback.format_exc(limit=-6), simulation.result)
+    return SeedOutcome.of(seed, None, result)
 
 
 def run_seeds(seeds: Iterable[int], jobs: int) -> Iterator[SeedOutcome]:
@@ -71,7 +80,10 @@ class Summary(seed_runner.Tally):
     acked_all: int = 0
     crashes: int = 0
     truncations: int = 0
-    excused: int = 0
+    wipes: int = 0
+    excused: Counter[str] = field(default_factory=Counter)
+    excused_unacked: int = 0
+    offsets_reused: int = 0
     liveness: list[int] = field(default_factory=list)
 
     def add(self, outcome: SeedOutcome) -> None:
@@ -79,15 +91,21 @@ class Summary(seed_runner.Tally):
         self.acked_all += outcome.acked_all
         self.crashes += outcome.crashes
         self.truncations += outcome.truncations
-        self.excused += outcome.excused
+        self.wipes += outcome.wipes
+        self.excused.update(dict(outcome.excused))
+        self.excused_unacked += outcome.excused_unacked
+        self.offsets_reused += outcome.offsets_reused
         if outcome.liveness_ms is not None:
             self.liveness.append(outcome.liveness_ms)
 
     def report(self, elapsed_s: float) -> str:
+        excuses = ", ".join(f"{kind}: {count}" for kind, count in sorted(self.excused.items())) or "none"
         return (
-            f"{self.head(elapsed_s)} acks=all={self.acked_all} crashes={self.crashes} truncations={self.truncations} "
-            f"excused-by-lost-disks={self.excused} heal-to-converged p99={percentile(self.liveness, 0.99)} "
-            f"max={max(self.liveness, default=None)} ms"
+            f"{self.head(elapsed_s)} acks=all={self.acked_all} crashes={self.crashes} wipes={self.wipes} "
+            f"truncations={self.truncations} heal-to-converged p99={percentile(self.liveness, 0.99)} "
+            f"max={max(self.liveness, default=None)} ms\n"
+            f"excused acks=all batches: {excuses}; excused other committed batches: {self.excused_unacked}; "
+            f"offsets reused after an excused loss: {self.offsets_reused}"
         )
 
 
@@ -97,9 +115,12 @@ def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int) -> 
 
 
 def _ok_line(result: SimResult) -> str:
+    figures = result.checker
+    excused = ",".join(f"{kind.replace(' ', '-')}:{count}" for kind, count in sorted(figures.excused.items()))
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} produced={result.produced} "
-            f"acked_all={result.acked_all} consumed_batches={result.consumed_batches} crashes={result.crashes} "
-            f"leader_changes={result.leader_changes} truncations={result.truncations} excused={result.excused} "
+            f"acked_all={result.acked_all} consumed_batches={figures.consumed_batches} crashes={result.crashes} "
+            f"wipes={result.wipes} leader_changes={result.leader_changes} truncations={result.truncations} "
+            f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "
             f"liveness_ms={result.liveness_ms}")
 
 

@@ -13,16 +13,16 @@ import dataclasses
 from collections.abc import Callable
 
 from controller.metadata import PartitionRegistration
-from replication.broker_ready import PartitionStep
+from replication.broker_ready import BrokerReady, PartitionStep
 from replication.events import AlterPartitionResponse, MakeFollower, MakeLeader
 from replication.ready import FetchResult, ProduceResult, Truncated, TruncatedFully
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.records import iter_headers
 from tests.sim.replication.broker import SimBroker
-from tests.sim.replication.checker import TAIL
 from tests.sim.replication.controller import TOPIC
 from tests.sim.replication.messages import CONTROLLER_ID, PRODUCER_ID
+from tests.sim.replication.observations import TAIL
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS
 from tests.sim.replication.simulator import Kind, Simulation
@@ -58,8 +58,12 @@ class Scenario(Simulation):
 
     # -- the story ---------------------------------------------------------------------------------
 
-    def observe(self, broker: SimBroker, step: PartitionStep) -> None:
-        super().observe(broker, step)
+    def observe(self, broker: SimBroker, broker_ready: BrokerReady) -> None:
+        super().observe(broker, broker_ready)
+        for step in broker_ready.steps:
+            self._tell_step(broker, step)
+
+    def _tell_step(self, broker: SimBroker, step: PartitionStep) -> None:
         event, ready = step.event, step.ready
         name = f"broker {broker.broker_id}"
         if isinstance(event, MakeLeader | MakeFollower) and ready.leader_epoch == event.leader_epoch:

@@ -17,13 +17,15 @@ Time is an integer of simulated ms in one event heap. The run starts once the qu
 every broker registered itself and the admin created the topic.
 
 Phases:
-1. Safety (`safety_duration_ms`): faults at the drawn rates. After every step `ReplicationChecker`
-   checks the replica that moved; crashes feed its excuse for lost unflushed data.
+1. Safety (`safety_duration_ms`): faults at the drawn rates. `ReplicationChecker` is told every
+   call of every broker core (its partitions' log edits, offsets and answers), every log as an
+   incarnation opens it, every crash (what it cut) and wipe, and every fetch answer the consumer
+   takes, as observations (`observer.py` builds them); it judges them as they come.
 2. Liveness: every fault healed (down nodes restart, paused ones resume, links reconnect, no more
    drops). Within LIVENESS_BOUND_MS the quorum must have an active controller, and every partition a
    leader, a full ISR, one acks=all
    record acknowledged, and every replica at the same LEO with HW = LEO. Then the final checks:
-   every acks=all success still in the leader's log (unless below its logStartOffset, or excused).
+   every replica's log is read whole for the checker, which gives its last verdicts.
 """
 
 from __future__ import annotations
@@ -45,19 +47,19 @@ from controller.quorum_controller import ControllerConfig
 from controller.raft_messages import Message as RaftMessage
 from controller.raft_messages import Tick as QuorumTick
 from replication.broker_events import FetchWait
-from replication.broker_ready import PartitionStep
+from replication.broker_ready import BrokerReady
 from replication.config import ReplicationConfig
 from replication.events import ConsumerFetch, ProduceRequest, Tick
 from replication.ready import FetchResult, ProduceResult, Role
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
-from storage.records import build_batch_from_values, iter_headers
+from storage.records import build_batch_from_values
 from tests.sim.disk import default_root
 from tests.sim.kernel.disk import DiskModel
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import WALL_START_MS, SimBroker
-from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
+from tests.sim.replication.checker import CheckerFigures, InvariantViolation, ReplicationChecker
 from tests.sim.replication.controller import TOPIC, ClusterView
 from tests.sim.replication.messages import (
     CONSUMER_ID,
@@ -76,6 +78,8 @@ from tests.sim.replication.messages import (
     ReplicaFetchMessage,
     ReplicaFetchReply,
 )
+from tests.sim.replication.observations import BrokerCrashed, BrokerWiped, ConsumerPolled, ReadReason, batches_of
+from tests.sim.replication.observer import BrokerObserver, log_read
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS, SimQuorum
 
@@ -116,12 +120,11 @@ class SimResult:
     simulated_ms: int = 0
     produced: int = 0
     acked_all: int = 0
-    consumed_batches: int = 0
     crashes: int = 0
     wipes: int = 0
     leader_changes: int = 0
     truncations: int = 0
-    excused: int = 0
+    checker: CheckerFigures = field(default_factory=CheckerFigures)
     liveness_ms: int | None = None
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -194,13 +197,15 @@ class Simulation:
         self.controller_paused_until: dict[int, int] = dict.fromkeys(CONTROLLER_IDS, -1)
         self.controller_held: dict[int, list[Message]] = {node_id: [] for node_id in CONTROLLER_IDS}
         self.admin_answers: dict[int, Any] = {}
-        self.checker = ReplicationChecker(self.topic_partitions, self._isr_of, self._max_epoch_of)
+        self.checker = ReplicationChecker(self.topic_partitions)
+        self.observers: dict[int, BrokerObserver] = {}
         self.brokers = {broker_id: SimBroker(broker_id, self.root, self) for broker_id in BROKER_IDS}
         self.faulty = True
         self.client_ids = 0
         self.produces_in_flight: dict[int, float] = {}
         self.client_view: dict[TopicPartition, tuple[int, int]] = {}
         self.consumer_positions = dict.fromkeys(self.topic_partitions, 0)
+        self.consumer_fetch_offsets: dict[int, int] = {}  # request id -> the position it fetched at
         self.liveness_started_ms: int | None = None
         self.probes_acked: set[TopicPartition] = set()
         self.produced_tails: dict[int, tuple[TopicPartition, bytes]] = {}
@@ -233,43 +238,34 @@ class Simulation:
     def schedule_lifecycle_tick(self, broker: SimBroker, at_ms: int) -> None:
         self.schedule(at_ms, Kind.LIFECYCLE_TICK, (broker.broker_id, broker.incarnation, at_ms))
 
-    def observe(self, broker: SimBroker, step: PartitionStep) -> None:
-        """Every partition step of every broker core: trace it, then check the replica that moved."""
-        topic_partition, event, ready = step.topic_partition, step.event, step.ready
-        if self.trace_sink is not None:
-            self.trace(f"b{broker.broker_id}.{broker.incarnation} {topic_partition} {describe(event)} -> "
-                       f"{describe(ready)}")
-        consumer_requests = {event.request_id} if isinstance(event, ConsumerFetch) else set()
-        partition = broker.partitions[topic_partition]
-        key = (broker.broker_id, broker.incarnation, topic_partition)
-        self.checker.observe(key, partition.log, ready, consumer_requests, [])
-        self.result.truncations += sum(1 for change in ready.log_changes if type(change).__name__ == "Truncated")
-        if ready.role == Role.LEADER and self.last_leader.get(topic_partition) != broker.broker_id:
-            self.last_leader[topic_partition] = broker.broker_id
-            self.result.leader_changes += 1
+    def opened(self, broker: SimBroker) -> None:
+        """A broker's new incarnation opened its log directory: the checker reads every log as
+        recovery left it."""
+        assert broker.manager is not None
+        observer = self.observers[broker.broker_id] = BrokerObserver(broker.broker_id, broker.incarnation, CONSUMER_ID)
+        for read in observer.opened_logs(self.now_ms, broker.manager):
+            self.checker.observe(read)
+
+    def observe(self, broker: SimBroker, ready: BrokerReady) -> None:
+        """Every call of every broker core: trace its partition steps, then tell the checker."""
+        for step in ready.steps:
+            topic_partition, event, partition_ready = step.topic_partition, step.event, step.ready
+            if self.trace_sink is not None:
+                self.trace(f"b{broker.broker_id}.{broker.incarnation} {topic_partition} {describe(event)} -> "
+                           f"{describe(partition_ready)}")
+            self.result.truncations += sum(1 for change in partition_ready.log_changes
+                                           if type(change).__name__ == "Truncated")
+            if partition_ready.role == Role.LEADER and self.last_leader.get(topic_partition) != broker.broker_id:
+                self.last_leader[topic_partition] = broker.broker_id
+                self.result.leader_changes += 1
+        if ready.steps:
+            for observation in self.observers[broker.broker_id].handled(self.now_ms, ready, broker.partitions):
+                self.checker.observe(observation)
 
     def acked(self, broker: SimBroker, topic_partition: TopicPartition, result: ProduceResult,
               records: bytes) -> None:
-        """An acks=all produce answered with success: it must be the committed batch there."""
-        self.checker.check_acked(topic_partition, result.base_offset, records[TAIL:])
+        """An acks=all produce answered with success (the checker saw it in the call's steps)."""
         self.result.acked_all += 1
-
-    def _isr_of(self, topic_partition: TopicPartition) -> tuple[int, ...]:
-        """The replicas the controller counts on to hold every acknowledged record: the ISR and the
-        ELR (KIP-966); when both are empty, those that left the ELR by an unclean restart (the last
-        known ELR), else every replica. The checker excuses a loss only when all of them lost it."""
-        state = self.controller.partition(topic_partition)
-        return state.isr + state.elr or state.last_known_elr or state.replicas
-
-    def _max_epoch_of(self, topic_partition: TopicPartition) -> int:
-        return self.controller.partition(topic_partition).leader_epoch
-
-    def _log_end_offset_of(self, broker_id: int, topic_partition: TopicPartition) -> int | None:
-        broker = self.brokers[broker_id]
-        if not broker.up or broker.manager is None:
-            return None
-        log = broker.manager.get_log(topic_partition)
-        return None if log is None else log.log_end_offset
 
     # -- the run -------------------------------------------------------------------------------------
 
@@ -281,8 +277,7 @@ class Simulation:
         finally:
             self.close()
         self.result.simulated_ms = self.now_ms
-        self.result.consumed_batches = self.checker.consumed_batches
-        self.result.excused = sum(history.excused_count for history in self.checker.histories.values())
+        self.result.checker = self.checker.figures
         return self.result
 
     def close(self) -> None:
@@ -358,7 +353,6 @@ class Simulation:
         if kind == Kind.PROBE and self._probe():
             return True
         self._dispatch(kind, payload)
-        self.checker.update_excuses(self._log_end_offset_of)
         return False
 
     def _dispatch(self, kind: Kind, payload: Any) -> None:
@@ -546,6 +540,7 @@ class Simulation:
         state = self.controller.partition(topic_partition)
         replica = self.rng.choice(state.replicas)
         self.client_ids += 1
+        self.consumer_fetch_offsets[self.client_ids] = self.consumer_positions[topic_partition]
         max_bytes = self.rng.choice((200, 4000))
         request = ConsumerFetch(self.client_ids, self.consumer_positions[topic_partition], max_bytes,
                                 current_leader_epoch=state.leader_epoch if self.rng.random() < 0.3 else -1)
@@ -566,19 +561,21 @@ class Simulation:
             elif self.liveness_started_ms is not None:
                 self.probes_acked.add(body.topic_partition)
         elif isinstance(body, ClientFetchAnswer):
-            self._on_fetch_answer(body.topic_partition, body.result)
+            self._on_fetch_answer(body.topic_partition, body.broker_id, body.result)
 
-    def _on_fetch_answer(self, topic_partition: TopicPartition, result: FetchResult) -> None:
-        if result.error == ErrorCode.OFFSET_OUT_OF_RANGE:
-            if 0 <= self.consumer_positions[topic_partition] < result.log_start_offset:
-                self.consumer_positions[topic_partition] = result.log_start_offset
-            return
-        if result.error != ErrorCode.NONE or not result.records:
-            return
-        next_offset = self.consumer_positions[topic_partition]
-        for _, header in iter_headers(result.records):
-            next_offset = max(next_offset, header.next_offset)
-        self.consumer_positions[topic_partition] = next_offset
+    def _on_fetch_answer(self, topic_partition: TopicPartition, broker_id: int, result: FetchResult) -> None:
+        """The consumer takes an answer (a late or duplicated one too): it moves to the end of the
+        last batch, or up to the logStartOffset if it fell behind it; the checker sees each move."""
+        position = self.consumer_positions[topic_partition]
+        batches = batches_of(result.records) if result.error == ErrorCode.NONE else ()
+        if result.error == ErrorCode.OFFSET_OUT_OF_RANGE and 0 <= position < result.log_start_offset:
+            self.consumer_positions[topic_partition] = result.log_start_offset
+        elif batches:
+            self.consumer_positions[topic_partition] = max(position, batches[-1].next_offset)
+        self.checker.observe(ConsumerPolled(
+            self.now_ms, CONSUMER_ID, topic_partition, broker_id, self.consumer_fetch_offsets[result.request_id],
+            result.error, result.log_start_offset, batches, position, self.consumer_positions[topic_partition],
+        ))
 
     # -- faults --------------------------------------------------------------------------------------
 
@@ -681,15 +678,15 @@ class Simulation:
     def _crash(self, broker: SimBroker) -> None:
         """A power loss; with `wipe_probability` the disk is replaced too (the broker restarts empty,
         with a new directory id: it must rejoin as an empty follower, never lead)."""
-        self.checker.forget_incarnation(broker.broker_id, broker.incarnation)
         if self.rng.random() < self.options.wipe_probability:
             lost = broker.wipe()
+            self.checker.observe(BrokerWiped(self.now_ms, broker.broker_id))
             self.result.wipes += 1
             self.trace(f"chaos: crash broker {broker.broker_id} and wipe its disk lost={lost}")
         else:
-            lost, cuts = broker.crash(self.rng, self.options.tear_probability)
-            self.trace(f"chaos: crash broker {broker.broker_id} lost={lost} cuts={cuts}")
-        self.checker.crashed(broker.broker_id, lost)
+            cut_from, cuts = broker.crash(self.rng, self.options.tear_probability)
+            self.checker.observe(BrokerCrashed(self.now_ms, broker.broker_id, tuple(sorted(cut_from.items()))))
+            self.trace(f"chaos: crash broker {broker.broker_id} cut_from={cut_from} cuts={cuts}")
         self.result.crashes += 1
 
     def _restart(self, broker: SimBroker) -> None:
@@ -785,21 +782,14 @@ class Simulation:
         return None
 
     def _final_checks(self) -> None:
-        """Invariant 1 at the end: every acks=all success is in the leader's log, unless below its
-        logStartOffset (retention, DeleteRecords) or excused (every ISR member lost it)."""
+        """Every replica's log, read whole, for the checker's last verdicts (every acks=all success
+        kept unless deleted or excused; no two committed batches at one offset)."""
         for topic_partition in self.topic_partitions:
-            state = self.controller.partition(topic_partition)
-            log = self.brokers[state.leader].partitions[topic_partition].log
-            history = self.checker.histories[topic_partition]
-            for base_offset, tail in sorted(history.acked.items()):
-                if base_offset < log.log_start_offset:
-                    continue
-                data = log.read(base_offset, 1 << 20, max_offset=log.high_watermark).records
-                headers = list(iter_headers(data))
-                if not headers or headers[0][1].base_offset != base_offset or bytes(
-                    data[headers[0][0] + TAIL : headers[0][0] + headers[0][1].size_in_bytes]
-                ) != tail:
-                    raise InvariantViolation(f"{topic_partition}: acks=all record at {base_offset} was lost")
+            for broker_id in self.controller.partition(topic_partition).replicas:
+                broker = self.brokers[broker_id]
+                self.checker.observe(log_read(self.now_ms, broker_id, broker.incarnation, topic_partition,
+                                              broker.partitions[topic_partition].log, ReadReason.FINAL))
+        self.checker.finish()
 
 
 def run_with(seed: int, trace: Callable[[str], None] | None = None) -> SimResult:

@@ -1,0 +1,276 @@
+"""ReplicationChecker on hand-written observation streams: what it excuses, what it flags.
+
+Goal: pin down the rules of checker.py one schedule at a time, independent of any simulator.
+Method: three replicas of one partition, batches of made-up bytes, and the observations a broker
+would produce (steps with edits and offsets, crashes with their cuts, wipes, consumer polls); each
+test ends with the verdict, or with `finish()` and the figures.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
+from tests.sim.replication.checker import InvariantViolation, ObservationError, ReplicationChecker
+from tests.sim.replication.observations import (
+    TAIL,
+    AppendedBatches,
+    Batch,
+    BrokerCrashed,
+    BrokerWiped,
+    ConsumerPolled,
+    DeletedBelow,
+    FetchServed,
+    LogEdit,
+    LogOffsets,
+    ProduceAnswered,
+    ReadReason,
+    ReplicaLogRead,
+    ReplicaStepped,
+    TruncatedTo,
+)
+
+TP = TopicPartition("orders", 0)
+ACKS_ALL = -1
+
+
+def batch(base_offset: int, tag: bytes, epoch: int = 0, count: int = 1) -> Batch:
+    return Batch(base_offset, base_offset + count, epoch, bytes(TAIL) + tag * 8)
+
+
+class Cluster:
+    """Three replicas as the checker sees them: logs opened empty, then driven step by step."""
+
+    def __init__(self) -> None:
+        self.checker = ReplicationChecker([TP])
+        self.now_ms = 0
+        self.ends = {1: 0, 2: 0, 3: 0}
+        self.starts = {1: 0, 2: 0, 3: 0}
+        self.incarnations = {1: 1, 2: 1, 3: 1}
+        for broker_id in (1, 2, 3):
+            self.open(broker_id, ())
+
+    def open(self, broker_id: int, batches: tuple[Batch, ...], high_watermark: int = 0) -> None:
+        end = batches[-1].next_offset if batches else self.ends[broker_id]
+        self.ends[broker_id] = end
+        self.checker.observe(ReplicaLogRead(self.now_ms, broker_id, self.incarnations[broker_id], TP, ReadReason.OPENED,
+                                            LogOffsets(self.starts[broker_id], high_watermark, end), batches))
+
+    def step(self, broker_id: int, *edits: LogEdit, high_watermark: int, leader: bool = False, epoch: int = 0,
+             answers: tuple[ProduceAnswered, ...] = (), served: tuple[FetchServed, ...] = ()) -> None:
+        self.now_ms += 10
+        for edit in edits:
+            if isinstance(edit, AppendedBatches):
+                self.ends[broker_id] = edit.batches[-1].next_offset
+            elif isinstance(edit, TruncatedTo):
+                self.ends[broker_id] = edit.end_offset
+            elif isinstance(edit, DeletedBelow):
+                self.starts[broker_id] = edit.log_start_offset
+        offsets = LogOffsets(self.starts[broker_id], high_watermark, self.ends[broker_id])
+        self.checker.observe(ReplicaStepped(self.now_ms, broker_id, self.incarnations[broker_id], TP, leader, epoch,
+                                            edits, offsets, answers, served))
+
+    def crash(self, broker_id: int, cut_from: int | None, restart_with: tuple[Batch, ...]) -> None:
+        """Crash (cutting the log from `cut_from`, None: nothing cut), restart with `restart_with`."""
+        self.now_ms += 10
+        cuts = () if cut_from is None else ((TP, cut_from),)
+        self.checker.observe(BrokerCrashed(self.now_ms, broker_id, cuts))
+        if cut_from is not None:
+            self.ends[broker_id] = cut_from
+        self.incarnations[broker_id] += 1
+        self.open(broker_id, restart_with)
+
+    def replicate_acked(self, record: Batch, isr_size: int = 3) -> None:
+        """Broker 1 leads: it appends `record`, both followers fetch it, the HW passes it and the
+        leader acknowledges it (acks=all)."""
+        self.step(1, AppendedBatches((record,)), high_watermark=record.base_offset, leader=True)
+        self.step(2, AppendedBatches((record,)), high_watermark=record.base_offset)
+        self.step(3, AppendedBatches((record,)), high_watermark=record.base_offset)
+        ack = ProduceAnswered(record.tail, ACKS_ALL, ErrorCode.NONE, record.base_offset, isr_size, 2)
+        self.step(1, high_watermark=record.next_offset, leader=True, answers=(ack,))
+
+
+def test_acked_record_every_holder_crashed_with_is_excused_by_kind() -> None:
+    """Every replica that held the record at the ack lost it in a crash: no system keeps it."""
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    for broker_id in (1, 2, 3):
+        cluster.crash(broker_id, 0, ())
+    figures = cluster.checker.finish()
+    assert figures.excused == {"every holder crashed with it unflushed": 1}
+
+
+def test_acked_record_truncated_by_the_protocol_on_one_holder_is_a_violation() -> None:
+    """The last replica standing (KIP-966): two holders crash with the record unflushed, a new
+    leader without it makes the third truncate it. The old checker excused this (every ISR member
+    at the time of the loss had lost it); a holder's protocol truncation is no excuse."""
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    cluster.crash(1, 0, ())
+    cluster.crash(3, 0, ())
+    cluster.step(2, TruncatedTo(0), high_watermark=0)
+    with pytest.raises(InvariantViolation, match=r"acks=all batch \[0, 1\).*broker 2 truncated by the protocol"):
+        cluster.checker.finish()
+
+
+def test_a_holders_last_loss_counts_not_its_first() -> None:
+    """A holder that lost the record in a crash, fetched it again and then truncated it by the
+    protocol lost it to the protocol."""
+    cluster = Cluster()
+    record = batch(0, b"a")
+    cluster.replicate_acked(record)
+    cluster.crash(2, 0, ())
+    cluster.step(2, AppendedBatches((record,)), high_watermark=1)
+    cluster.crash(1, 0, ())
+    cluster.crash(3, 0, ())
+    cluster.step(2, TruncatedTo(0), high_watermark=0)
+    with pytest.raises(InvariantViolation, match="broker 2 truncated by the protocol"):
+        cluster.checker.finish()
+
+
+def test_a_copy_fetched_after_every_holder_lost_it_keeps_the_record() -> None:
+    """A fetch answer still on the wire brings the record back: it is not lost."""
+    cluster = Cluster()
+    record = batch(0, b"a")
+    cluster.replicate_acked(record)
+    for broker_id in (1, 2, 3):
+        cluster.crash(broker_id, 0, ())
+    cluster.step(2, AppendedBatches((record,)), high_watermark=1)
+    assert cluster.checker.finish().excused == {}
+
+
+def test_wiped_holders_excuse_the_loss_as_wiped() -> None:
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    for broker_id in (1, 2, 3):
+        cluster.checker.observe(BrokerWiped(cluster.now_ms, broker_id))
+        cluster.ends[broker_id] = 0
+        cluster.incarnations[broker_id] += 1
+        cluster.open(broker_id, ())
+    assert cluster.checker.finish().excused == {"every holder's disk was wiped": 1}
+
+
+def test_an_uncommitted_batch_may_be_overwritten() -> None:
+    """An acks=1 write the leader lost before anyone had it below an HW: truncation by leader epoch
+    overwrites it (Kafka's contract)."""
+    cluster = Cluster()
+    cluster.step(1, AppendedBatches((batch(0, b"a"),)), high_watermark=0, leader=True)
+    cluster.step(1, TruncatedTo(0), high_watermark=0)
+    cluster.step(2, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+    assert cluster.checker.finish().offsets_reused == 0
+
+
+def test_a_committed_batch_overwritten_while_a_copy_lives_is_a_violation() -> None:
+    """Broker 3 still holds the committed batch when broker 2 commits another at its offset."""
+    cluster = Cluster()
+    committed = batch(0, b"a")
+    cluster.step(1, AppendedBatches((committed,)), high_watermark=0, leader=True)
+    cluster.step(3, AppendedBatches((committed,)), high_watermark=1)
+    cluster.crash(1, 0, ())
+    cluster.step(2, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+    with pytest.raises(InvariantViolation, match="replaced at its offset and still exists on \\[3\\]"):
+        cluster.checker.finish()
+
+
+def test_a_committed_batch_overwritten_then_truncated_on_its_last_holder_is_a_violation() -> None:
+    """Another batch is committed over it while broker 3 still holds it; broker 3 then truncates it
+    by the protocol: the loss is judged at the end and says what happened."""
+    cluster = Cluster()
+    committed = batch(0, b"a")
+    cluster.step(1, AppendedBatches((committed,)), high_watermark=0, leader=True)
+    cluster.step(3, AppendedBatches((committed,)), high_watermark=1)
+    cluster.crash(1, 0, ())
+    cluster.step(2, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+    cluster.step(3, TruncatedTo(0), high_watermark=0)
+    with pytest.raises(InvariantViolation, match=r"broker 3 truncated by the protocol.*committed over it while"):
+        cluster.checker.finish()
+
+
+def test_a_batch_committed_again_over_its_replacement_is_judged_as_first_acknowledged() -> None:
+    """A stale HW on broker 2 commits the acknowledged batch again over the one a new leader
+    committed; broker 2 then truncates it. The loss is the acknowledged record's, with the holders
+    it had at the ack."""
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    cluster.crash(3, 0, ())
+    cluster.crash(1, 0, ())
+    cluster.step(3, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+    cluster.step(2, high_watermark=1)
+    assert (cluster.checker.figures.committed, cluster.checker.figures.displaced) == (2, 2)
+    cluster.step(2, TruncatedTo(0), high_watermark=0)
+    with pytest.raises(InvariantViolation, match=r"acks=all batch \[0, 1\).*held then by \[1, 2, 3\]"):
+        cluster.checker.finish()
+
+
+def test_offsets_are_reused_after_an_excused_loss() -> None:
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    for broker_id in (1, 2, 3):
+        cluster.crash(broker_id, 0, ())
+    cluster.step(2, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+    figures = cluster.checker.finish()
+    assert (figures.offsets_reused, figures.excused["every holder crashed with it unflushed"]) == (1, 1)
+
+
+def test_deleted_offsets_are_reused_only_after_every_holder_crashed_below_them() -> None:
+    """DeleteRecords passed the batch on every replica; a crash then cuts one replica's log below it
+    (its logStartOffset checkpoint was older) and that replica, re-elected, writes at offset 0
+    while the others still know offset 0 was used."""
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    for broker_id in (1, 2, 3):
+        cluster.step(broker_id, DeletedBelow(1), high_watermark=1, leader=broker_id == 1)
+    cluster.starts[1] = 0
+    cluster.crash(1, 0, ())
+    with pytest.raises(InvariantViolation, match="deleted by logStartOffset"):
+        cluster.step(1, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+
+
+def test_a_produce_answered_nothing_appended_must_append_nothing() -> None:
+    cluster = Cluster()
+    record = batch(0, b"a")
+    refused = ProduceAnswered(record.tail, ACKS_ALL, ErrorCode.NOT_ENOUGH_REPLICAS, -1, 1, 2)
+    with pytest.raises(InvariantViolation, match="NOT_ENOUGH_REPLICAS"):
+        cluster.step(1, AppendedBatches((record,)), high_watermark=0, leader=True, answers=(refused,))
+
+
+def test_nothing_above_the_high_watermark_is_served() -> None:
+    cluster = Cluster()
+    record = batch(0, b"a")
+    served = FetchServed(101, ErrorCode.NONE, 0, (record,))
+    with pytest.raises(InvariantViolation, match="at or above its HW 0"):
+        cluster.step(1, AppendedBatches((record,)), high_watermark=0, leader=True, served=(served,))
+
+
+def test_the_high_watermark_served_to_a_consumer_never_falls() -> None:
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    cluster.step(2, high_watermark=1, served=(FetchServed(101, ErrorCode.NONE, 1, ()),))
+    with pytest.raises(InvariantViolation, match="went backwards"):
+        cluster.step(2, high_watermark=1, served=(FetchServed(101, ErrorCode.NONE, 0, ()),))
+
+
+def test_a_consumer_answer_that_skips_records_is_a_violation() -> None:
+    cluster = Cluster()
+    skipped = ConsumerPolled(cluster.now_ms, 101, TP, 1, 0, ErrorCode.NONE, 0, (batch(1, b"b"),), 0, 2)
+    with pytest.raises(InvariantViolation, match="skips records"):
+        cluster.checker.observe(skipped)
+
+
+def test_a_consumer_jumps_only_up_to_the_log_start_offset() -> None:
+    """Out of range below the logStartOffset: the records there were deleted, the consumer moves up
+    to it. Out of range above it (the log end is behind): the consumer must not move."""
+    cluster = Cluster()
+    cluster.checker.observe(ConsumerPolled(0, 101, TP, 1, 0, ErrorCode.OFFSET_OUT_OF_RANGE, 5, (), 0, 5))
+    with pytest.raises(InvariantViolation, match="position moved 5 -> 9, expected 5"):
+        cluster.checker.observe(ConsumerPolled(0, 101, TP, 1, 5, ErrorCode.OFFSET_OUT_OF_RANGE, 3, (), 5, 9))
+
+
+def test_a_restart_must_open_what_the_crash_left() -> None:
+    """The crash says it cut nothing; the log opens shorter: the crash model and recovery disagree."""
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    cluster.ends[1] = 0
+    with pytest.raises(ObservationError, match="the log is \\[0, 0\\)"):
+        cluster.crash(1, None, ())
