@@ -89,7 +89,10 @@ class SimOptions(FaultOptions):
         observers = 1 if rng.random() < 0.3 else 0
         election_timeout_ms = rng.choice((50, 100, 150))
         fetch_timeout_ms = election_timeout_ms * rng.choice((3, 4, 6)) // 2
-        calm = rng.random() < 0.15  # some runs have no faults at all: the happy path must work too
+        # Some runs have no faults at all: the happy path must work too. Few (3 %), and every other
+        # run crashes nodes now and then: a campaign needs 80 % of its seeds with a write acknowledged
+        # during a fault (tests/sim/fault_window.py).
+        calm = rng.random() < 0.03
         election_backoff_max_ms = rng.choice((0, election_timeout_ms // 2, election_timeout_ms))
         request_timeout_ms = rng.choice((election_timeout_ms // 2, election_timeout_ms, fetch_timeout_ms))
         return cls(
@@ -114,11 +117,11 @@ class SimOptions(FaultOptions):
             drop_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05, 0.2)),
             duplicate_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.1)),
             chaos_interval_ms=election_timeout_ms // 2,
-            partition_probability=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
+            partition_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.1)),
             partition_heal_probability=rng.choice((0.05, 0.2, 0.5)),
-            crash_probability=0.0 if calm else rng.choice((0.0, 0.02, 0.05, 0.15)),
+            crash_probability=0.0 if calm else rng.choice((0.05, 0.1, 0.15)),
             restart_probability=rng.choice((0.1, 0.3, 0.8)),
-            pause_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
+            pause_probability=0.0 if calm else rng.choice((0.0, 0.03, 0.05)),
             pause_max_ms=rng.choice((2, 5, 20)) * election_timeout_ms,
             tear_probability=rng.choice((0.0, 0.5, 1.0)),
             proposal_interval_max_ms=rng.choice((2, 10, 40)),

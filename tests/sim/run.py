@@ -44,6 +44,7 @@ class SeedOutcome:
     committed: int
     fetch_timeout_ms: int = 0
     wipes: int = 0
+    acked_during_fault: int = 0
 
 
 def replay_command(seed: int, spec_path: str = "") -> str:
@@ -68,9 +69,11 @@ def run_seed(seed: int, spec_path: str = "") -> SeedOutcome:
         result = simulation.run()
     except Exception:  # every failure of a seed is reported, none hidden
         return SeedOutcome(seed, traceback.format_exc(limit=-6), None, None, simulation.result.steps,
-                           simulation.now_ms, len(simulation.checker.canonical))
+                           simulation.now_ms, len(simulation.checker.canonical),
+                           acked_during_fault=simulation.result.acked_during_fault)
     return SeedOutcome(seed, None, result.election_after_crash_ms, result.liveness_ms, result.steps,
-                       result.simulated_ms, result.committed, simulation.options.fetch_timeout_ms, result.wipes)
+                       result.simulated_ms, result.committed, simulation.options.fetch_timeout_ms, result.wipes,
+                       result.acked_during_fault)
 
 
 def run_seeds(seeds: Iterable[int], jobs: int, spec_path: str = "") -> Iterator[SeedOutcome]:
@@ -134,7 +137,8 @@ def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int, spe
 
 def _ok_line(result: SimResult) -> str:
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} committed={result.committed} "
-            f"elections={result.elections} crashes={result.crashes} wipes={result.wipes} messages={result.messages} "
+            f"elections={result.elections} crashes={result.crashes} wipes={result.wipes} "
+            f"acked_during_fault={result.acked_during_fault} messages={result.messages} "
             f"election_after_crash_ms={result.election_after_crash_ms} liveness_ms={result.liveness_ms}")
 
 
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_one(args.seed, args.trace, args.spec)
     summary = run_many(seed_runner.chosen_seeds(args, REGRESSIONS), args.jobs, record=not args.no_record,
                        progress_every=args.progress, spec_path=args.spec)
-    return 1 if summary.failures else 0
+    return seed_runner.exit_status(args, summary)
 
 
 if __name__ == "__main__":

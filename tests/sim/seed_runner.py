@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
+import random
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+
+from tests.sim.fault_window import COVERAGE_MIN
 
 Number = TypeVar("Number", int, float)
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +35,8 @@ class Outcome(Protocol):
     def failure(self) -> str | None: ...
     @property
     def steps(self) -> int: ...
+    @property
+    def acked_during_fault(self) -> int: ...
 
 
 OutcomeT = TypeVar("OutcomeT", bound=Outcome)
@@ -85,22 +91,40 @@ def percentile(values: Sequence[Number], fraction: float) -> Number | None:
 
 @dataclass(slots=True)
 class Tally:
-    """What every campaign counts; a simulator's Summary adds its own figures and `report`."""
+    """What every campaign counts; a simulator's Summary adds its own figures and `report`.
+    `seeds_acked_during_fault`: seeds that had a write acknowledged while a fault was active
+    (`tests/sim/fault_window.py`); a campaign with fewer than COVERAGE_MIN of those fails."""
 
     seeds: int = 0
     steps: int = 0
+    seeds_acked_during_fault: int = 0
     failures: list[Any] = field(default_factory=list)
 
     def count(self, outcome: Outcome) -> None:
         self.seeds += 1
         self.steps += outcome.steps
+        if outcome.acked_during_fault:
+            self.seeds_acked_during_fault += 1
         if outcome.failure is not None:
             self.failures.append(outcome)
 
+    @property
+    def coverage(self) -> float:
+        return self.seeds_acked_during_fault / max(self.seeds, 1)
+
+    def coverage_shortfall(self) -> str | None:
+        """Why the campaign fails although no seed did: too few seeds tested a write under a fault."""
+        if self.coverage >= COVERAGE_MIN:
+            return None
+        return (f"only {self.seeds_acked_during_fault} of {self.seeds} seeds ({self.coverage:.1%}) had a write "
+                f"acknowledged during a fault; a campaign needs {COVERAGE_MIN:.0%}")
+
     def head(self, elapsed_s: float) -> str:
-        """The first words of every summary: seeds, failures, speed, steps per seed."""
+        """The first words of every summary: seeds, failures, speed, steps per seed, and the seeds
+        that had a write acknowledged during a fault."""
         return (f"seeds={self.seeds} failures={len(self.failures)} elapsed={elapsed_s:.1f}s "
-                f"seeds/s={self.seeds / max(elapsed_s, 1e-9):.1f} steps/seed={self.steps // max(self.seeds, 1)}")
+                f"seeds/s={self.seeds / max(elapsed_s, 1e-9):.1f} steps/seed={self.steps // max(self.seeds, 1)} "
+                f"acked-during-fault={self.seeds_acked_during_fault} ({self.coverage:.1%})")
 
 
 class Summary(Protocol[OutcomeT]):
@@ -109,6 +133,7 @@ class Summary(Protocol[OutcomeT]):
 
     def add(self, outcome: OutcomeT) -> None: ...
     def report(self, elapsed_s: float) -> str: ...
+    def coverage_shortfall(self) -> str | None: ...
 
 
 SummaryT = TypeVar("SummaryT", bound=Summary[Any])
@@ -176,3 +201,19 @@ def chosen_seeds(args: argparse.Namespace, regressions: Path) -> list[int]:
     if args.regressions:
         return regression_seeds(regressions)
     return list(range(args.start, args.start + (args.seeds or 1000)))
+
+
+def campaign_start(variable: str) -> int:
+    """The first seed of a test campaign: the environment variable `variable` if set (to replay a
+    campaign), else drawn at random for this run, so that every run tries seeds no run tried before
+    (issue 11: a fixed range finds nothing new after its first run)."""
+    value = os.environ.get(variable)
+    return int(value) if value else random.SystemRandom().randrange(1_000_000_000)
+
+
+def exit_status(args: argparse.Namespace, summary: Summary[Any]) -> int:
+    """1 if a seed failed, or if a campaign (not the regressions) fell short of its coverage."""
+    shortfall = None if args.regressions else summary.coverage_shortfall()
+    if shortfall is not None:
+        print(f"FAIL campaign: {shortfall}", flush=True)
+    return 1 if summary.failures or shortfall is not None else 0

@@ -65,6 +65,7 @@ from controller.raft_messages import (
 )
 from tests.sim.checker import SafetyChecker
 from tests.sim.disk import default_root
+from tests.sim.fault_window import FaultWindow
 from tests.sim.metadata_workload import ControllerRequest, MetadataWorkload, SimControllerDriver
 from tests.sim.network import SimNetwork
 from tests.sim.node import SimNode
@@ -105,6 +106,7 @@ class Proposal:
     liveness: bool
     attempts: int = 1
     request: Any = None  # the metadata workload's controller request (payload is then empty)
+    sent_ms: int = -1  # when the client first sent it
 
 
 @dataclass(slots=True)
@@ -116,6 +118,7 @@ class SimResult:
     elections: int = 0
     crashes: int = 0
     wipes: int = 0
+    acked_during_fault: int = 0  # safety-phase requests answered across a fault (FaultWindow)
     election_after_crash_ms: int | None = None
     liveness_ms: int | None = None
     messages: int = 0
@@ -155,6 +158,7 @@ class Simulation:
         self.network = SimNetwork(self.rng, self.options)
         self.checker = SafetyChecker(spec)
         self.result = SimResult(seed)
+        self.fault_window = FaultWindow(self.options.fetch_timeout_ms + self.options.election_timeout_ms)
         self.now_ms = 0
         self.queue: list[tuple[int, int, Kind, object]] = []
         self.sequence = 0
@@ -286,6 +290,8 @@ class Simulation:
 
     def _start(self, node: SimNode, restarted: bool) -> None:
         node.start(self.now_ms, self._send, self._observe_ready)
+        if restarted:
+            self.fault_window.ended(self.now_ms)
         self._log(f"{self.now_ms:9d} n{node.node_id} start incarnation={node.incarnation} "
                   f"epoch={node.raft.epoch} voted={node.raft.voted_id} log=[{node.raft.log.log_start_offset}, "
                   f"{node.raft.log.log_end_offset}) role={node.raft.role.value}")
@@ -297,6 +303,7 @@ class Simulation:
     def _crash(self, node: SimNode) -> None:
         cuts = node.crash(self.rng, self.options.tear_probability)
         self.controllers.pop(node.node_id, None)
+        self.fault_window.crashed(self.now_ms)
         self.result.crashes += 1
         self._log(f"{self.now_ms:9d} n{node.node_id} crash cuts={cuts}")
 
@@ -447,6 +454,8 @@ class Simulation:
         target = hinted if hinted is not None else self.rng.choice(up)
         proposal.proposal_id = self.next_proposal_id
         proposal.node_id = target
+        if proposal.sent_ms < 0:
+            proposal.sent_ms = self.now_ms
         self.next_proposal_id += 1
         self.proposals[proposal.proposal_id] = proposal
         self._schedule(self.now_ms + 4 * self.options.fetch_timeout_ms, Kind.CLIENT_TIMEOUT, proposal.proposal_id)
@@ -468,6 +477,10 @@ class Simulation:
         """The node's response reaches the client (its records, if any, are committed)."""
         self.leader_hint = node_id
         proposal = self.proposals.pop(proposal_id, None)
+        if proposal is not None and not proposal.liveness and self.fault_window.covers(
+            proposal.sent_ms, self.now_ms, self._fault_active()
+        ):
+            self.result.acked_during_fault += 1
         if proposal is not None and proposal.liveness:
             self.liveness_outstanding -= 1
             assert self.liveness_outstanding >= 0, f"{self.liveness_outstanding} liveness requests outstanding"
@@ -516,7 +529,7 @@ class Simulation:
         if rng.random() < options.partition_probability:
             self._log(f"{self.now_ms:9d} partition {self.network.partition(node_ids)}")
         if self.network.blocked and rng.random() < options.partition_heal_probability:
-            self.network.heal()
+            self._heal_links()
             self._log(f"{self.now_ms:9d} partition healed")
         up = [node for node in self.nodes.values() if node.up]
         if up and rng.random() < options.crash_probability:
@@ -549,6 +562,7 @@ class Simulation:
         if not node.up or node.paused_until_ms < 0 or node.paused_until_ms > self.now_ms:
             return
         node.paused_until_ms = -1
+        self.fault_window.ended(self.now_ms)
         inbox, node.inbox = node.inbox, []
         self._log(f"{self.now_ms:9d} n{node.node_id} resume with {len(inbox)} held events")
         for event in inbox:
@@ -557,13 +571,23 @@ class Simulation:
         if node.up:
             self._step(node, Tick())
 
+    def _fault_active(self) -> bool:
+        """A node is down or paused, or a link is cut."""
+        return any(not node.up or node.paused_until_ms >= 0 for node in self.nodes.values()) or bool(
+            self.network.blocked)
+
+    def _heal_links(self) -> None:
+        if self.network.blocked:
+            self.fault_window.ended(self.now_ms)
+        self.network.heal()
+
     # -- liveness -------------------------------------------------------------------------------
 
     def _heal(self) -> None:
         self.liveness_started_ms = self.now_ms
         self.liveness_deadline_ms = self.now_ms + self.liveness_bound_ms
         self.network.faulty = False
-        self.network.heal()
+        self._heal_links()
         self.proposals = {pid: proposal for pid, proposal in self.proposals.items() if proposal.liveness}
         self._log(f"{self.now_ms:9d} heal: liveness phase until {self.liveness_deadline_ms}")
         for node in self.nodes.values():

@@ -31,6 +31,7 @@ class SeedOutcome:
     failure: str | None
     steps: int
     acked_all: int
+    acked_during_fault: int
     crashes: int
     truncations: int
     wipes: int
@@ -42,7 +43,8 @@ class SeedOutcome:
     @classmethod
     def of(cls, seed: int, failure: str | None, result: SimResult) -> SeedOutcome:
         figures = result.checker
-        return cls(seed, failure, result.steps, result.acked_all, result.crashes, result.truncations, result.wipes,
+        return cls(seed, failure, result.steps, result.acked_all, result.acked_all_during_fault, result.crashes,
+                   result.truncations, result.wipes,
                    tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
                    None if failure else result.liveness_ms)
 
@@ -78,6 +80,7 @@ def record_regression(seed: int, failure: str) -> None:
 @dataclass(slots=True)
 class Summary(seed_runner.Tally):
     acked_all: int = 0
+    acked_during_fault: int = 0
     crashes: int = 0
     truncations: int = 0
     wipes: int = 0
@@ -89,6 +92,7 @@ class Summary(seed_runner.Tally):
     def add(self, outcome: SeedOutcome) -> None:
         self.count(outcome)
         self.acked_all += outcome.acked_all
+        self.acked_during_fault += outcome.acked_during_fault
         self.crashes += outcome.crashes
         self.truncations += outcome.truncations
         self.wipes += outcome.wipes
@@ -101,7 +105,8 @@ class Summary(seed_runner.Tally):
     def report(self, elapsed_s: float) -> str:
         excuses = ", ".join(f"{kind}: {count}" for kind, count in sorted(self.excused.items())) or "none"
         return (
-            f"{self.head(elapsed_s)} acks=all={self.acked_all} crashes={self.crashes} wipes={self.wipes} "
+            f"{self.head(elapsed_s)} acks=all={self.acked_all} (during a fault: {self.acked_during_fault}) "
+            f"crashes={self.crashes} wipes={self.wipes} "
             f"truncations={self.truncations} heal-to-converged p99={percentile(self.liveness, 0.99)} "
             f"max={max(self.liveness, default=None)} ms\n"
             f"excused acks=all batches: {excuses}; excused other committed batches: {self.excused_unacked}; "
@@ -118,7 +123,8 @@ def _ok_line(result: SimResult) -> str:
     figures = result.checker
     excused = ",".join(f"{kind.replace(' ', '-')}:{count}" for kind, count in sorted(figures.excused.items()))
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} produced={result.produced} "
-            f"acked_all={result.acked_all} consumed_batches={figures.consumed_batches} crashes={result.crashes} "
+            f"acked_all={result.acked_all} acked_all_during_fault={result.acked_all_during_fault} "
+            f"consumed_batches={figures.consumed_batches} crashes={result.crashes} "
             f"wipes={result.wipes} leader_changes={result.leader_changes} truncations={result.truncations} "
             f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "
             f"liveness_ms={result.liveness_ms}")
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_one(args.seed, args.trace)
     summary = run_many(seed_runner.chosen_seeds(args, REGRESSIONS), args.jobs, record=not args.no_record,
                        progress_every=args.progress)
-    return 1 if summary.failures else 0
+    return seed_runner.exit_status(args, summary)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ Phases:
    leader, a full ISR, one acks=all
    record acknowledged, and every replica at the same LEO with HW = LEO. Then the final checks:
    every replica's log is read whole for the checker, which gives its last verdicts.
+
+`acked_all_during_fault` counts the acks=all writes sent in the safety phase that lived through a
+fault (`FaultWindow`): the campaigns' coverage figure.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values
 from tests.sim.disk import default_root
+from tests.sim.fault_window import FaultWindow
 from tests.sim.kernel.disk import DiskModel
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import WALL_START_MS, SimBroker
@@ -120,6 +124,7 @@ class SimResult:
     simulated_ms: int = 0
     produced: int = 0
     acked_all: int = 0
+    acked_all_during_fault: int = 0
     crashes: int = 0
     wipes: int = 0
     leader_changes: int = 0
@@ -199,10 +204,12 @@ class Simulation:
         self.admin_answers: dict[int, Any] = {}
         self.checker = ReplicationChecker(self.topic_partitions)
         self.observers: dict[int, BrokerObserver] = {}
+        self.fault_window = FaultWindow(self.options.session_timeout_ms + self.options.replica_lag_time_max_ms)
+        self.produce_sent_ms: dict[int, int] = {}  # client request id -> when the producer sent it (safety phase)
         self.brokers = {broker_id: SimBroker(broker_id, self.root, self) for broker_id in BROKER_IDS}
         self.faulty = True
         self.client_ids = 0
-        self.produces_in_flight: dict[int, float] = {}
+        self.produces_in_flight: dict[int, tuple[int, TopicPartition]] = {}  # request id -> (deadline, partition)
         self.client_view: dict[TopicPartition, tuple[int, int]] = {}
         self.consumer_positions = dict.fromkeys(self.topic_partitions, 0)
         self.consumer_fetch_offsets: dict[int, int] = {}  # request id -> the position it fetched at
@@ -262,10 +269,25 @@ class Simulation:
             for observation in self.observers[broker.broker_id].handled(self.now_ms, ready, broker.partitions):
                 self.checker.observe(observation)
 
-    def acked(self, broker: SimBroker, topic_partition: TopicPartition, result: ProduceResult,
-              records: bytes) -> None:
-        """An acks=all produce answered with success (the checker saw it in the call's steps)."""
+    def acked(self, broker: SimBroker, topic_partition: TopicPartition, client_request_id: int) -> None:
+        """An acks=all produce answered with success (the checker saw it in the call's steps); did
+        it live through a fault?"""
         self.result.acked_all += 1
+        sent_ms = self.produce_sent_ms.pop(client_request_id, None)
+        if sent_ms is not None and self.fault_window.covers(sent_ms, self.now_ms, self._fault_active()):
+            self.result.acked_all_during_fault += 1
+
+    def _fault_active(self) -> bool:
+        """A broker or controller node is down or paused, or a link is cut."""
+        return (any(not broker.up or self._paused(broker) for broker in self.brokers.values())
+                or any(node_id not in self.quorum.drivers or self._controller_paused(node_id)
+                       for node_id in CONTROLLER_IDS)
+                or bool(self.network.blocked))
+
+    def _heal_links(self) -> None:
+        if self.network.blocked:
+            self.fault_window.ended(self.now_ms)
+        self.network.heal()
 
     # -- the run -------------------------------------------------------------------------------------
 
@@ -432,6 +454,8 @@ class Simulation:
         self.quorum_tick_at.pop(node_id, None)
         self.controller_paused_until[node_id] = -1
         self.controller_held[node_id] = []
+        if restarted:
+            self.fault_window.ended(self.now_ms)
         self._quorum_step(node_id, lambda: self.quorum.start(node_id, self.now_ms, restarted))
         self.trace(f"controller {node_id} starts (incarnation {self.quorum.nodes[node_id].incarnation})")
 
@@ -504,6 +528,7 @@ class Simulation:
     def _produce(self) -> None:
         if self.faulty:
             self.schedule(self.now_ms + self.rng.randint(1, self.options.produce_interval_max_ms), Kind.PRODUCE)
+        self._expire_produces()
         if len(self.produces_in_flight) >= PRODUCES_IN_FLIGHT_MAX:
             return
         topic_partition = self.rng.choice(self.topic_partitions)
@@ -513,6 +538,15 @@ class Simulation:
             leader, _ = self._view(topic_partition)
             if leader != NO_LEADER:
                 self.send(Message(PRODUCER_ID, leader, ClientDeleteRecords(topic_partition, -1)))
+
+    def _expire_produces(self) -> None:
+        """Give up on produces unanswered a request timeout past their own (a real client's
+        request.timeout.ms): the leader may be gone, so look the partition's leader up again
+        rather than wait with every slot taken."""
+        for request_id, (deadline_ms, topic_partition) in list(self.produces_in_flight.items()):
+            if deadline_ms + self.options.request_timeout_ms < self.now_ms:
+                del self.produces_in_flight[request_id]
+                self._view(topic_partition, refresh=True)
 
     def _send_produce(self, topic_partition: TopicPartition, acks: int, leader_id: int | None = None) -> int:
         """Send one batch to the partition's leader as the client sees it (or `leader_id`); return
@@ -528,7 +562,9 @@ class Simulation:
         values = [b"%d:%d:%d" % (topic_partition.partition, self.client_ids, index) for index in range(count)]
         records = build_batch_from_values(values, timestamp_ms=WALL_START_MS + self.now_ms)  # the producer's clock
         self.result.produced += 1
-        self.produces_in_flight[self.client_ids] = self.now_ms + self.options.produce_timeout_ms
+        self.produces_in_flight[self.client_ids] = (self.now_ms + self.options.produce_timeout_ms, topic_partition)
+        if self.faulty and acks == -1:
+            self.produce_sent_ms[self.client_ids] = self.now_ms
         request = ProduceRequest(self.client_ids, records, acks, self.options.produce_timeout_ms,
                                  epoch if self.rng.random() < 0.5 else -1)
         self.send(Message(PRODUCER_ID, leader, ClientProduce(topic_partition, request)))
@@ -549,10 +585,6 @@ class Simulation:
         self.send(Message(CONSUMER_ID, replica, ClientFetch(topic_partition, request, wait)))
 
     def _to_client(self, body: Any) -> None:
-        now_ms = self.now_ms
-        for request_id, deadline in list(self.produces_in_flight.items()):
-            if deadline + 2 * self.options.request_timeout_ms < now_ms:
-                del self.produces_in_flight[request_id]
         if isinstance(body, ClientProduceAnswer):
             self.produce_results[body.result.request_id] = body.result
             self.produces_in_flight.pop(body.result.request_id, None)
@@ -589,10 +621,12 @@ class Simulation:
         if rng.random() < options.partition_probability:
             self.trace(f"chaos: partition {self.network.partition(node_ids)}")
         if self.network.blocked and rng.random() < options.partition_heal_probability:
-            self.network.heal()
+            self._heal_links()
             self.trace("chaos: heal links")
         if rng.random() < options.leader_fault_probability:
             self._leader_fault()
+        if rng.random() < options.follower_fault_probability:
+            self._follower_fault()
         for broker in self.brokers.values():
             if broker.up and rng.random() < options.crash_probability:
                 self._crash(broker)
@@ -634,6 +668,7 @@ class Simulation:
         cuts = self.quorum.crash(node_id, self.rng, self.options.tear_probability)
         self.quorum_tick_at.pop(node_id, None)
         self.parked_metadata = [parked for parked in self.parked_metadata if parked[0] != node_id]
+        self.fault_window.crashed(self.now_ms)
         self.result.crashes += 1
         self.trace(f"chaos: crash controller {node_id} cuts={cuts}")
 
@@ -646,6 +681,7 @@ class Simulation:
         if node_id not in self.quorum.drivers or self._controller_paused(node_id):
             return
         self.controller_paused_until[node_id] = -1
+        self.fault_window.ended(self.now_ms)
         held, self.controller_held[node_id] = self.controller_held[node_id], []
         self.trace(f"resume controller {node_id} with {len(held)} held messages")
         for message in held:
@@ -675,6 +711,27 @@ class Simulation:
             for other in others:
                 self.network.blocked |= {(leader_id, other), (other, leader_id)}
 
+    def _follower_fault(self) -> None:
+        """Crash, pause (one to three replica.lag.time.max.ms) or cut off from its leader a follower
+        of a random partition: the ISR shrinks around it and the partition goes on acknowledging
+        acks=all writes with fewer copies, the schedule durability is about."""
+        rng = self.rng
+        state = self.controller.partition(rng.choice(self.topic_partitions))
+        follower_id = rng.choice([replica for replica in state.replicas if replica != state.leader])
+        kind = rng.choice(("crash", "pause", "cut-leader"))
+        broker = self.brokers[follower_id]
+        if not broker.up or self._paused(broker):
+            return
+        self.trace(f"chaos: follower fault {kind} on broker {follower_id}")
+        if kind == "crash":
+            self._crash(broker)
+        elif kind == "pause":
+            lag_ms = self.options.replica_lag_time_max_ms
+            broker.paused_until_ms = self.now_ms + rng.randint(lag_ms, 3 * lag_ms)
+            self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
+        elif state.leader != NO_LEADER:
+            self.network.blocked |= {(follower_id, state.leader), (state.leader, follower_id)}
+
     def _crash(self, broker: SimBroker) -> None:
         """A power loss; with `wipe_probability` the disk is replaced too (the broker restarts empty,
         with a new directory id: it must rejoin as an empty follower, never lead)."""
@@ -687,10 +744,12 @@ class Simulation:
             cut_from, cuts = broker.crash(self.rng, self.options.tear_probability)
             self.checker.observe(BrokerCrashed(self.now_ms, broker.broker_id, tuple(sorted(cut_from.items()))))
             self.trace(f"chaos: crash broker {broker.broker_id} cut_from={cut_from} cuts={cuts}")
+        self.fault_window.crashed(self.now_ms)
         self.result.crashes += 1
 
     def _restart(self, broker: SimBroker) -> None:
         broker.start(self.now_ms)
+        self.fault_window.ended(self.now_ms)
         self.trace(f"chaos: restart broker {broker.broker_id} as incarnation {broker.incarnation}")
         self.schedule(self.now_ms, Kind.DUTY, (broker.broker_id, broker.incarnation))
 
@@ -702,6 +761,7 @@ class Simulation:
         if not broker.up or broker.incarnation != incarnation or self._paused(broker):
             return
         broker.paused_until_ms = -1
+        self.fault_window.ended(self.now_ms)
         held, broker.held = broker.held, []
         self.trace(f"resume broker {broker_id} with {len(held)} held messages")
         for message in held:
@@ -715,7 +775,7 @@ class Simulation:
         """End of the safety phase: no more faults; restart, resume, reconnect everything."""
         self.faulty = False
         self.network.faulty = False
-        self.network.heal()
+        self._heal_links()
         self.liveness_started_ms = self.now_ms
         self.trace("heal: liveness phase")
         for node_id in CONTROLLER_IDS:
@@ -744,6 +804,7 @@ class Simulation:
             return True
         if elapsed > LIVENESS_BOUND_MS:
             raise LivenessFailure(f"not converged {elapsed} ms after healing: {missing}")
+        self._expire_produces()
         for topic_partition in self.topic_partitions:
             if topic_partition not in self.probes_acked and not self.produces_in_flight:
                 self._send_produce(topic_partition, acks=-1)
