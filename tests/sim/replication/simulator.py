@@ -638,7 +638,7 @@ class Simulation:
                 self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
         if rng.random() < options.controller_fault_probability:
             self._controller_fault()
-        if rng.random() < options.clock_step_probability:
+        if options.clock_step_probability and rng.random() < options.clock_step_probability:
             broker = rng.choice(list(self.brokers.values()))
             step_ms = rng.choice(CLOCK_STEPS_MS)
             broker.wall_offset_ms += step_ms
@@ -735,7 +735,7 @@ class Simulation:
     def _crash(self, broker: SimBroker) -> None:
         """A power loss; with `wipe_probability` the disk is replaced too (the broker restarts empty,
         with a new directory id: it must rejoin as an empty follower, never lead)."""
-        if self.rng.random() < self.options.wipe_probability:
+        if self.options.wipe_probability and self.rng.random() < self.options.wipe_probability:
             lost = broker.wipe()
             self.checker.observe(BrokerWiped(self.now_ms, broker.broker_id))
             self.result.wipes += 1
