@@ -31,7 +31,11 @@ call that arrives while Raft does not lead, or when the wait is full, is answere
 at once, naming the leader this node knows of, so the caller retries there.
 
 Requests. A request runs through `QuorumController.handle` at once, against its speculative
-metadata. A result without records is answered at once. A result with records becomes ONE Raft
+metadata. A result without records is answered at once when nothing is pending, else once every
+earlier proposal commits: it was decided on their records (Kafka's controller defers it to the
+last written offset), and an answer from records that a failover then loses misleads the caller
+(replication sim seed 170: INVALID_UPDATE_VERSION from a partition epoch never committed left a
+leader waiting for metadata that never came). A result with records becomes ONE Raft
 batch (`ProposeBatch`: its records commit all together or not at all, KIP-868), proposed in order,
 one per Ready: each must land at its result's `base_offset`, which the office checks against the
 log end the owner reports after the previous proposal, before handing out the next. Its answer
@@ -56,7 +60,7 @@ office wants its next `OfficeTick`.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.controller_api import ControllerTick
@@ -168,6 +172,9 @@ class _Proposal:
     token: object | None
     request: Any
     result: ControllerResult[Any]
+    # Results without records decided after this one (token, request, response): answered once
+    # this proposal commits, since they were decided on metadata that includes its records.
+    after: list[tuple[object | None, Any, Any]] = field(default_factory=list)
 
 
 class ControllerOffice:
@@ -307,8 +314,7 @@ class ControllerOffice:
         self._in_flight.clear()
         self._to_propose.clear()
         for proposal in pending:
-            self._answer_error(proposal.token, proposal.request,
-                               f"{reason}; the request may still take effect: retry at the new controller")
+            self._fail(proposal, f"{reason}; the request may still take effect: retry at the new controller")
 
     def _release_awaiting_office(self, reason: str) -> None:
         calls, self._awaiting_office = self._awaiting_office, []
@@ -322,6 +328,9 @@ class ControllerOffice:
         result = self.controller.handle(request, self._now_ms)
         if result.records:
             self._to_propose.append(_Proposal(token, request, result))
+        elif self._to_propose or self._in_flight:
+            last = self._to_propose[-1] if self._to_propose else self._in_flight[max(self._in_flight)]
+            last.after.append((token, request, result.response))
         else:
             self._answer(token, result.response)
 
@@ -334,7 +343,7 @@ class ControllerOffice:
         assert self._raft is not None, "in office before Raft stepped"
         proposal = self._to_propose.popleft()
         if proposal.result.base_offset != self._raft.log_end_offset:
-            self._answer_error(proposal.token, proposal.request, "the controller lost office; retry")
+            self._fail(proposal, "the controller lost office; retry")
             self._leave_office(f"a controller result for offset {proposal.result.base_offset} would land at "
                                f"{self._raft.log_end_offset}")
             return None
@@ -351,10 +360,11 @@ class ControllerOffice:
         if completion.error is RaftError.NONE:
             assert completion.offset == proposal.result.base_offset, f"{completion} for {proposal.result}"
             self._answer(proposal.token, proposal.result.response)
+            for token, _, response in proposal.after:
+                self._answer(token, response)
             return
         code = _PROPOSAL_ERRORS.get(completion.error, ErrorCode.NOT_CONTROLLER)
-        self._answer_error(proposal.token, proposal.request,
-                           f"the metadata log refused the records: {completion.error.name}", code)
+        self._fail(proposal, f"the metadata log refused the records: {completion.error.name}", code)
         self._leave_office(f"the metadata log refused a proposal ({completion.error.name})")
 
     # -- answers ----------------------------------------------------------------------------------
@@ -362,6 +372,12 @@ class ControllerOffice:
     def _answer(self, token: object | None, response: Any) -> None:
         if token is not None:
             self._answers.append(Answer(token, response))
+
+    def _fail(self, proposal: _Proposal, message: str, code: ErrorCode = ErrorCode.NOT_CONTROLLER) -> None:
+        """Answer a proposal that will not complete here, and the results that waited for it."""
+        self._answer_error(proposal.token, proposal.request, message, code)
+        for token, request, _ in proposal.after:
+            self._answer_error(token, request, message, code)
 
     def _answer_error(self, token: object | None, request: Any, message: str,
                       code: ErrorCode = ErrorCode.NOT_CONTROLLER) -> None:

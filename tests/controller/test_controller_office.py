@@ -179,10 +179,32 @@ def test_each_result_is_one_batch_answered_only_after_it_commits() -> None:
     log.append(ready)
     assert "create" not in log.answers
 
-    log.handle(ControllerCall("again", request))  # no records (exists already): answered at once
-    assert log.answers["again"].topics[0].error_code is ErrorCode.TOPIC_ALREADY_EXISTS
+    log.handle(ControllerCall("again", request))  # no records: it exists in the uncommitted metadata
+    assert "again" not in log.answers, "decided on records not yet committed: it waits for them"
     log.commit(2)
     assert log.answers["create"].topics[0].error_code is ErrorCode.NONE
+    assert log.answers["again"].topics[0].error_code is ErrorCode.TOPIC_ALREADY_EXISTS
+    log.handle(ControllerCall("third", request))  # nothing pending: answered at once
+    assert log.answers["third"].topics[0].error_code is ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+def test_an_answer_decided_on_records_a_failover_loses_is_not_controller_instead() -> None:
+    """Goal: no answer rests on metadata that never commits (replication sim seed 170: an
+    INVALID_UPDATE_VERSION from a partition epoch that was lost with the controller left the
+    leader waiting for metadata that never came). Method: a topic is proposed, a second creation
+    of it is decided ("already exists") without records, then the office is lost before commit."""
+    log = Log().in_office()
+    log.call("broker", registration(1))
+    log.commit(0)
+    log.call("heartbeat", BrokerHeartbeatRequest(1, 1, 1))
+    log.commit(1)
+    request = CreateTopicsRequest((CreatableTopic("orders", 1, 1),))
+    log.call("create", request)
+    log.handle(ControllerCall("again", request))
+    assert "again" not in log.answers
+    log.role, log.leader_id = Role.FOLLOWER, 2
+    log.stepped()
+    assert is_not_controller(log.answers["create"]) and is_not_controller(log.answers["again"])
 
 
 def test_results_are_proposed_one_per_ready_in_order_each_at_its_base_offset() -> None:

@@ -21,37 +21,32 @@ broker 2: follower of 1 in epoch 0, ISR [1, 2, 3]
 links 1 <-> 2 cut
 links 1 <-> 3 cut
 broker 1: proposes ISR [1, 3]
-broker 2: follower of 1 in epoch 0, ISR [1, 3]
 broker 1: proposes ISR [1]
 broker 1: AlterPartition answer NONE ISR [1, 3]
-broker 1: leader in epoch 0, ISR [1, 3]
+broker 2: follower of 1 in epoch 0, ISR [1, 3]
 broker 3: follower of 1 in epoch 0, ISR [1, 3]
-broker 2: follower of 1 in epoch 0, ISR [1]
-broker 1: leader in epoch 0, ISR [1]
+broker 1: leader in epoch 0, ISR [1, 3]
 broker 1: AlterPartition answer NONE ISR [1]
-node 1 isolated
 broker 3: follower of 1 in epoch 0, ISR [1]
-broker 3: follower of -1 in epoch 1, ISR []
+broker 1: leader in epoch 0, ISR [1]
+broker 2: follower of 1 in epoch 0, ISR [1]
+node 1 isolated
 broker 2: follower of -1 in epoch 1, ISR []
+broker 3: follower of -1 in epoch 1, ISR []
 links healed
 broker 3: follower of 1 in epoch 2, ISR [1]
 broker 2: follower of 1 in epoch 2, ISR [1]
 broker 1: leader in epoch 2, ISR [1]
 broker 1: proposes ISR [1, 2]
-broker 1: AlterPartition answer NOT_CONTROLLER ISR []
-broker 1: proposes ISR [1, 2]
-broker 1: AlterPartition answer NOT_CONTROLLER ISR []
-broker 1: proposes ISR [1, 2]
-broker 1: AlterPartition answer NOT_CONTROLLER ISR []
-broker 1: AlterPartition answer NONE ISR [1, 2]
 broker 2: follower of 1 in epoch 2, ISR [1, 2]
 broker 1: leader in epoch 2, ISR [1, 2]
+broker 1: AlterPartition answer NONE ISR [1, 2]
 broker 3: follower of 1 in epoch 2, ISR [1, 2]
 broker 1: proposes ISR [1, 2, 3]
 broker 1: AlterPartition answer NONE ISR [1, 2, 3]
-broker 3: follower of 1 in epoch 2, ISR [1, 2, 3]
+broker 1: leader in epoch 2, ISR [1, 2, 3]
 broker 2: follower of 1 in epoch 2, ISR [1, 2, 3]
-broker 1: leader in epoch 2, ISR [1, 2, 3]""".splitlines()
+broker 3: follower of 1 in epoch 2, ISR [1, 2, 3]""".splitlines()
 
 
 def started(**overrides: object) -> Scenario:
@@ -100,7 +95,7 @@ def test_acks_1_leader_dies_before_replicating_and_returns_truncated() -> None:
     assert unreplicated is not None and (unreplicated.error, unreplicated.base_offset) == (NONE, 1)
     scenario.crash(1)
     scenario.reconnect()
-    scenario.run_until(lambda: scenario.state().leader == 2)
+    scenario.run_until(lambda: scenario.state().leader == 2 and scenario.leader_id(2) == 2)
     replacement = scenario.produce(acks=-1)
     assert replacement is not None and (replacement.error, replacement.base_offset) == (NONE, 1)
     scenario.restart(1)
