@@ -55,6 +55,8 @@ from controller.quorum_controller import ControllerConfig
 from controller.raft_log import metadata_log_config
 from controller.raft_messages import (
     Event,
+    FetchRequest,
+    FetchSnapshotRequest,
     Message,
     ProposalCompletion,
     Propose,
@@ -62,6 +64,7 @@ from controller.raft_messages import (
     Ready,
     Role,
     Tick,
+    Unreachable,
 )
 from tests.sim.checker import SafetyChecker
 from tests.sim.disk import default_root
@@ -253,7 +256,12 @@ class Simulation:
     def _dispatch(self, kind: Kind, data: object) -> None:
         if kind is Kind.DELIVER:
             assert isinstance(data, Message), data
-            self._deliver(self.nodes[data.destination_id], data)
+            destination = self.nodes[data.destination_id]
+            if not destination.up and isinstance(data.body, FetchRequest | FetchSnapshotRequest):
+                # A down process refuses the connection: the sender's transport reports it.
+                self._deliver(self.nodes[data.source_id], Unreachable(data.destination_id, data.body.correlation_id))
+            else:
+                self._deliver(destination, data)
         elif kind is Kind.TICK:
             node_id, generation = data  # type: ignore[misc]
             node = self.nodes[node_id]
