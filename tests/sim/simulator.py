@@ -10,7 +10,7 @@ Time is an integer of simulated ms and is never slept. Events wait in one heap k
 sequence): message deliveries, node ticks (each node is ticked at the `next_tick_ms` its last Ready
 asked for), client proposals, chaos ticks, pause ends, the heal and liveness probes. Each node runs
 real storage (a `storage.Log` through `RaftLog`) in a temp directory (/dev/shm when present); a crash
-cuts its files to their last fsynced length (`SimDisk`), a restart recovers through `LogLoader`. A
+puts its files back to what a power loss leaves (`DiskModel`), a restart recovers through `LogLoader`. A
 restart may find the directory wiped (log, quorum-state, snapshots): the node restores as a voter
 without state (controller/raft.py). The system promises safety for one voter without state at a
 time (README), so a disk is wiped only while every other voter has its state.
@@ -64,7 +64,7 @@ from controller.raft_messages import (
     Tick,
 )
 from tests.sim.checker import SafetyChecker
-from tests.sim.disk import default_root
+from tests.sim.kernel.disk import default_root
 from tests.sim.metadata_workload import ControllerRequest, MetadataWorkload, SimControllerDriver
 from tests.sim.network import SimNetwork
 from tests.sim.node import SimNode
