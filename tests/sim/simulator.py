@@ -17,10 +17,11 @@ time (README), so a disk is wiped only while every other voter has its state.
 
 Workload. By default (`METADATA`) every node applies committed records to a `ClusterMetadata`
 and runs the node's `ControllerOffice` (tests/sim/metadata_workload.py): the leading node takes
-office with a `QuorumController`, and simulated brokers and an admin client send it requests
-(registrations, heartbeats, topic creation and deletion, config changes, AlterPartition,
-controlled shutdowns; dead brokers are fenced by the controller's periodic tick); each request's
-records are one `ProposeBatch`. With `HASH_LIST` the client proposes small opaque payloads instead.
+office with a `QuorumController`, and simulated brokers (each process running the node's lifecycle
+core, `BrokerLifecycle`) and an admin client send it requests (registrations, heartbeats, topic
+creation and deletion, config changes, AlterPartition, controlled shutdowns; dead brokers are fenced
+by the controller's periodic tick); each request's records are one `ProposeBatch`. With
+`HASH_LIST` the client proposes small opaque payloads instead.
 
 Phases:
 1. Safety (`safety_duration_ms`): faults at the drawn rates; the workload sends its requests to
@@ -187,7 +188,10 @@ class Simulation:
                                                       num_partitions=2, default_replication_factor=2)
             self.workload = MetadataWorkload(self.rng, broker_count=self.rng.randint(2, 5),
                                              heartbeat_interval_ms=max(1, options.fetch_timeout_ms // 2),
-                                             broker_down_max_ms=8 * options.fetch_timeout_ms)
+                                             broker_down_max_ms=8 * options.fetch_timeout_ms,
+                                             session_timeout_ms=self.controller_config.broker_session_timeout_ms,
+                                             request_timeout_ms=2 * options.fetch_timeout_ms,
+                                             controlled_shutdown_timeout_ms=8 * options.fetch_timeout_ms)
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -472,7 +476,7 @@ class Simulation:
             self.liveness_outstanding -= 1
             assert self.liveness_outstanding >= 0, f"{self.liveness_outstanding} liveness requests outstanding"
         if proposal is not None and self.workload is not None:
-            self.workload.on_response(proposal.request, response)
+            self.workload.on_response(proposal.request, response, self.now_ms)
 
     @property
     def _controller_tick_interval_ms(self) -> int:
