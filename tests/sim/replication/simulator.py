@@ -53,8 +53,7 @@ from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values, iter_headers
-from tests.sim.disk import default_root
-from tests.sim.kernel.disk import DiskModel
+from tests.sim.kernel.disk import DiskModel, default_root
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import SimBroker
 from tests.sim.replication.checker import TAIL, InvariantViolation, ReplicationChecker
