@@ -44,6 +44,7 @@ def producer_settings(properties: dict[str, str]) -> dict[str, Any]:
 PRODUCER_PROPERTIES = (
     "acks", "linger.ms", "batch.size", "compression.type", "retries", "retry.backoff.ms", "delivery.timeout.ms",
     "request.timeout.ms", "max.in.flight.requests.per.connection", "max.request.size", "buffer.memory",
+    "max.block.ms",
 )
 PRODUCER_SETTINGS = frozenset(key.replace(".", "_") for key in PRODUCER_PROPERTIES)
 

@@ -27,6 +27,8 @@ from storage.records import Compression
 
 COMPRESSION_TYPES = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
                      "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+# A topic just created may be unknown to the broker asked, or have no leader yet.
+METADATA_RETRIABLE = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NONE})
 
 
 def monotonic_ms() -> int:
@@ -53,6 +55,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         delivery_timeout_ms: int = 120000,
         request_timeout_ms: int = 30000,
+        max_block_ms: int = 60000,
         max_in_flight_requests_per_connection: int = 5,
         max_request_size: int = 1048576,
         buffer_memory: int = 33554432,
@@ -70,6 +73,7 @@ class Producer:
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_ms = delivery_timeout_ms
         self.request_timeout_ms = request_timeout_ms
+        self.max_block_ms = max_block_ms
         self.max_in_flight = max_in_flight_requests_per_connection
         self.buffer_memory = buffer_memory
         self._own_connections = connections is None
@@ -194,18 +198,20 @@ class Producer:
             raise RuntimeError(f"the producer's sender stopped ({cause}); create a new producer")
 
     async def _partitions_of(self, topic: str) -> dict:
+        """The topic's partitions, waiting up to `max_block_ms` for it to appear, as Kafka's
+        producer does: the broker asked may not have applied a topic just created yet."""
         partitions = self.metadata.partitions_for(topic)
         if partitions:
             return partitions
         self.metadata.add_topics([topic])
-        deadline = self._clock() + self.delivery_timeout_ms
+        deadline = self._clock() + self.max_block_ms
         while True:
             await self.metadata.refresh()
             partitions = self.metadata.partitions_for(topic)
             if partitions:
                 return partitions
             code = self.metadata.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            if self._clock() >= deadline or code not in (ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NONE):
+            if self._clock() >= deadline or code not in METADATA_RETRIABLE:
                 self.metadata.require_topic(topic)
             await asyncio.sleep(self.retry_backoff_ms / 1000)
 

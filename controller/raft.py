@@ -171,6 +171,7 @@ from controller.raft_messages import (
     SnapshotCreated,
     SnapshotRestore,
     Tick,
+    Unreachable,
     VoteRequest,
     VoteResponse,
 )
@@ -274,6 +275,7 @@ class Raft:
         self._deadline_ms = NEVER_MS
         self._election: _Election | None = None
         self._in_flight: _InFlight | None = None
+        self._unreachable_id: int | None = None  # the voter whose connection failed last
         self._fetch_at_ms = now_ms
         self._leader_heard_ms = -NEVER_MS
         self._download: _SnapshotDownload | None = None
@@ -359,9 +361,11 @@ class Raft:
             self._on_propose(event.proposal_id, event.records)
         elif isinstance(event, SnapshotCreated):
             self._on_snapshot_created(event)
+        elif isinstance(event, Unreachable):
+            self._on_unreachable(event)
         else:
             raise TypeError(f"Raft.handle got {event!r}; events are Tick, Message, Propose, ProposeBatch, "
-                            "SnapshotCreated")
+                            "SnapshotCreated, Unreachable")
         self._maybe_probe()
         self._deliver_committed()
         self._maybe_request_snapshot()
@@ -844,7 +848,7 @@ class Raft:
         if self.role is Role.FOLLOWER:
             destination = self.leader_id
         elif self._looks_for_leader:
-            voters = sorted(self._other_voters)
+            voters = sorted(self._other_voters - {self._unreachable_id}) or sorted(self._other_voters)
             destination = voters[self._rng.randint(0, len(voters) - 1)]
         else:
             return
@@ -860,6 +864,14 @@ class Raft:
             body = FetchRequest(self.epoch, self.node_id, self.log.log_end_offset, self.log.last_fetched_epoch(),
                                 max_bytes, correlation_id, self.log.high_watermark)
         self._send(destination, body)
+
+    def _on_unreachable(self, event: Unreachable) -> None:
+        """The awaited fetch never arrived: retry after the backoff, and when looking for the
+        leader, ask another voter than this one (Kafka backs off per node)."""
+        if not self._awaited(event.destination_id, event.correlation_id):
+            return
+        self._unreachable_id = event.destination_id
+        self._fetch_at_ms = self._now_ms + self.config.retry_backoff_ms
 
     def _awaited(self, source_id: int, correlation_id: int) -> bool:
         """Is this the answer to the request we wait for? If so, stop waiting."""
@@ -887,6 +899,7 @@ class Raft:
                 or min(response.high_watermark, self.log.log_end_offset) > self.log.high_watermark)
 
     def _fetch_succeeded(self) -> None:
+        self._unreachable_id = None
         self._leader_heard_ms = self._now_ms
         self._deadline_ms = self._now_ms + self.config.fetch_timeout_ms
         self._fetch_at_ms = self._now_ms

@@ -228,7 +228,17 @@ class SnapshotCreated:
     data: bytes
 
 
-Event = Tick | Message | Propose | ProposeBatch | SnapshotCreated
+@dataclass(frozen=True, slots=True)
+class Unreachable:
+    """The fetch with `correlation_id` to `destination_id` never left: the connection was refused
+    or lost (Kafka's NetworkClient reports a disconnect at once). Without this a node would wait
+    out the request timeout on a killed peer before asking another."""
+
+    destination_id: int
+    correlation_id: int
+
+
+Event = Tick | Message | Propose | ProposeBatch | SnapshotCreated | Unreachable
 
 
 # -- outputs --------------------------------------------------------------------------------------

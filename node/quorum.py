@@ -42,7 +42,7 @@ from controller.quorum_state import QuorumStateStore
 from controller.raft import Raft
 from controller.raft_driver import RaftDriver
 from controller.raft_log import METADATA_LOG_DIR, RaftLog, metadata_log_config
-from controller.raft_messages import Message, Role, Tick
+from controller.raft_messages import Message, Role, Tick, Unreachable
 from node.config import NodeConfig
 from node.controller_channel import CONTROLLER_APIS, forward, request_from_envelope
 from node.raft_transport import RaftTransport, from_envelope
@@ -75,9 +75,9 @@ class QuorumService:
         self._connections = connections
         self._clock = clock
         self._rng = rng
-        self._transport = RaftTransport(config, connections)
+        self._transport = RaftTransport(config, connections, self._on_unreachable)
         self._source_address = config.advertised_address(config.inter_broker_listener_name)
-        self._events: asyncio.Queue[Message | _ControllerCall] = asyncio.Queue(maxsize=EVENTS_MAX)
+        self._events: asyncio.Queue[Message | Unreachable | _ControllerCall] = asyncio.Queue(maxsize=EVENTS_MAX)
         self._driver: ControllerDriver | None = None
         self._owner: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[], None]] = []
@@ -178,6 +178,13 @@ class QuorumService:
         with contextlib.suppress(asyncio.QueueFull):
             self._events.put_nowait(message)
 
+    def _on_unreachable(self, event: Unreachable) -> None:
+        """The transport could not deliver a fetch: Raft hears of it as an event (dropped when the
+        queue is full or the service is stopped: the request timeout covers it)."""
+        if self._owner is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._events.put_nowait(event)
+
     async def handle_controller(self, api: Api, envelope: Envelope) -> Envelope:
         """A controller request forwarded by another node, for this node's office: answered when
         it commits here, or NOT_CONTROLLER naming the leader this node knows of, so the sender
@@ -261,7 +268,7 @@ class QuorumService:
             while True:
                 event = await self._next_event()
                 now_ms = self._now()
-                if isinstance(event, Message):
+                if isinstance(event, Message | Unreachable):
                     self._step(event, now_ms)
                 elif isinstance(event, _ControllerCall):
                     self._on_controller_call(event, now_ms)
@@ -272,7 +279,7 @@ class QuorumService:
                           self.config.node_id)
             raise
 
-    async def _next_event(self) -> Message | _ControllerCall | None:
+    async def _next_event(self) -> Message | Unreachable | _ControllerCall | None:
         """The next queued event, or None when a timer is due (timers first, so a steady stream
         of messages cannot starve elections and check-quorum)."""
         assert self._driver is not None, "the owner runs only while started"
@@ -291,7 +298,7 @@ class QuorumService:
         assert self._driver is not None, "the owner runs only while started"
         self._after(lambda driver: driver.on_timer(now_ms))
 
-    def _step(self, event: Message | Tick, now_ms: int) -> None:
+    def _step(self, event: Message | Unreachable | Tick, now_ms: int) -> None:
         """Hand `event` to Raft through the driver, then everything that follows from it."""
         self._after(lambda driver: driver.step(event, now_ms))
 
@@ -335,6 +342,9 @@ class QuorumService:
         """Wake the callers waiting for a leader or an office when either changed."""
         seen = (self.active_controller_id, self._driver.office.office_epoch if self._driver is not None else None)
         if seen != self._seen:
+            if seen[0] != self._seen[0]:
+                log.info("node %s: the metadata quorum's leader is %s in epoch %s", self.config.node_id,
+                         "unknown" if seen[0] is None else seen[0], self.epoch)
             self._seen = seen
             self._changed.set()
             self._changed = asyncio.Event()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.protocol import Api, Envelope, ProtocolError, decode, encode
@@ -30,6 +31,7 @@ from controller.raft_messages import (
     Message,
     QuorumProbeRequest,
     QuorumProbeResponse,
+    Unreachable,
     VoteRequest,
     VoteResponse,
 )
@@ -81,8 +83,10 @@ class RaftTransport:
     """Sends one node's Raft messages (see the module docstring). Owner: the QuorumService; `send`
     is called from its task, synchronously, while a Ready is performed."""
 
-    def __init__(self, config: NodeConfig, connections: Connections) -> None:
+    def __init__(self, config: NodeConfig, connections: Connections,
+                 unreachable: Callable[[Unreachable], None]) -> None:
         self._config = config
+        self._unreachable = unreachable
         self._connections = connections
         self._source_address = config.advertised_address(config.inter_broker_listener_name)
         self._timeout_ms = config.quorum.request_timeout_ms
@@ -106,18 +110,27 @@ class RaftTransport:
     def send(self, message: Message) -> None:
         address = self.address_of(message.destination_id)
         if address is None or len(self._sends) >= SENDS_IN_FLIGHT_MAX:
-            return  # an observer not heard from yet, or too much in flight: Raft retries
-        task = asyncio.get_running_loop().create_task(self._post(address, to_envelope(message, self._source_address)))
+            self._undelivered(message)  # an observer not heard from yet, or too much in flight
+            return
+        task = asyncio.get_running_loop().create_task(self._post(address, message))
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
 
-    async def _post(self, address: str, envelope: Envelope) -> None:
+    async def _post(self, address: str, message: Message) -> None:
+        envelope = to_envelope(message, self._source_address)
         try:
             await self._connections.call(address, Api.RAFT, envelope, Envelope, self._timeout_ms)
         except NodeUnavailableError:
-            pass  # dropped, like a lost packet
+            self._undelivered(message)
         except RequestRejectedError as error:
             log.warning("node %s refused Raft %s from us: %s", address, envelope.type, error)
+
+    def _undelivered(self, message: Message) -> None:
+        """A fetch that never left is reported (Raft asks again, maybe elsewhere, without waiting
+        out the request timeout); other messages are dropped like lost packets: Raft resends them."""
+        body = message.body
+        if isinstance(body, FetchRequest | FetchSnapshotRequest):
+            self._unreachable(Unreachable(message.destination_id, body.correlation_id))
 
     async def close(self) -> None:
         """Cancel every send in flight."""

@@ -275,7 +275,7 @@ def test_expected_errors_print_the_kafka_name_and_exit_1(fake: FakeCluster, caps
     assert status == 1
     assert "UNKNOWN_TOPIC_OR_PARTITION" in err
     assert "tributary topics create --topic nope" in err
-    status, _, err = run([*b, "produce", "nope"], capsys, stdin=b"x\n")
+    status, _, err = run([*b, "produce", "nope", "--producer-property", "max.block.ms=100"], capsys, stdin=b"x\n")
     assert (status, err.split(":")[0:2]) == (1, ["Error", " UNKNOWN_TOPIC_OR_PARTITION"])
     status, _, err = run(["--bootstrap", "127.0.0.1:1", "cluster", "status"], capsys)
     assert status == 1

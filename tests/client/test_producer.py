@@ -13,7 +13,7 @@ import pytest
 from client.errors import ERRORS, TributaryError
 from client.partitioner import partition_for_key
 from client.producer import Producer
-from client.protocol import Api, ErrorCode, ProduceRequest
+from client.protocol import Api, ErrorCode, MetadataResponse, ProduceRequest
 from storage.records import decode_records
 from tests.client.fake_node import FakeCluster, count_refreshes
 
@@ -129,10 +129,30 @@ async def test_while_no_node_answers_metadata_is_asked_for_at_the_retry_backoff(
     assert 1 <= len(refreshes) <= 11
 
 
-async def test_an_unknown_topic_is_an_error_named_unknown_topic(cluster: FakeCluster) -> None:
-    async with Producer(cluster.bootstrap) as producer:
+async def test_an_unknown_topic_is_an_error_named_unknown_topic_after_max_block_ms(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, retry_backoff_ms=50, max_block_ms=300) as producer:
+        refreshes = count_refreshes(producer.metadata)
         with pytest.raises(ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION], match="tributary topics create"):
             await producer.send("missing", b"x")
+    assert 2 <= len(refreshes) <= 8  # asked again at the backoff until max.block.ms, then given up
+
+
+async def test_a_topic_the_broker_learns_of_later_is_waited_for(cluster: FakeCluster) -> None:
+    """A topic just created may be unknown to the broker asked (it has not applied the creation
+    yet): Kafka's producer waits for it, up to max.block.ms."""
+    async with Producer(cluster.bootstrap, retry_backoff_ms=10) as producer:
+        refresh = producer.metadata.refresh
+        refreshes: list[bool] = []
+
+        async def refresh_then_create(all_topics: bool = False) -> MetadataResponse:
+            refreshes.append(all_topics)
+            if len(refreshes) == 3:
+                cluster.create_topic("late", partitions=2)
+            return await refresh(all_topics)
+
+        producer.metadata.refresh = refresh_then_create  # type: ignore[method-assign]
+        metadata = await producer.send_and_wait("late", b"x", partition=1)
+    assert (metadata.partition, metadata.offset, len(refreshes)) == (1, 0, 3)
 
 
 async def test_flush_sends_without_waiting_for_linger(cluster: FakeCluster) -> None:

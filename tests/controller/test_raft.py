@@ -32,6 +32,7 @@ from controller.raft_messages import (
     Role,
     SnapshotCreated,
     Tick,
+    Unreachable,
     VoteRequest,
     VoteResponse,
 )
@@ -711,3 +712,31 @@ def test_voter_refuses_a_candidate_whose_log_is_behind(tmp_path: Path) -> None:
         response = only(list(ready.messages))
         assert isinstance(response, VoteResponse)
         assert response.vote_granted is granted, (last_epoch, end_offset)
+
+
+def test_an_unreachable_voter_is_given_up_at_once_and_another_asked(tmp_path: Path) -> None:
+    """Goal: a killed voter refuses connections; an observer looking for the leader must not wait
+    out the request timeout on it (Kafka's client sees the disconnect at once). Method: observer 4
+    (LowestRandom: it asks voter 1 first) learns that its fetch to 1 never left; after the retry
+    backoff, well before the request timeout, it asks voter 2, and follows the leader it names."""
+    cluster = Cluster(tmp_path, observers=(4,), request_timeout_ms=1_000)
+    cluster.elect(2, drop=lambda message: message.destination_id == 4)
+    cluster.outbox.clear()
+    cluster.tick(4)
+    fetch = only(cluster.take(FetchRequest, source=4, destination=1))
+    cluster.handle(4, Unreachable(1, fetch.correlation_id))  # type: ignore[union-attr]
+    cluster.tick(4, cluster.now_ms + 10)  # the retry backoff
+    assert [m.destination_id for m in cluster.outbox if isinstance(m.body, FetchRequest)] == [2]
+    cluster.run(50, drop=lambda message: 1 in (message.source_id, message.destination_id))
+    assert (cluster.nodes[4].role, cluster.nodes[4].leader_id) == (Role.FOLLOWER, 2)
+
+
+def test_an_unreachable_answer_for_another_request_changes_nothing(tmp_path: Path) -> None:
+    """Goal: only the awaited fetch is given up. Method: a stale Unreachable (another correlation
+    id) leaves the observer waiting on its fetch: nothing is sent before the request timeout."""
+    cluster = Cluster(tmp_path, observers=(4,), request_timeout_ms=1_000)
+    cluster.tick(4)
+    fetch = only(cluster.take(FetchRequest, source=4, destination=1))
+    cluster.handle(4, Unreachable(1, fetch.correlation_id + 1))  # type: ignore[union-attr]
+    cluster.tick(4, cluster.now_ms + 500)
+    assert cluster.take(FetchRequest, source=4) == []

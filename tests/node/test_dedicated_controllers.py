@@ -64,6 +64,10 @@ async def produce(cluster: DevCluster, topic: str, values: list[bytes]) -> dict[
         return {value: (await future).offset for value, future in zip(values, futures, strict=True)}
 
 
+async def all_brokers_unfenced(cluster: DevCluster) -> bool:
+    return all(health(cluster, broker_id)["broker_unfenced"] is True for broker_id in BROKERS)
+
+
 async def every_broker_serves(cluster: DevCluster, topic: str, acked: dict[bytes, int]) -> bool:
     """Each broker's replica holds every acknowledged value at its offset, below its HW."""
     for broker_id in BROKERS:
@@ -132,6 +136,8 @@ async def test_brokers_keep_replicating_through_controller_failover_and_while_cu
         return await active_controller(cluster) in set(CONTROLLERS) - {old_controller}
 
     election_s = await eventually(another_controller, f"a controller other than {old_controller} takes office")
+    # A broker that found the new controller only after its session is fenced until it catches up.
+    await eventually(lambda: all_brokers_unfenced(cluster), "every broker unfenced by the new controller")
     await create_topic(cluster, "created-after-failover")
     cluster.start_node(old_controller)
 

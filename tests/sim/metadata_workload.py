@@ -9,10 +9,19 @@ adds the simulator's checks to every Raft step. Requests reach a node directly (
 on the simulated network, as in the hash-list workload), as `ControllerRequest` events.
 
 `MetadataWorkload` plays the cluster around the controller, all from the run's generator:
-brokers that register, heartbeat every `heartbeat_interval_ms`, die (stop heartbeating, so the
-controller's `tick` fences them after `broker_session_timeout_ms`) and come back as a new
-incarnation that re-registers, ask for controlled shutdowns, and report ISR changes of partitions
-they lead (AlterPartition, from a possibly stale copy of the metadata); and an admin client that
+brokers and an admin client. Each broker process runs the node's lifecycle core
+(`controller.broker_lifecycle.BrokerLifecycle`, as `node/lifecycle.py` drives it): the core decides
+when to register (with the directory id of its log dir and the broker epoch its clean-shutdown
+marker names, -1 after a crash), heartbeat (`want_fence` until the metadata it applied includes its
+registration), register again, give a request up, and end a controlled shutdown; the workload only
+carries its requests to the controller (as the simulator's client requests, retried on
+NOT_CONTROLLER and timeouts), hands the answers back, ticks it when it asked and reports the
+metadata the broker applied (the offset of the copy it reads, never falling within a process). The
+workload decides what a process suffers: it dies (its core is dropped: the controller's `tick` fences
+it after `broker_session_timeout_ms`) and comes back as a new incarnation, or it is asked for a
+controlled shutdown and, once its core ends it, stops cleanly (its marker names its broker epoch)
+and starts again at once. Leaders report ISR changes of partitions they lead (AlterPartition, from a
+possibly stale copy of the metadata, with the broker epoch their core holds). The admin client
 creates topics (names from a small pool, so TOPIC_ALREADY_EXISTS happens; sometimes illegal names,
 too many replicas, bad configs), deletes them and toggles their configs (unclean leader election,
 min.insync.replicas). The simulator's checker runs `check_invariants` and `MetadataHistory` on
@@ -26,17 +35,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.broker_lifecycle import (
+    NO_BROKER_EPOCH,
+    BeginControlledShutdown,
+    BrokerLifecycle,
+    BrokerLifecycleConfig,
+    BrokerState,
+    ControllerAnswer,
+    LifecycleEvent,
+    LifecycleTick,
+    MetadataApplied,
+    StartLifecycle,
+)
 from controller.controller_api import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
     AlterPartitionData,
     AlterPartitionRequest,
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    BrokerRegistrationResponse,
     ConfigResourceType,
-    ControlledShutdownRequest,
     CreatableTopic,
     CreateTopicsRequest,
     DeleteTopicsRequest,
@@ -48,7 +65,6 @@ from controller.metadata import ClusterMetadata, check_invariants
 from controller.metadata_records import NO_LEADER
 from controller.raft_driver import RaftDriver
 from controller.raft_messages import Event, ProposalCompletion, ProposeBatch, RaftError
-from storage.error_codes import ErrorCode
 from tests.sim.checker import SafetyChecker, SafetyViolation
 
 TOPIC_NAMES = ("orders", "payments", "clicks", "audit.log", "audit_log", "events-v2")
@@ -100,63 +116,118 @@ class SimControllerDriver(ControllerDriver):
 
 
 @dataclass(slots=True)
-class SimBroker:
-    """A broker process as the workload plays it: its current incarnation and broker epoch."""
+class WorkloadBroker:
+    """A broker process as the workload plays it: its lifecycle core while the process is up, and
+    what the workload must remember for the core (see the module docstring)."""
 
     broker_id: int
-    incarnation: int = 1
-    alive: bool = True
-    broker_epoch: int | None = None  # None: (re-)register next
-    register_again_ms: int = 0  # a registration is in flight until then (or until answered)
-    next_heartbeat_ms: int = 0
-    revive_ms: int = 0
-    shutting_down: bool = False
-    clean_epoch: int = -1  # the broker epoch a controlled shutdown left in its clean-shutdown marker
+    lifecycle: BrokerLifecycle | None = None  # None while the process is down
+    incarnation: int = 0
+    revive_ms: int = 0  # when a down process starts again
+    previous_broker_epoch: int = NO_BROKER_EPOCH  # what the clean-shutdown marker names (-1: none)
+    metadata_offset: int = -1  # the metadata this process applied
+    reported: tuple[int, bool] = (-1, False)  # the last MetadataApplied (offset, caught up) its core heard
+    next_tick_ms: int | None = None  # when its core asked to be ticked
+    sent: tuple[Any, int] | None = None  # the core's last request (by identity) and its id
 
 
 @dataclass(slots=True)
 class MetadataWorkload:
     """Brokers and an admin client (see the module docstring). Owner: the Simulation, which asks
-    for requests (`heartbeats`, `next_request`, `liveness_request`) and reports responses."""
+    for requests (`heartbeats`, `next_request`, `liveness_request`) and reports responses
+    (`on_response`). The brokers' requests wait in `outbox` until `heartbeats` hands them over: an
+    answer arrives in the middle of a node's step, where the simulator cannot submit."""
 
     rng: random.Random
     broker_count: int
     heartbeat_interval_ms: int
     broker_down_max_ms: int
-    brokers: dict[int, SimBroker] = field(default_factory=dict)
+    session_timeout_ms: int
+    request_timeout_ms: int
+    controlled_shutdown_timeout_ms: int
+    brokers: dict[int, WorkloadBroker] = field(default_factory=dict)
+    outbox: list[Any] = field(default_factory=list)
     liveness_sequence: int = 0
 
     def __post_init__(self) -> None:
-        self.brokers = {broker_id: SimBroker(broker_id) for broker_id in range(1, self.broker_count + 1)}
+        self.brokers = {broker_id: WorkloadBroker(broker_id) for broker_id in range(1, self.broker_count + 1)}
 
     def heartbeats(self, now_ms: int, view: ClusterMetadata) -> list[Any]:
-        """Heartbeats (and registrations) of every live broker that is due."""
-        requests: list[Any] = []
+        """The brokers' requests since the last call: every due start, metadata report and tick of
+        their lifecycle cores, in broker order, after the answers' follow-ups."""
         for broker in self.brokers.values():
-            if not broker.alive and now_ms >= broker.revive_ms:
-                broker.alive, broker.incarnation, broker.broker_epoch = True, broker.incarnation + 1, None
-                broker.register_again_ms, broker.shutting_down = 0, False
-            if not broker.alive or now_ms < broker.next_heartbeat_ms:
-                continue
-            broker.next_heartbeat_ms = now_ms + self.heartbeat_interval_ms
-            if broker.broker_epoch is None:
-                if now_ms >= broker.register_again_ms:
-                    # One registration at a time: each success is a new broker epoch.
-                    broker.register_again_ms = now_ms + 8 * self.heartbeat_interval_ms
-                    requests.append(self._registration(broker))
-            elif broker.shutting_down:
-                requests.append(ControlledShutdownRequest(broker.broker_id, broker.broker_epoch,
-                                                          view.last_applied_offset))
-            else:
-                requests.append(BrokerHeartbeatRequest(broker.broker_id, broker.broker_epoch,
-                                                       view.last_applied_offset))
+            if broker.lifecycle is None:
+                if now_ms < broker.revive_ms:
+                    continue
+                self._start(broker, now_ms)
+            self._report_metadata(broker, view, now_ms)
+            if broker.next_tick_ms is not None and now_ms >= broker.next_tick_ms:
+                self._step(broker, LifecycleTick(), now_ms)
+        requests, self.outbox = self.outbox, []
         return requests
 
-    def _registration(self, broker: SimBroker) -> BrokerRegistrationRequest:
-        rack = None if broker.broker_id % 3 == 0 else f"rack-{broker.broker_id % 2}"
-        return BrokerRegistrationRequest(broker.broker_id, f"b{broker.broker_id}-i{broker.incarnation}",
-                                         {"PLAINTEXT": f"broker-{broker.broker_id}:9092"}, rack,
-                                         (f"dir-{broker.broker_id}",), broker.clean_epoch)
+    def on_response(self, request: Any, response: Any, now_ms: int) -> None:
+        """An answer reached the client: a broker's core gets the answer to its last request (an
+        earlier one it gave up, or one of a previous process, goes nowhere)."""
+        broker_id = getattr(request, "broker_id", None)
+        broker = self.brokers.get(broker_id) if isinstance(broker_id, int) else None
+        if broker is None or broker.lifecycle is None or broker.sent is None or broker.sent[0] is not request:
+            return
+        self._step(broker, ControllerAnswer(broker.sent[1], response), now_ms)
+
+    # -- the brokers' processes --------------------------------------------------------------------
+
+    def _start(self, broker: WorkloadBroker, now_ms: int) -> None:
+        """A new process: a fresh lifecycle core, registering with what the marker names."""
+        broker_id = broker.broker_id
+        rack = None if broker_id % 3 == 0 else f"rack-{broker_id % 2}"
+        config = BrokerLifecycleConfig(
+            broker_id=broker_id, endpoints=(("PLAINTEXT", f"broker-{broker_id}:9092"),), rack=rack,
+            log_dirs=(f"dir-{broker_id}",), heartbeat_interval_ms=self.heartbeat_interval_ms,
+            session_timeout_ms=self.session_timeout_ms, request_timeout_ms=self.request_timeout_ms,
+        )
+        broker.incarnation += 1
+        broker.lifecycle = BrokerLifecycle(config, now_ms)
+        broker.metadata_offset, broker.reported, broker.next_tick_ms, broker.sent = -1, (-1, False), None, None
+        previous_broker_epoch, broker.previous_broker_epoch = broker.previous_broker_epoch, NO_BROKER_EPOCH
+        self._step(broker, StartLifecycle(f"b{broker_id}-i{broker.incarnation}", previous_broker_epoch), now_ms)
+
+    def _crash(self, broker: WorkloadBroker, revive_ms: int) -> None:
+        """The process dies: no clean-shutdown marker, so it registers as an unclean restart."""
+        broker.lifecycle, broker.sent, broker.next_tick_ms = None, None, None
+        broker.revive_ms = revive_ms
+        broker.previous_broker_epoch = NO_BROKER_EPOCH
+
+    def _stop_cleanly(self, broker: WorkloadBroker, now_ms: int) -> None:
+        """The core ended a controlled shutdown: the process stops cleanly, its marker naming its
+        broker epoch (node/broker.py's stop), and starts again at once."""
+        assert broker.lifecycle is not None, f"broker {broker.broker_id} is down"
+        broker_epoch = broker.lifecycle.broker_epoch
+        self._crash(broker, now_ms)
+        broker.previous_broker_epoch = broker_epoch
+
+    def _report_metadata(self, broker: WorkloadBroker, view: ClusterMetadata, now_ms: int) -> None:
+        """The broker applied the metadata of the copy it reads, if newer; caught up once that
+        includes its registration (the broker core's rule)."""
+        assert broker.lifecycle is not None, f"broker {broker.broker_id} is down"
+        broker.metadata_offset = max(broker.metadata_offset, view.last_applied_offset)
+        broker_epoch = broker.lifecycle.broker_epoch
+        caught_up = broker_epoch != NO_BROKER_EPOCH and broker.metadata_offset >= broker_epoch
+        if (broker.metadata_offset, caught_up) != broker.reported:
+            broker.reported = (broker.metadata_offset, caught_up)
+            self._step(broker, MetadataApplied(broker.metadata_offset, caught_up), now_ms)
+
+    def _step(self, broker: WorkloadBroker, event: LifecycleEvent, now_ms: int) -> None:
+        """One event for the broker's lifecycle core, then what its Ready asks."""
+        assert broker.lifecycle is not None, f"broker {broker.broker_id} is down"
+        ready = broker.lifecycle.handle(event, now_ms)
+        broker.next_tick_ms = ready.next_tick_ms
+        if ready.request is not None:
+            request_id, request = ready.request
+            broker.sent = (request, request_id)
+            self.outbox.append(request)
+        if ready.shutdown is not None:
+            self._stop_cleanly(broker, now_ms)
 
     def next_request(self, now_ms: int, view: ClusterMetadata) -> Any | None:
         """One admin or broker request (None: this turn the workload crashed a broker instead)."""
@@ -164,14 +235,15 @@ class MetadataWorkload:
         roll = rng.random()
         if roll < 0.004:
             broker = self.brokers[rng.randint(1, self.broker_count)]
-            if broker.alive:
-                broker.alive = False  # the process dies: no more heartbeats until it comes back
-                broker.revive_ms = now_ms + rng.randint(1, self.broker_down_max_ms)
-                broker.clean_epoch = -1  # no clean-shutdown marker: it registers as an unclean restart
+            if broker.lifecycle is not None:
+                self._crash(broker, now_ms + rng.randint(1, self.broker_down_max_ms))
             return None
         if roll < 0.008:
             broker = self.brokers[rng.randint(1, self.broker_count)]
-            broker.shutting_down = broker.alive and broker.broker_epoch is not None
+            lifecycle = broker.lifecycle
+            if lifecycle is not None and lifecycle.state in (BrokerState.STARTING, BrokerState.RECOVERY,
+                                                             BrokerState.RUNNING):
+                self._step(broker, BeginControlledShutdown(self.controlled_shutdown_timeout_ms), now_ms)
             return None
         if roll < 0.35:
             return self._create_topic(view)
@@ -224,7 +296,8 @@ class MetadataWorkload:
             return None
         topic_id, index, state = rng.choice(led)
         broker = self.brokers.get(state.leader)
-        if broker is None or broker.broker_epoch is None or not broker.alive:
+        lifecycle = broker.lifecycle if broker is not None else None
+        if lifecycle is None or lifecycle.broker_epoch == NO_BROKER_EPOCH:
             return None
         # Shrink when every replica is in sync, otherwise mostly expand (a follower caught up), so
         # that most requests change something; sometimes a random set, which may name a fenced broker.
@@ -238,28 +311,4 @@ class MetadataWorkload:
             chosen = [replica for replica in others if rng.random() < 0.5] + [state.leader]
         new_isr = tuple(replica for replica in state.replicas if replica in chosen)
         data = AlterPartitionData(topic_id, index, state.leader_epoch, state.partition_epoch, new_isr)
-        return AlterPartitionRequest(state.leader, broker.broker_epoch, (data,))
-
-    def on_response(self, request: Any, response: Any) -> None:
-        """Learn from an answer: a registration's broker epoch; a stale epoch means re-register."""
-        broker_id = getattr(request, "broker_id", None)
-        broker = self.brokers.get(broker_id) if isinstance(broker_id, int) else None
-        if broker is None:
-            return
-        if isinstance(request, BrokerRegistrationRequest):
-            assert isinstance(response, BrokerRegistrationResponse), response
-            broker.register_again_ms = 0
-            current = request.incarnation_id == f"b{broker.broker_id}-i{broker.incarnation}"
-            if response.error_code == ErrorCode.NONE and current:
-                broker.broker_epoch = response.broker_epoch
-            return
-        error_code = getattr(response, "error_code", ErrorCode.NONE)
-        stale = error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
-        if stale and getattr(request, "broker_epoch", None) == broker.broker_epoch:
-            broker.broker_epoch = None
-        if getattr(response, "should_shut_down", False):
-            broker.alive, broker.shutting_down = False, False
-            broker.revive_ms = 0
-            # A controlled shutdown ends with the marker naming this epoch: the next registration is
-            # clean (KIP-966), so the controller keeps the broker's ELR memberships.
-            broker.clean_epoch = broker.broker_epoch if broker.broker_epoch is not None else -1
+        return AlterPartitionRequest(state.leader, lifecycle.broker_epoch, (data,))

@@ -1,15 +1,21 @@
 """SimNode: one simulated quorum member — its directory, disk model and current incarnation.
 
 An incarnation is what a process holds: a `Raft` core opened from the directory (the log through
-`LogLoader` recovery, the quorum-state file), a fresh state machine, and a `SimDriver`. A crash
-drops the incarnation and cuts the files (`SimDisk.crash`); a restart opens a new one from what
-is left, or from nothing after a wipe (`SimDisk.wipe`). A pause keeps the incarnation but holds
-every event for the node until it resumes.
+`LogLoader` recovery, the quorum-state file), a fresh state machine, and a `SimDriver`. The node's
+disk is a `tests/sim/kernel/disk.DiskModel` of its own, watching the fsyncs of its metadata log
+directory (segments, quorum-state, snapshots, the leader-epoch checkpoint) while the node is up. A
+crash drops the incarnation and puts every file back to what a power loss leaves (what was not
+fsynced is lost, an unsynced truncation comes back, with `tear_probability` a random prefix of an
+unsynced tail survives, maybe with a damaged byte); a restart opens a new incarnation from what is
+left, or from nothing after a wipe (the directory is gone, as after a disk replacement, a reformat
+or an operator's `rm -r`). A pause keeps the incarnation but holds every event for the node until it
+resumes.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,36 +24,22 @@ from controller.quorum_state import QuorumStateStore
 from controller.raft import Raft, StateMachine
 from controller.raft_driver import RaftDriver
 from controller.raft_log import METADATA_LOG_DIR, RaftLog
-from controller.raft_messages import Event, Message, ProposalCompletion, Ready
+from controller.raft_messages import Event, Message, Ready
 from storage.config import LogConfig
-from tests.sim.disk import SimDisk
+from tests.sim.kernel.disk import DiskModel
 from tests.sim.state_machines import StateMachineSpec
 
 ReadyObserver = Callable[[int, Ready, "Event | None", StateMachine], None]
 
 
 class SimDriver(RaftDriver):
-    """The shared `RaftDriver` with the simulator's effects: every flush is recorded on the disk
-    model, and every performed Ready is shown to the checker (and the trace)."""
+    """The shared `RaftDriver` with the simulator's effect: every performed Ready is shown to the
+    checker (and the trace). The disk model sees the fsyncs itself."""
 
     def __init__(self, raft: Raft, store: QuorumStateStore, state_machine: StateMachine,
-                 send: Callable[[Message], None], disk: SimDisk, observe: ReadyObserver) -> None:
+                 send: Callable[[Message], None], observe: ReadyObserver) -> None:
         super().__init__(raft, store, state_machine, send)
-        self.disk = disk
         self.observe = observe
-        self.truncation_count = raft.log.truncation_count
-
-    def step(self, event: Event, now_ms: int) -> list[ProposalCompletion]:
-        completions = super().step(event, now_ms)
-        truncation_count = self.raft.log.truncation_count
-        if truncation_count != self.truncation_count:
-            self.truncation_count = truncation_count
-            self.disk.record_truncation()
-        return completions
-
-    def flush_log(self, now_ms: int) -> None:
-        super().flush_log(now_ms)
-        self.disk.record_flush()
 
     def perform(self, ready: Ready, now_ms: int) -> Event | None:
         follow_up = super().perform(ready, now_ms)
@@ -69,7 +61,8 @@ class SimNode:
         self.quorum_config = quorum_config
         self.log_config = log_config
         self.spec = spec
-        self.disk = SimDisk(self.directory)
+        self.disk = DiskModel()
+        self.disk.track(self.directory)
         self.driver: SimDriver | None = None
         self.incarnation = 0
         self.restoring_when_down = True  # the directory is empty before the first start
@@ -100,37 +93,51 @@ class SimNode:
     def wipe(self) -> None:
         """The node's disk is wiped while it is down: it restarts with nothing."""
         assert self.driver is None, f"node {self.node_id} is up; wipe it while it is down"
-        self.disk.wipe()
+        self.disk.wipe(self.directory)
+        shutil.rmtree(self.directory)
+        self.directory.mkdir(parents=True)
         self.restoring_when_down = True
 
     def start(self, now_ms: int, send: Callable[[Message], None], observe: ReadyObserver) -> None:
         """Open a new incarnation from the directory (recovery after a crash)."""
         assert self.driver is None, f"node {self.node_id} is already up"
         self.incarnation += 1
+        self.disk.watch()
         log = RaftLog.open(self.directory, now_ms, self.log_config, had_clean_shutdown=False)
         store = QuorumStateStore(self.directory)
         rng = random.Random(self.node_seed * 1_000 + self.incarnation)
         raft = Raft(self.node_id, self.quorum_config, log, store.read(), rng, now_ms)
-        self.driver = SimDriver(raft, store, self.spec.factory(), send, self.disk, observe)
-        self.disk.record_flush()
+        self.driver = SimDriver(raft, store, self.spec.factory(), send, observe)
         self.paused_until_ms = -1
         self.inbox.clear()
         self.tick_generation += 1
         self.scheduled_tick_ms = -1
 
     def crash(self, rng: random.Random, tear_probability: float) -> list[str]:
-        """Kill the incarnation; cut the files to what a crash leaves. Returns the cuts."""
+        """Kill the incarnation; put the files back to what a power loss leaves. Returns the cuts,
+        for the trace."""
         assert self.driver is not None, f"node {self.node_id} is already down"
         self.restoring_when_down = self.driver.raft.restoring
-        cuts = self.disk.crash(self.driver.raft.log, rng, tear_probability)
+        abandon(self.driver.raft.log)
+        self.disk.unwatch()
+        cuts = self.disk.crash(self.directory, rng, tear_probability)
         self.driver = None
         self.inbox.clear()
         self.paused_until_ms = -1
         self.tick_generation += 1
         self.scheduled_tick_ms = -1
-        return cuts
+        return [cut.describe() for cut in cuts]
 
     def close(self) -> None:
         if self.driver is not None:
             self.driver.raft.log.close()
             self.driver = None
+        self.disk.unwatch()
+
+
+def abandon(log: RaftLog) -> None:
+    """Release a log's files as a dying process would: no flush, no index trimming."""
+    for segment in list(log.log.segments):
+        segment.close_handlers()
+    for _, segment in log.log._pending_deletes:
+        segment.close_handlers()

@@ -10,17 +10,18 @@ Time is an integer of simulated ms and is never slept. Events wait in one heap k
 sequence): message deliveries, node ticks (each node is ticked at the `next_tick_ms` its last Ready
 asked for), client proposals, chaos ticks, pause ends, the heal and liveness probes. Each node runs
 real storage (a `storage.Log` through `RaftLog`) in a temp directory (/dev/shm when present); a crash
-cuts its files to their last fsynced length (`SimDisk`), a restart recovers through `LogLoader`. A
+puts its files back to what a power loss leaves (`DiskModel`), a restart recovers through `LogLoader`. A
 restart may find the directory wiped (log, quorum-state, snapshots): the node restores as a voter
 without state (controller/raft.py). The system promises safety for one voter without state at a
 time (README), so a disk is wiped only while every other voter has its state.
 
 Workload. By default (`METADATA`) every node applies committed records to a `ClusterMetadata`
 and runs the node's `ControllerOffice` (tests/sim/metadata_workload.py): the leading node takes
-office with a `QuorumController`, and simulated brokers and an admin client send it requests
-(registrations, heartbeats, topic creation and deletion, config changes, AlterPartition,
-controlled shutdowns; dead brokers are fenced by the controller's periodic tick); each request's
-records are one `ProposeBatch`. With `HASH_LIST` the client proposes small opaque payloads instead.
+office with a `QuorumController`, and simulated brokers (each process running the node's lifecycle
+core, `BrokerLifecycle`) and an admin client send it requests (registrations, heartbeats, topic
+creation and deletion, config changes, AlterPartition, controlled shutdowns; dead brokers are fenced
+by the controller's periodic tick); each request's records are one `ProposeBatch`. With
+`HASH_LIST` the client proposes small opaque payloads instead.
 
 Phases:
 1. Safety (`safety_duration_ms`): faults at the drawn rates; the workload sends its requests to
@@ -55,6 +56,8 @@ from controller.quorum_controller import ControllerConfig
 from controller.raft_log import metadata_log_config
 from controller.raft_messages import (
     Event,
+    FetchRequest,
+    FetchSnapshotRequest,
     Message,
     ProposalCompletion,
     Propose,
@@ -62,10 +65,11 @@ from controller.raft_messages import (
     Ready,
     Role,
     Tick,
+    Unreachable,
 )
 from tests.sim.checker import SafetyChecker
-from tests.sim.disk import default_root
 from tests.sim.fault_window import FaultWindow
+from tests.sim.kernel.disk import default_root
 from tests.sim.metadata_workload import ControllerRequest, MetadataWorkload, SimControllerDriver
 from tests.sim.network import SimNetwork
 from tests.sim.node import SimNode
@@ -191,7 +195,10 @@ class Simulation:
                                                       num_partitions=2, default_replication_factor=2)
             self.workload = MetadataWorkload(self.rng, broker_count=self.rng.randint(2, 5),
                                              heartbeat_interval_ms=max(1, options.fetch_timeout_ms // 2),
-                                             broker_down_max_ms=8 * options.fetch_timeout_ms)
+                                             broker_down_max_ms=8 * options.fetch_timeout_ms,
+                                             session_timeout_ms=self.controller_config.broker_session_timeout_ms,
+                                             request_timeout_ms=2 * options.fetch_timeout_ms,
+                                             controlled_shutdown_timeout_ms=8 * options.fetch_timeout_ms)
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -257,7 +264,12 @@ class Simulation:
     def _dispatch(self, kind: Kind, data: object) -> None:
         if kind is Kind.DELIVER:
             assert isinstance(data, Message), data
-            self._deliver(self.nodes[data.destination_id], data)
+            destination = self.nodes[data.destination_id]
+            if not destination.up and isinstance(data.body, FetchRequest | FetchSnapshotRequest):
+                # A down process refuses the connection: the sender's transport reports it.
+                self._deliver(self.nodes[data.source_id], Unreachable(data.destination_id, data.body.correlation_id))
+            else:
+                self._deliver(destination, data)
         elif kind is Kind.TICK:
             node_id, generation = data  # type: ignore[misc]
             node = self.nodes[node_id]
@@ -485,7 +497,7 @@ class Simulation:
             self.liveness_outstanding -= 1
             assert self.liveness_outstanding >= 0, f"{self.liveness_outstanding} liveness requests outstanding"
         if proposal is not None and self.workload is not None:
-            self.workload.on_response(proposal.request, response)
+            self.workload.on_response(proposal.request, response, self.now_ms)
 
     @property
     def _controller_tick_interval_ms(self) -> int:

@@ -18,6 +18,9 @@ fsyncs directories after renames anyway); memory-mapped index files (`.index`, `
 left as they are, because their msync is not observable here and recovery rebuilds or sanity-checks
 what it does not trust. A file is small in a simulation (segments of a few KiB), so an fsync copies
 it whole.
+
+Several models may watch at once (each simulated node may own one, as each has its own disk): every
+model sees every fsync and records those of files under its own roots.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import os
 import random
 import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +37,12 @@ from pathlib import Path
 UNMODELLED_SUFFIXES = (".index", ".timeindex")  # memory-mapped: msync is not observable
 FileKey = tuple[int, int]  # (st_dev, st_ino)
 DamagePolicy = Callable[[Path, bytes, int, int, random.Random], int]
+
+
+def default_root() -> Path:
+    """Where the simulators make their temp directories: /dev/shm when present (no real disk I/O)."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +61,16 @@ class FileCut:
         """Bytes came back that the file no longer had: an undone truncation or overwrite."""
         return not self.before.startswith(self.after)
 
+    def describe(self) -> str:
+        """`<dir>/<file>:<length before>-><length after>`, marked `!` when damaged, `+` when restored."""
+        mark = "!" if self.damaged_at >= 0 else ("+" if self.restored else "")
+        return f"{self.path.parent.name}/{self.path.name}:{len(self.before)}->{len(self.after)}{mark}"
+
 
 class DiskModel:
     """The durable images of every modelled file (see the module docstring). State: the tracked
-    roots and, per inode, the bytes the last fsync made durable. Owner: the simulation; one per
-    run, installed while the run lasts."""
+    roots and, per inode, the bytes the last fsync made durable. Owner: the simulation (one per run,
+    installed while the run lasts) or a simulated node (one per disk, installed while it is up)."""
 
     def __init__(self) -> None:
         self.roots: list[Path] = []
@@ -92,15 +107,12 @@ class DiskModel:
         finally:
             self.unwatch()
 
-    def _synced(self, fd: int) -> None:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return  # a directory: its entries are durable already (see the module docstring)
-        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    def _synced(self, path: Path, key: FileKey) -> None:
+        """The regular file `path` (inode `key`) was fsynced."""
         if not self._modelled(path):
             return
         self.fsync_count += 1
-        self.durable[(info.st_dev, info.st_ino)] = path.read_bytes()  # the fd may be write-only
+        self.durable[key] = path.read_bytes()  # the fd may be write-only
 
     def _modelled(self, path: Path) -> bool:
         return not path.name.endswith(UNMODELLED_SUFFIXES) and any(path.is_relative_to(root) for root in self.roots)
@@ -181,8 +193,12 @@ class _Fsyncs:
             self.originals = None
 
     def synced(self, fd: int) -> None:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return  # a directory: its entries are durable already (see the module docstring)
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
         for model in self.models:
-            model._synced(fd)
+            model._synced(path, (info.st_dev, info.st_ino))
 
 
 _FSYNCS = _Fsyncs()

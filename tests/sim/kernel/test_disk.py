@@ -90,3 +90,29 @@ def test_memory_mapped_index_files_are_left_alone(tmp_path: Path) -> None:
     write(index, b"entries", sync=False)
     assert model.crash(tmp_path, random.Random(1), tear_probability=0.0) == []
     assert index.read_bytes() == b"entries"
+
+
+def test_models_watching_at_once_each_keep_the_fsyncs_of_their_own_files(tmp_path: Path) -> None:
+    """Each simulated node may own a model of its disk: a model must take no image of another's
+    files, and one model's unwatching must not blind the other."""
+    first, second = DiskModel(), DiskModel()
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    first.track(tmp_path / "first")
+    second.track(tmp_path / "second")
+    first.watch()
+    second.watch()
+    try:
+        write(tmp_path / "first" / "a.log", b"first", sync=True)
+        first.unwatch()
+        write(tmp_path / "second" / "b.log", b"second", sync=True)
+        write(tmp_path / "first" / "a.log", b"+unwatched", sync=True)
+    finally:
+        first.unwatch()
+        second.unwatch()
+    assert (first.fsync_count, second.fsync_count) == (1, 1)
+    (cut,) = first.crash(tmp_path / "first", random.Random(1), tear_probability=0.0)
+    assert (tmp_path / "first" / "a.log").read_bytes() == b"first"
+    assert cut.describe() == "first/a.log:15->5"
+    assert second.crash(tmp_path / "second", random.Random(1), tear_probability=0.0) == []
+    assert (tmp_path / "second" / "b.log").read_bytes() == b"second"

@@ -58,9 +58,8 @@ from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values
-from tests.sim.disk import default_root
 from tests.sim.fault_window import FaultWindow
-from tests.sim.kernel.disk import DiskModel
+from tests.sim.kernel.disk import DiskModel, default_root
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import WALL_START_MS, SimBroker
 from tests.sim.replication.checker import CheckerFigures, InvariantViolation, ReplicationChecker
