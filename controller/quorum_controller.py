@@ -646,8 +646,9 @@ class QuorumController:
         longest by (last written leader epoch, log end offset), ties to replica order, is the best of
         them: call it B, with last written epoch E. A replica that left the ISR earlier, while the
         ISR still met min.insync.replicas, may hold acknowledged records that every member lost in
-        its restart (replication sim seed 91: ISR (1, 2, 3), the fenced broker 2 left first, the last
-        one, 3, was the ELR; 2 and 3 restarted and lost the tail that 1 kept): electing B would
+        its restart (replication sim seed 91: acknowledged with ISR (1, 2, 3); brokers 1 and 3 crashed
+        and lost the unflushed tail [50, 55), 2 kept it; the controller fenced 1, 2 and 3 in turn, so
+        only 3 went into the ELR, then into the last known ELR as it restarted): electing B would
         truncate them there. So every replica is waited for, and a replica leads instead of B when its
         log surely extends B's: its last written epoch is E too and its log end is larger. Why that
         is sure: a leader epoch has one leader, which never truncates its own log in that epoch, and
@@ -664,21 +665,33 @@ class QuorumController:
         seed 1295: two empty members, while broker 1 held offsets 0-14, acknowledged, which their
         election truncated).
 
+        Whatever the candidates, an empty log that ends at offset s says that every offset below s
+        was used: its records were deleted there (retention, DeleteRecords, or following a leader's
+        logStartOffset), so they were committed, and the new leader must not write below s again.
+        So a candidate whose log ends below the largest such s does not lead; if none is left, the
+        empty replica ending at s leads, losing only what logStartOffset had deleted already (seed
+        731204823: the last known ELR was a wiped replica and one whose retention had deleted
+        everything below 40; a replica that left the ISR earlier, its log ending at 30, led and
+        wrote new records over the acknowledged offsets 30-39).
+
         Waiting for every replica, not only the last known ELR as Kafka's Balanced mode does: the
         members' reports cannot say whether they lost anything, and a replica that is down may hold
         the only copies. When one never comes back, `unclean.leader.election.enable` elects anyway."""
         ends = self._log_end_reports(topic_id, index, state, acceptable)
         if ends is None:
             return NO_LEADER
-        best = _most_complete(ends, last_known_elr or state.replicas)
-        (last_written_epoch, log_end_offset), replica = best
+        (last_written_epoch, _), best = _most_complete(ends, last_known_elr or state.replicas)
         if last_written_epoch < 0:
-            return _most_complete(ends, state.replicas)[1]
-        for other in state.replicas:
-            other_epoch, other_end = ends[other]
-            if other_epoch == last_written_epoch and other_end > log_end_offset:
-                log_end_offset, replica = other_end, other
-        return replica
+            candidates = state.replicas
+        else:
+            candidates = tuple(replica for replica in state.replicas
+                               if replica == best or ends[replica][0] == last_written_epoch)
+        # Every offset below an empty log's end was used, by records deleted there (committed).
+        used_below = max((end for epoch, end in ends.values() if epoch < 0), default=0)
+        keeping_offsets = tuple(replica for replica in candidates if ends[replica][1] >= used_below)
+        if keeping_offsets:
+            return _most_complete(ends, keeping_offsets)[1]
+        return next(replica for replica in state.replicas if ends[replica] == (-1, used_below))
 
     def _log_end_reports(self, topic_id: str, index: int, state: PartitionRegistration,
                          acceptable: Callable[[int], bool]) -> dict[int, tuple[int, int]] | None:

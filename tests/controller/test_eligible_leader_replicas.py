@@ -328,6 +328,26 @@ def test_recovery_among_empty_last_known_elr_members_waits_for_every_replica_and
     assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
 
 
+def test_recovery_never_writes_below_the_end_of_an_empty_log() -> None:
+    """Replication sim seed 731204823: of the last known ELR, broker 3 was wiped and broker 2's
+    retention deleted everything below 40 (acknowledged records); broker 1, which left the ISR
+    earlier, ends at 30. Electing it would write new records at offsets 30-39: broker 2 leads."""
+    harness = emptied(min_isr="2")
+    assert harness.partition("t").last_known_elr == (2, 3)
+    report(harness, 1, 0, 30)
+    report(harness, 2, -1, 40)
+    report(harness, 3, -1, 0)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
+
+
+def test_recovery_prefers_an_empty_log_to_a_member_that_ends_below_it() -> None:
+    harness = emptied(min_isr="2")
+    report(harness, 1, -1, 40)
+    report(harness, 2, 0, 30)
+    report(harness, 3, 0, 25)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
 def test_recovery_prefers_the_later_epoch_then_the_longer_log_then_replica_order() -> None:
     harness = emptied()
     report(harness, 1, 3, 5)
