@@ -18,8 +18,8 @@ rules live in one place. Given the current registration and the target ISR:
    shutting down, not being removed); else the first acceptable ISR member in replica order; else,
    with an empty ISR, the first acceptable ELR member, which leads with the ISR to itself and leaves
    the ELR; else, with the ISR and the ELR both empty, the recovery leader the caller names for the
-   target last known ELR (see `QuorumController`: the member with the most complete log once all of
-   them have reported);
+   target last known ELR (see `QuorumController._recovery_leader`: once every replica has reported,
+   the most complete member, or a replica whose log surely extends it);
    else, with `unclean.leader.election.enable`, the first acceptable replica (data may be lost, the
    user chose it). A recovery or unclean election resets the ISR to the leader and empties the ELR
    and the last known ELR, as Kafka's unclean election does.

@@ -44,10 +44,10 @@ its replicas rejoin as followers that must catch up. The response's `warning` sa
 Offline partitions with an empty ISR and ELR (every replica that held all acknowledged records
 restarted uncleanly). Kafka 4.x elects the last known leader, which may be exactly the replica that
 lost its tail. Instead, brokers report each such replica's log end in their heartbeats (last
-written leader epoch, log end offset, for the partition's current leader epoch); once every member
-of the last known ELR (every replica if it is empty) is registered, unfenced and has reported, the
-member with the largest (epoch, offset) leads: KIP-966 part 2's "Balanced" recovery, simplified
-(`_recovery_leader` says why only those members). Reports are controller memory, like heartbeat
+written leader epoch, log end offset, for the partition's current leader epoch); once every
+replica is registered, unfenced and has reported, the most complete member of the last known ELR
+leads, or a replica whose log surely extends that member's: KIP-966 part 2's "Balanced" recovery,
+simplified (`_recovery_leader` says which logs and why). Reports are controller memory, like heartbeat
 times: a new controller waits for fresh ones, and a report counts only for the broker epoch and
 the leader epoch it was made in (during a leader epoch without a leader no replica's log changes).
 With `unclean.leader.election.enable=true` the first active replica leads instead when nothing else
@@ -636,39 +636,70 @@ class QuorumController:
 
     def _recovery_leader(self, topic_id: str, index: int, state: PartitionRegistration,
                          acceptable: Callable[[int], bool], last_known_elr: tuple[int, ...]) -> int:
-        """KIP-966's Balanced recovery: among the last known ELR (every replica if it is empty), the
-        member with the largest (last written leader epoch, log end offset), ties to replica order,
-        once every member is acceptable and has reported in this leader epoch with its current
-        broker epoch; NO_LEADER until then.
+        """KIP-966's unclean recovery, Balanced: once every replica is acceptable and has reported
+        in this leader epoch with its current broker epoch (NO_LEADER until then), the most complete
+        log that surely contains the most complete last known ELR member's log (every replica's if
+        the last known ELR is empty).
 
-        Only last known ELR members: each held every acknowledged record until its unclean restart,
-        so their logs are prefixes of one history (each lost at most an unflushed tail) and the
-        longest is the best. A replica that left the ISR earlier may carry a later epoch without
-        holding what was committed: a deposed leader's unreplicated batches of epoch 1 outrank the
-        epoch-0 records a later leader committed in epoch 2 without appending (seed 5000872).
+        The last known ELR members each held every acknowledged record until their unclean restart,
+        so their logs are prefixes of one history (each lost at most an unflushed tail), and the
+        longest by (last written leader epoch, log end offset), ties to replica order, is the best of
+        them: call it B, with last written epoch E. A replica that left the ISR earlier, while the
+        ISR still met min.insync.replicas, may hold acknowledged records that every member lost in
+        its restart (replication sim seed 91: acknowledged with ISR (1, 2, 3); brokers 1 and 3 crashed
+        and lost the unflushed tail [50, 55), 2 kept it; the controller fenced 1, 2 and 3 in turn, so
+        only 3 went into the ELR, then into the last known ELR as it restarted): electing B would
+        truncate them there. So every replica is waited for, and a replica leads instead of B when its
+        log surely extends B's: its last written epoch is E too and its log end is larger. Why that
+        is sure: a leader epoch has one leader, which never truncates its own log in that epoch, and
+        a replica holding a batch of epoch E fetched it with its log matching that leader's (truncation
+        by leader epoch), so every log whose last batch is of epoch E is a prefix of that leader's log
+        in epoch E, and of two such prefixes the longer contains the shorter. It holds what B holds and
+        more, with nothing of another history. A later last written epoch proves nothing: a deposed
+        leader's unreplicated batches of epoch 1 outrank the epoch-0 records a later leader committed
+        in epoch 2 without appending (seed 5000872); and an earlier one cannot hold what B lost, which
+        lay above B's batches of epoch E, so of epoch E or later.
 
-        Unless no member holds any record (each lost everything: a wiped disk, or a crash before
-        anything was fsynced): electing one of them keeps nothing, while a replica that left the ISR
-        earlier may still hold records acknowledged before it left. Then every replica is waited
-        for and the most complete leads (replication sim seed 1295: two empty members, while
-        broker 1 held offsets 0-14, acknowledged, which their election truncated)."""
-        best = self._most_complete(topic_id, index, state, acceptable, last_known_elr or state.replicas)
-        if best is None:
+        When B holds no record at all (every member was wiped, or crashed before anything was
+        fsynced) nothing needs extending: the most complete of every replica leads (replication sim
+        seed 1295: two empty members, while broker 1 held offsets 0-14, acknowledged, which their
+        election truncated).
+
+        Whatever the candidates, an empty log that ends at offset s says that every offset below s
+        was used: its records were deleted there (retention, DeleteRecords, or following a leader's
+        logStartOffset), so they were committed, and the new leader must not write below s again.
+        So a candidate whose log ends below the largest such s does not lead; if none is left, the
+        empty replica ending at s leads, losing only what logStartOffset had deleted already (seed
+        731204823: the last known ELR was a wiped replica and one whose retention had deleted
+        everything below 40; a replica that left the ISR earlier, its log ending at 30, led and
+        wrote new records over the acknowledged offsets 30-39).
+
+        Waiting for every replica, not only the last known ELR as Kafka's Balanced mode does: the
+        members' reports cannot say whether they lost anything, and a replica that is down may hold
+        the only copies. When one never comes back, `unclean.leader.election.enable` elects anyway."""
+        ends = self._log_end_reports(topic_id, index, state, acceptable)
+        if ends is None:
             return NO_LEADER
-        (last_written_epoch, _), replica = best
-        if last_known_elr and last_written_epoch < 0:
-            best = self._most_complete(topic_id, index, state, acceptable, state.replicas)
-            return NO_LEADER if best is None else best[1]
-        return replica
+        (last_written_epoch, _), best = _most_complete(ends, last_known_elr or state.replicas)
+        if last_written_epoch < 0:
+            candidates = state.replicas
+        else:
+            candidates = tuple(replica for replica in state.replicas
+                               if replica == best or ends[replica][0] == last_written_epoch)
+        # Every offset below an empty log's end was used, by records deleted there (committed).
+        used_below = max((end for epoch, end in ends.values() if epoch < 0), default=0)
+        keeping_offsets = tuple(replica for replica in candidates if ends[replica][1] >= used_below)
+        if keeping_offsets:
+            return _most_complete(ends, keeping_offsets)[1]
+        return next(replica for replica in state.replicas if ends[replica] == (-1, used_below))
 
-    def _most_complete(self, topic_id: str, index: int, state: PartitionRegistration,
-                       acceptable: Callable[[int], bool], candidates: tuple[int, ...]
-                       ) -> tuple[tuple[int, int], int] | None:
-        """((last written epoch, log end offset), replica) of the most complete candidate, ties to
-        replica order; None until every candidate is acceptable and has reported (`_recovery_leader`)."""
+    def _log_end_reports(self, topic_id: str, index: int, state: PartitionRegistration,
+                         acceptable: Callable[[int], bool]) -> dict[int, tuple[int, int]] | None:
+        """Every replica's (last written epoch, log end offset); None until every replica is
+        acceptable and has reported in this leader epoch with its current broker epoch."""
         reports = self._log_ends.get((topic_id, index), {})
-        best: tuple[tuple[int, int], int] | None = None
-        for replica in candidates:
+        ends: dict[int, tuple[int, int]] = {}
+        for replica in state.replicas:
             broker = self._metadata.broker(replica)
             entry = reports.get(replica)
             if broker is None or not acceptable(replica) or entry is None:
@@ -676,11 +707,8 @@ class QuorumController:
             broker_epoch, report = entry
             if broker_epoch != broker.broker_epoch or report.current_leader_epoch != state.leader_epoch:
                 return None
-            end = (report.last_written_leader_epoch, report.log_end_offset)
-            if best is None or end > best[0]:
-                best = (end, replica)
-        assert best is not None, f"{topic_id}-{index} has no replicas"
-        return best
+            ends[replica] = (report.last_written_leader_epoch, report.log_end_offset)
+        return ends
 
     def _unfence(self, batch: _Batch, broker: BrokerRegistration) -> None:
         batch.append(UnfenceBroker(broker.broker_id, broker.broker_epoch))
@@ -913,6 +941,12 @@ class QuorumController:
 
 
 # ---- leaf checks ---------------------------------------------------------------------------------
+
+
+def _most_complete(ends: Mapping[int, tuple[int, int]], candidates: tuple[int, ...]) -> tuple[tuple[int, int], int]:
+    """((last written epoch, log end offset), replica) of the largest candidate, ties to replica order."""
+    best = max(candidates, key=lambda replica: (ends[replica], -candidates.index(replica)))
+    return ends[best], best
 
 
 def _registration_error(request: BrokerRegistrationRequest) -> _Rejected | None:

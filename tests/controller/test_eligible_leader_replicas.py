@@ -277,18 +277,42 @@ def test_recovery_waits_for_every_replica_then_elects_the_most_complete_log() ->
     assert (state_.leader, state_.isr, state_.elr, state_.last_known_elr) == (2, (2,), (), ())
 
 
-def test_recovery_chooses_among_the_last_known_elr_only_and_waits_for_them_only() -> None:
+def test_recovery_does_not_take_a_later_epoch_from_outside_the_last_known_elr() -> None:
     """KIP-966 Balanced: broker 1 left the ISR while it still met min.insync.replicas, so it may lack
     acknowledged records; its later epoch (a deposed leader's unreplicated batches, seed 5000872)
-    does not make it the leader, and the election does not wait for it."""
+    does not make it the leader. The election waits for its report all the same."""
     harness = emptied(min_isr="2")
     assert harness.partition("t").last_known_elr == (2, 3)
-    report(harness, 1, 7, 99)
     report(harness, 2, 0, 55)
-    assert harness.partition("t").leader == NO_LEADER, "broker 3 has not reported"
-    fence(harness, 1)
     report(harness, 3, 0, 54)
+    assert harness.partition("t").leader == NO_LEADER, "broker 1 has not reported: it may hold records"
+    report(harness, 1, 7, 99)
     assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
+
+
+def test_recovery_elects_a_replica_outside_the_last_known_elr_whose_log_extends_the_members() -> None:
+    """Replication sim seed 91: acknowledged with ISR (1, 2, 3); broker 1 was fenced first and left
+    while the ISR still met min.insync.replicas, the last member (here 2, 3) went into the ELR and,
+    restarted uncleanly with 3, into the last known ELR; both lost their unflushed tail [50, 55),
+    which broker 1 kept. Its log ends in the members' last epoch, so it extends theirs: it leads."""
+    harness = emptied(min_isr="2")
+    assert harness.partition("t").last_known_elr == (2, 3)
+    report(harness, 2, 0, 50)
+    report(harness, 3, 0, 50)
+    assert harness.partition("t").leader == NO_LEADER, "broker 1 has not reported: it may hold records"
+    report(harness, 1, 0, 55)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_waits_for_a_fenced_replica_outside_the_last_known_elr() -> None:
+    harness = emptied(min_isr="2")
+    report(harness, 1, 0, 55)
+    fence(harness, 1)
+    report(harness, 2, 0, 50)
+    report(harness, 3, 0, 50)
+    assert harness.partition("t").leader == NO_LEADER, "broker 1 is fenced: it may hold the only copies"
+    harness.heartbeat(1)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
 
 
 def test_recovery_among_empty_last_known_elr_members_waits_for_every_replica_and_keeps_the_data() -> None:
@@ -301,6 +325,26 @@ def test_recovery_among_empty_last_known_elr_members_waits_for_every_replica_and
     report(harness, 3, -1, 0)
     assert harness.partition("t").leader == NO_LEADER, "broker 1 has not reported: it may hold records"
     report(harness, 1, 1, 15)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_never_writes_below_the_end_of_an_empty_log() -> None:
+    """Replication sim seed 731204823: of the last known ELR, broker 3 was wiped and broker 2's
+    retention deleted everything below 40 (acknowledged records); broker 1, which left the ISR
+    earlier, ends at 30. Electing it would write new records at offsets 30-39: broker 2 leads."""
+    harness = emptied(min_isr="2")
+    assert harness.partition("t").last_known_elr == (2, 3)
+    report(harness, 1, 0, 30)
+    report(harness, 2, -1, 40)
+    report(harness, 3, -1, 0)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
+
+
+def test_recovery_prefers_an_empty_log_to_a_member_that_ends_below_it() -> None:
+    harness = emptied(min_isr="2")
+    report(harness, 1, -1, 40)
+    report(harness, 2, 0, 30)
+    report(harness, 3, 0, 25)
     assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
 
 
