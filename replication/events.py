@@ -65,6 +65,18 @@ class MakeFollower:
 
 
 @dataclass(frozen=True, slots=True)
+class UpdateBrokerEpochs:
+    """The metadata's broker epoch of each replica's broker (KIP-903; Kafka's leader reads it from
+    its MetadataCache): `broker_epochs` pairs replica ids with the epoch of their latest registration,
+    NO_BROKER_EPOCH (-1) for one not registered. A leader refuses fetches from older epochs, forgets
+    what an older process of a follower told it, and lets a follower join the ISR only with a fetch
+    state from the registered process. Sent before the partition's MakeLeader/MakeFollower of the
+    same metadata, and whenever a replica's broker registers again."""
+
+    broker_epochs: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StopReplica:
     """This broker no longer hosts the partition (topic deleted, replica moved). Every parked
     request is answered NOT_LEADER_OR_FOLLOWER; the core refuses everything afterwards. The owner
@@ -239,8 +251,8 @@ PartitionRequest = ProduceRequest | ConsumerFetch | FollowerFetch | ListOffsets 
 """The events a client (or follower) sends; each is answered by one `Completion` with its `request_id`."""
 
 Event = (
-    MakeLeader | MakeFollower | StopReplica | PartitionRequest | FetchResponseFromLeader | AlterPartitionResponse
-    | Tick | RunRetention
+    MakeLeader | MakeFollower | UpdateBrokerEpochs | StopReplica | PartitionRequest | FetchResponseFromLeader
+    | AlterPartitionResponse | Tick | RunRetention
 )
 
 

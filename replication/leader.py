@@ -13,6 +13,13 @@ epoch. It decides; `Partition` reads and writes the log and answers requests.
   every record this leader may commit), and leaves when not caught up for
   `replica.lag.time.max.ms`; both are AlterPartition proposals, and the controller's answer (or
   newer metadata) decides.
+- Broker epochs (KIP-903): `broker_epochs` holds each replica's registered broker epoch from the
+  metadata (`UpdateBrokerEpochs`). A fetch from an older epoch than the registered one or the last
+  fetch's is refused; a follower whose broker registered again, or fetched with a newer epoch, starts
+  from a fresh `ReplicaState` (what its older process held may have died with it); it may join the
+  ISR only when its fetch state comes from the registered process (Kafka's isReplicaIsrEligible).
+  So no LEO reported by an older process of a follower ever counts towards the HW or the ISR once
+  the leader knows of a newer one.
 - HW target: the lowest LEO over the *maximal* ISR (the leader's own included). The HW only moves up
   (`Partition` applies it with `Log.maybe_increment_high_watermark`, and holds it while the committed
   ISR is below `min.insync.replicas`, as Kafka does since KIP-966). acks=all also checks the ISR size
@@ -21,6 +28,8 @@ epoch. It decides; `Partition` reads and writes the log and answers requests.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from replication.config import ReplicationConfig
 from replication.events import NO_EPOCH, AlterPartitionResponse, FollowerFetch
@@ -62,11 +71,13 @@ class Leader:
     and per-replica backoffs after INELIGIBLE_REPLICA.
 
     Invariants: the leader is in every ISR view; `remote` holds exactly the other replicas; the
-    maximal ISR contains the committed ISR.
+    maximal ISR contains the committed ISR; no follower's state comes from a process older than its
+    registered broker epoch.
     """
 
     def __init__(self, broker_id: int, log: Log, config: ReplicationConfig, leader_epoch: int,
-                 partition_epoch: int, isr: tuple[int, ...], replicas: tuple[int, ...], now_ms: int) -> None:
+                 partition_epoch: int, isr: tuple[int, ...], replicas: tuple[int, ...], now_ms: int,
+                 broker_epochs: Iterable[tuple[int, int]] = ()) -> None:
         assert broker_id in isr, f"leader {broker_id} not in ISR {isr} of {log.name}"
         latest_epoch = log.leader_epoch_cache.latest_epoch()
         assert latest_epoch is None or latest_epoch <= leader_epoch, (
@@ -90,6 +101,8 @@ class Leader:
         }
         self.resend_ms: int | None = None
         self.ineligible_until_ms: dict[int, int] = {}
+        self.broker_epochs: dict[int, int] = {}
+        self.update_broker_epochs(broker_epochs)
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -110,6 +123,28 @@ class Leader:
             if replica != self.broker_id
         }
 
+    def update_broker_epochs(self, broker_epochs: Iterable[tuple[int, int]]) -> None:
+        """The replicas' registered broker epochs from the metadata (KIP-903). A follower whose broker
+        registered again since its last fetch starts afresh: its LEO is unknown (an ISR member's holds
+        the HW until the new process fetches) and it is no longer caught up."""
+        self.broker_epochs = {replica: epoch for replica, epoch in broker_epochs if replica != self.broker_id}
+        for replica, state in self.remote.items():
+            if state.is_older_broker_epoch(self.broker_epochs.get(replica, NO_BROKER_EPOCH)):
+                self.remote[replica] = ReplicaState.for_new_broker_epoch()
+
+    def _is_broker_epoch_isr_eligible(self, replica_id: int) -> bool:
+        """The follower's fetch state comes from its registered process, when the metadata names one
+        (Kafka's isBrokerEpochIsrEligible)."""
+        registered = self.broker_epochs.get(replica_id, NO_BROKER_EPOCH)
+        return registered == NO_BROKER_EPOCH or self.remote[replica_id].broker_epoch == registered
+
+    def _check_invariants(self) -> None:
+        for replica, state in self.remote.items():
+            assert not state.is_older_broker_epoch(self.broker_epochs.get(replica, NO_BROKER_EPOCH)), (
+                f"{self.log.name}: follower {replica} state from broker epoch {state.broker_epoch} < registered "
+                f"{self.broker_epochs[replica]}"
+            )
+
     # -- follower fetches ---------------------------------------------------------------------
 
     def check_follower_fetch(self, request: FollowerFetch) -> FetchResult | None:
@@ -117,7 +152,10 @@ class Leader:
         error, or a diverging epoch (Kafka's Partition.fetchRecords for a follower)."""
         log = self.log
         state = self.remote.get(request.replica_id)
-        if state is None or state.is_stale_broker_epoch(request.broker_epoch):
+        registered = self.broker_epochs.get(request.replica_id, NO_BROKER_EPOCH)
+        if state is None or state.is_stale_broker_epoch(request.broker_epoch) or (
+            request.broker_epoch != NO_BROKER_EPOCH and request.broker_epoch < registered
+        ):
             reason = "is not a replica" if state is None else f"fetched with an old broker epoch {request.broker_epoch}"
             return self._fetch_error(request, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                      f"broker {request.replica_id} {reason} of {log.name} (replicas {self.replicas})")
@@ -148,6 +186,7 @@ class Leader:
         self.remote[request.replica_id] = state.after_fetch(
             request.fetch_offset, request.log_start_offset, now_ms, self.log.log_end_offset, request.broker_epoch
         )
+        self._check_invariants()
 
     # -- ISR ----------------------------------------------------------------------------------
 
@@ -155,6 +194,8 @@ class Leader:
         """Propose `replica_id` for the ISR if it is out and in sync now (Kafka's maybeExpandIsr)."""
         state = self.isr_state
         if state.is_inflight or replica_id in state.isr or self.ineligible_until_ms.get(replica_id, -1) > now_ms:
+            return None
+        if not self._is_broker_epoch_isr_eligible(replica_id):
             return None
         log_end_offset = self.remote[replica_id].log_end_offset
         if log_end_offset < self.log.high_watermark or log_end_offset < self.leader_epoch_start_offset:

@@ -29,9 +29,12 @@ class PartitionStateView(Protocol):
 
 
 class BrokerView(Protocol):
-    """A registered broker: where it listens, its rack, and whether it may serve (unfenced, not
-    shutting down)."""
+    """A registered broker: its broker epoch (the offset of its latest registration: a new process
+    registers anew), where it listens, its rack, and whether it may serve (unfenced, not shutting
+    down)."""
 
+    @property
+    def broker_epoch(self) -> int: ...
     @property
     def endpoints(self) -> Mapping[str, str]: ...
     @property

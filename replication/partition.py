@@ -64,6 +64,7 @@ from replication.events import (
     RunRetention,
     StopReplica,
     Tick,
+    UpdateBrokerEpochs,
     error_result,
 )
 from replication.follower import Follower
@@ -109,6 +110,7 @@ class Partition:
         self.config = config
         self.replica_log = ReplicaLog(log_manager, topic_partition, wall_clock_ms)
         self.state: Leader | Follower | None = None
+        self.broker_epochs: tuple[tuple[int, int], ...] = ()  # the replicas' registered broker epochs (KIP-903)
         self.stopped = False
         self.produce_purgatory = ProducePurgatory(config.delayed_produce_max)
         self.delete_records_purgatory = DelayedList(config.delayed_delete_records_max)
@@ -230,7 +232,14 @@ class Partition:
             f"{self.topic_partition}: epoch {event.leader_epoch} has leader {self.leader_id}, not {self.broker_id}"
         )
         self.state = Leader(self.broker_id, self.log, self.config, event.leader_epoch, event.partition_epoch,
-                            event.isr, event.replicas, now_ms)
+                            event.isr, event.replicas, now_ms, self.broker_epochs)
+
+    def _on_update_broker_epochs(self, event: UpdateBrokerEpochs, now_ms: int, out: Outbox) -> None:
+        """Keep the replicas' registered broker epochs for this and any later leadership; a leader
+        forgets what older processes of its followers reported (Leader.update_broker_epochs)."""
+        self.broker_epochs = event.broker_epochs
+        if isinstance(self.state, Leader):
+            self.state.update_broker_epochs(event.broker_epochs)
 
     def _on_make_follower(self, event: MakeFollower, now_ms: int, out: Outbox) -> None:
         assert event.leader_id != self.broker_id, f"{self.topic_partition}: MakeFollower names this broker leader"
@@ -526,6 +535,7 @@ class Partition:
 _HANDLERS: dict[type, Callable[[Partition, Event, int, Outbox], None]] = {
     MakeLeader: Partition._on_make_leader,
     MakeFollower: Partition._on_make_follower,
+    UpdateBrokerEpochs: Partition._on_update_broker_epochs,
     StopReplica: Partition._on_stop_replica,
     ProduceRequest: Partition._on_produce,
     ConsumerFetch: Partition._on_consumer_fetch,

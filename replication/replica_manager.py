@@ -78,6 +78,7 @@ from replication.events import (
     RunRetention,
     StopReplica,
     Tick,
+    UpdateBrokerEpochs,
     error_result,
 )
 from replication.fetch_session import FetchSession, InFlightFetch, ReplicaFetchers
@@ -85,6 +86,7 @@ from replication.metadata_view import MetadataView, PartitionStateView
 from replication.partition import Partition
 from replication.ready import AlterPartitionProposal, Completion, FetchResult, Ready, Role
 from replication.replica_selector import preferred_read_replica
+from replication.replica_state import NO_BROKER_EPOCH
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
@@ -98,12 +100,14 @@ ALTER_PARTITION_IN_FLIGHT_MAX = 10_000  # a proposal's answer lost in transit is
 @dataclasses.dataclass(slots=True)
 class HostedPartition:
     """A partition core with what the broker keeps beside it: the topic id it was made for (a topic
-    deleted and created again under the same name is a new host) and the (leader_epoch,
-    partition_epoch) last stepped into it, so unchanged metadata is not stepped again."""
+    deleted and created again under the same name is a new host), the (leader_epoch,
+    partition_epoch) and the replicas' broker epochs last stepped into it, so unchanged metadata is
+    not stepped again."""
 
     partition: Partition
     topic_id: str
     applied: tuple[int, int] | None = None
+    broker_epochs: tuple[tuple[int, int], ...] | None = None
     tick_at_ms: int | None = None
 
 
@@ -266,7 +270,7 @@ class ReplicaManager:
         self._delete_stray_logs(wanted, out)
         self._apply_topic_configs(metadata, {topic_partition.topic for topic_partition in wanted})
         for topic_partition, (topic_id, state) in sorted(wanted.items()):
-            self._apply_partition(topic_partition, topic_id, state, out)
+            self._apply_partition(topic_partition, topic_id, state, metadata, out)
         self.caught_up = True
 
     def offline_log_ends(self) -> tuple[ReplicaLogEnd, ...]:
@@ -335,7 +339,7 @@ class ReplicaManager:
             del self._topic_configs[topic]
 
     def _apply_partition(self, topic_partition: TopicPartition, topic_id: str, state: PartitionStateView,
-                         out: _Outbox) -> None:
+                         metadata: MetadataView, out: _Outbox) -> None:
         hosted = self.hosted.get(topic_partition)
         if hosted is None:
             # Open or create the log under its topic id first (partition.metadata is written if
@@ -344,6 +348,13 @@ class ReplicaManager:
             partition = Partition(topic_partition, self.log_manager, self.broker_id, self.config.replication,
                                   self.now_ms, self.wall_clock_ms)
             hosted = self.hosted[topic_partition] = HostedPartition(partition, topic_id)
+        # The replicas' broker epochs first (KIP-903): a leader forgets what the older process of a
+        # re-registered follower reported before it counts the ISR of the same metadata.
+        broker_epochs = tuple((replica, NO_BROKER_EPOCH if (broker := metadata.broker(replica)) is None
+                               else broker.broker_epoch) for replica in state.replicas)
+        if hosted.broker_epochs != broker_epochs:
+            hosted.broker_epochs = broker_epochs
+            self._step(topic_partition, UpdateBrokerEpochs(broker_epochs), out)
         version = (state.leader_epoch, state.partition_epoch)
         if hosted.applied == version:
             return

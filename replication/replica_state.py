@@ -26,7 +26,10 @@ class ReplicaState:
       had: a fetch at the leader's LEO, or a fetch at least at the LEO the leader had at the
       previous fetch (then it was caught up as of the previous fetch's time).
     - `broker_epoch`: the follower's broker epoch from its fetches (KIP-903), NO_BROKER_EPOCH if
-      unknown; a fetch from an older process (a lower epoch) is stale and refused.
+      unknown; a fetch from an older process (a lower epoch) is stale and refused. Every other field
+      describes that process: a newer one (a fetch with a higher epoch, or a newer registration in
+      the metadata) starts from `for_new_broker_epoch`, since what an older process held may have
+      died with it (unflushed data lost in a crash, a wiped disk).
     """
 
     log_start_offset: int = UNKNOWN_OFFSET
@@ -46,10 +49,28 @@ class ReplicaState:
         """A fetch from an older incarnation of the follower's broker than one already seen."""
         return broker_epoch != NO_BROKER_EPOCH and broker_epoch < self.broker_epoch
 
+    def is_older_broker_epoch(self, broker_epoch: int) -> bool:
+        """This state came from a process older than the one with `broker_epoch` (both known)."""
+        known = self.broker_epoch != NO_BROKER_EPOCH and broker_epoch != NO_BROKER_EPOCH
+        return known and self.broker_epoch < broker_epoch
+
+    @staticmethod
+    def for_new_broker_epoch() -> ReplicaState:
+        """The state of a follower whose broker came back as a new process (KIP-903, KIP-966's unclean
+        shutdown): nothing its older process reported counts any more, offsets unknown until the new
+        one fetches (an ISR member's unknown LEO holds the HW), never caught up (it leaves the ISR
+        unless it catches up at once), broker epoch unknown until its first fetch."""
+        return ReplicaState()
+
     def after_fetch(self, fetch_offset: int, log_start_offset: int, fetch_time_ms: int, leader_end_offset: int,
                     broker_epoch: int) -> ReplicaState:
-        """The state after an accepted fetch (Kafka's Replica.updateFetchStateOrThrow)."""
+        """The state after an accepted fetch (Kafka's Replica.updateFetchStateOrThrow). A fetch from a
+        newer process of the follower's broker starts from a fresh state: the older process's
+        caught-up time says nothing about the new one."""
         assert fetch_offset <= leader_end_offset, f"fetch_offset={fetch_offset} leader_end_offset={leader_end_offset}"
+        if self.is_older_broker_epoch(broker_epoch):
+            return ReplicaState.for_new_broker_epoch().after_fetch(fetch_offset, log_start_offset, fetch_time_ms,
+                                                                   leader_end_offset, broker_epoch)
         if fetch_offset >= leader_end_offset:
             last_caught_up_time_ms = max(self.last_caught_up_time_ms, fetch_time_ms)
         elif fetch_offset >= self.last_fetch_leader_log_end_offset:

@@ -16,6 +16,7 @@ from replication.events import (
     MakeLeader,
     ProduceRequest,
     Tick,
+    UpdateBrokerEpochs,
 )
 from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, FetchResult, ProduceResult, Role
@@ -210,6 +211,62 @@ def test_follower_fetch_with_stale_or_future_epoch_is_fenced(brokers: Brokers) -
         request = FollowerFetch(7, 2, 0, -1, 0, current_leader_epoch=epoch, max_bytes=100)
         result = only(leader.handle(request, now_ms=0).completions, FetchResult)
         assert result.error == error
+
+
+def test_a_re_registered_follower_no_longer_counts_its_old_process_log_end(brokers: Brokers) -> None:
+    """KIP-903 / KIP-966 (replication sim seed 731204646's shape): broker 2 fetched up to 2 in broker
+    epoch 10, then came back as a new process (registered at epoch 11) that may have lost that tail
+    unflushed. When the metadata that says so also drops the laggard 3 from the ISR, the leader must
+    not commit up to the old process's LEO: it forgets it, refuses the old process's fetches, and
+    counts broker 2 again only from a fetch of the new process."""
+    leader, one, _ = setup(brokers)
+    leader.handle(UpdateBrokerEpochs(((1, 1), (2, 10), (3, 20))), now_ms=0)
+    request_id, results = produce(leader, batch(b"a", b"b"), acks=-1, now_ms=0)
+    assert results == []
+    fetch_round(leader, one, now_ms=1, broker_epoch=10)
+    fetch_round(leader, one, now_ms=2, broker_epoch=10)  # broker 2's LEO is 2 in epoch 10
+    assert leader.log.high_watermark == 0, "broker 3 has not fetched"
+    leader.handle(UpdateBrokerEpochs(((1, 1), (2, 11), (3, 20))), now_ms=3)
+    ready = leader.handle(MakeLeader(1, 1, (1, 2), REPLICAS), now_ms=3)
+    assert leader.log.high_watermark == 0, "broker 2's LEO of epoch 10 no longer counts"
+    assert produce_results(ready) == []
+    stale = FollowerFetch(leader.request_id(), 2, 2, 1, 0, current_leader_epoch=1, max_bytes=100, broker_epoch=10)
+    result = only(leader.handle(stale, now_ms=4).completions, FetchResult)
+    assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER, "a fetch of the old process is refused"
+    assert leader.log.high_watermark == 0
+    fresh = FollowerFetch(leader.request_id(), 2, 2, 1, 0, current_leader_epoch=1, max_bytes=100, broker_epoch=11)
+    ready = leader.handle(fresh, now_ms=5)
+    assert leader.log.high_watermark == 2, "the new process holds offsets 0-1"
+    assert produce_results(ready) == [ProduceResult(request_id, ErrorCode.NONE, 0, -1, 0)]
+
+
+def test_a_fetch_from_a_newer_broker_epoch_starts_a_fresh_fetch_state(brokers: Brokers) -> None:
+    """KIP-903: the caught-up time of broker 2's old process (epoch 10) does not keep its new process
+    (epoch 11), which came back behind, in the ISR."""
+    leader, one, _ = setup(brokers, isr=(1, 2))
+    produce(leader, batch(b"a"), acks=1, now_ms=0)
+    fetch_round(leader, one, now_ms=500, broker_epoch=10)
+    fetch_round(leader, one, now_ms=500, broker_epoch=10)  # caught up at 500
+    produce(leader, batch(b"b"), acks=1, now_ms=505)
+    request = FollowerFetch(leader.request_id(), 2, 0, -1, 0, current_leader_epoch=1, max_bytes=100, broker_epoch=11)
+    ready = leader.handle(request, now_ms=LAG_MS + 100)
+    assert leader.partition.state.remote[2].broker_epoch == 11
+    assert only(ready.messages, AlterPartitionProposal).new_isr == (1,), "not caught up: the old time is gone"
+
+
+def test_a_follower_joins_the_isr_only_from_its_registered_broker_epoch(brokers: Brokers) -> None:
+    """Kafka's isReplicaIsrEligible (KIP-903): a fetch from an epoch older than the metadata's is
+    refused; one from a newer epoch (metadata not yet applied here) is served, but the follower joins
+    only once the metadata registers that epoch."""
+    leader, one, _ = setup(brokers, isr=(1,))
+    leader.handle(UpdateBrokerEpochs(((1, 1), (2, 20), (3, 30))), now_ms=0)
+    old = FollowerFetch(leader.request_id(), 2, 0, -1, 0, current_leader_epoch=1, max_bytes=100, broker_epoch=19)
+    assert only(leader.handle(old, now_ms=1).completions, FetchResult).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    ready, _ = fetch_round(leader, one, now_ms=2, broker_epoch=21)
+    assert ready.messages == (), "epoch 21 is not registered yet"
+    leader.handle(UpdateBrokerEpochs(((1, 1), (2, 21), (3, 30))), now_ms=3)
+    ready, _ = fetch_round(leader, one, now_ms=4, broker_epoch=21)
+    assert only(ready.messages, AlterPartitionProposal) == AlterPartitionProposal(1, 0, (1, 2), (-1, 21))
 
 
 def test_isr_shrinks_after_lag_and_the_answer_commits_it(brokers: Brokers) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.controller_api import BrokerRegistrationRequest
 from replication.broker_events import (
     ClientRequest,
     FetchWait,
@@ -258,3 +259,26 @@ def test_shutdown_answers_parked_fetches_and_produces(cluster: CoreCluster) -> N
     assert only_result(answers[produce_id]).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert fetch_id in answers or fetch_id in cluster.brokers[1].answers
     assert ready.next_tick_ms is None
+
+
+def test_a_follower_registering_again_resets_its_fetch_state_on_the_leader_first(cluster: CoreCluster) -> None:
+    """KIP-903: the metadata that says broker 2 registered again (a new process, a new broker epoch)
+    reaches the leader's core as UpdateBrokerEpochs before the partition state of the same metadata,
+    so the leader forgets what broker 2's old process reported and refuses its fetches."""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    produce(cluster, 1, batch(b"a"), acks=1)
+    cluster.pump()
+    leader = cluster.brokers[1].core.hosted[P0].partition.state
+    old_epoch = cluster.brokers[2].broker_epoch
+    assert leader.remote[2].broker_epoch == old_epoch and leader.remote[2].log_end_offset == 1
+    response = cluster.controller.handle(BrokerRegistrationRequest(
+        2, "incarnation-2", {"PLAINTEXT": "broker-2:9092"}, None), cluster.now_ms).response
+    assert response.error_code == ErrorCode.NONE and response.broker_epoch > old_epoch
+    ready = cluster.step(1, MetadataChanged(cluster.metadata, cluster.brokers[1].broker_epoch))
+    events = [type(step.event).__name__ for step in ready.steps if step.topic_partition == P0]
+    assert events[0] == "UpdateBrokerEpochs", events
+    assert leader.remote[2].log_end_offset == -1 and leader.remote[2].broker_epoch == -1
+    part = FollowerFetch(0, 2, fetch_offset=1, last_fetched_epoch=0, log_start_offset=0, current_leader_epoch=0,
+                         max_bytes=1 << 20, broker_epoch=old_epoch)
+    answer = cluster.request(1, ClientRequest(next(_ids), ((P0, part),), FetchWait(2, 0, 0, 1 << 20)))
+    assert answer is not None and only_result(answer).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
