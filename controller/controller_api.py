@@ -180,13 +180,17 @@ class ReplicaLogInfo:
     """A replica's log end, reported for a partition without a leader whose ISR and ELR are empty
     (the fields of KIP-966's GetReplicaLogInfo answer). `current_leader_epoch` is the partition's
     leader epoch the replica's core is in; `last_written_leader_epoch` the epoch of its last batch
-    (-1 for an empty log)."""
+    (-1 for an empty log). `log_start_offset` and `epoch_start_offsets` (its leader-epoch cache:
+    (epoch, start offset) pairs, oldest first) let the controller tell whether one replica's log
+    surely holds another's (`controller/quorum_controller.py`, `_surely_extends`)."""
 
     topic_id: str
     partition_index: int
     current_leader_epoch: int
     last_written_leader_epoch: int
     log_end_offset: int
+    log_start_offset: int = 0
+    epoch_start_offsets: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ way out. A rejected request yields no records and leaves the state untouched.
 from __future__ import annotations
 
 import base64
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -650,29 +651,36 @@ class QuorumController:
         and lost the unflushed tail [50, 55), 2 kept it; the controller fenced 1, 2 and 3 in turn, so
         only 3 went into the ELR, then into the last known ELR as it restarted): electing B would
         truncate them there. So every replica is waited for, and a replica leads instead of B when its
-        log surely extends B's: its last written epoch is E too and its log end is larger. Why that
-        is sure: a leader epoch has one leader, which never truncates its own log in that epoch, and
-        a replica holding a batch of epoch E fetched it with its log matching that leader's (truncation
-        by leader epoch), so every log whose last batch is of epoch E is a prefix of that leader's log
-        in epoch E, and of two such prefixes the longer contains the shorter. It holds what B holds and
-        more, with nothing of another history. A later last written epoch proves nothing: a deposed
-        leader's unreplicated batches of epoch 1 outrank the epoch-0 records a later leader committed
-        in epoch 2 without appending (seed 5000872); and an earlier one cannot hold what B lost, which
-        lay above B's batches of epoch E, so of epoch E or later.
+        log surely extends B's (`_surely_extends`): it holds batches of B's last written epoch E up to
+        B's log end or beyond. Why that is sure: a leader epoch has one leader, which never truncates its
+        own log in that epoch, and a replica holding a batch of epoch E fetched it with its log matching
+        that leader's (truncation by leader epoch), so every log cut at the end of its batches of epoch E
+        is a prefix of that leader's log in epoch E, and of two such prefixes the longer contains the
+        shorter. So it holds what B holds, and whatever it holds beyond (later epochs too) sits on B's
+        history. The reports carry each replica's leader-epoch cache for this: with only the last
+        written epoch, a replica that had gone on to a later epoch after holding all of B's epoch E
+        could not be told from a deposed leader whose unreplicated batches of a later epoch begin
+        below B's end (seed 5000872: epoch-1 batches of a deposed leader over the epoch-0 records a
+        later leader committed in epoch 2 without appending), and the former was passed over for a
+        replica that held less (replication sim seed 731204935: broker 1, the last known ELR, kept
+        [0, 10) of epoch 0 after its restart; broker 3 held [0, 17) of epoch 0 and led; broker 2 held
+        epoch 0 to 26 and the acknowledged epoch-1 records [26, 45), which the election truncated).
+        Of the replicas that extend B, one that extends every other leads; when none does (their
+        histories part above B), the most complete by (last written epoch, log end offset).
 
         When B holds no record at all (every member was wiped, or crashed before anything was
-        fsynced) nothing needs extending: the most complete of every replica leads (replication sim
+        fsynced) nothing needs extending: every replica is a candidate, the same way (replication sim
         seed 1295: two empty members, while broker 1 held offsets 0-14, acknowledged, which their
         election truncated).
 
-        Whatever the candidates, an empty log that ends at offset s says that every offset below s
-        was used: its records were deleted there (retention, DeleteRecords, or following a leader's
-        logStartOffset), so they were committed, and the new leader must not write below s again.
-        So a candidate whose log ends below the largest such s does not lead; if none is left, the
-        empty replica ending at s leads, losing only what logStartOffset had deleted already (seed
-        731204823: the last known ELR was a wiped replica and one whose retention had deleted
-        everything below 40; a replica that left the ISR earlier, its log ending at 30, led and
-        wrote new records over the acknowledged offsets 30-39).
+        Whatever the candidates, a log starting at offset s says that every offset below s was used:
+        its records were deleted there (retention, DeleteRecords, or following a leader's
+        logStartOffset) after they were committed, and the new leader must not write below s again.
+        So a candidate whose log ends below the largest log start offset does not lead; if none is
+        left, the replica with that log start leads, losing only what logStartOffset had deleted
+        already (seed 731204823: the last known ELR was a wiped replica and one whose retention had
+        deleted everything below 40; a replica that left the ISR earlier, its log ending at 30, led
+        and wrote new records over the acknowledged offsets 30-39).
 
         Waiting for every replica, not only the last known ELR as Kafka's Balanced mode does: the
         members' reports cannot say whether they lost anything, and a replica that is down may hold
@@ -680,25 +688,29 @@ class QuorumController:
         ends = self._log_end_reports(topic_id, index, state, acceptable)
         if ends is None:
             return NO_LEADER
-        (last_written_epoch, _), best = _most_complete(ends, last_known_elr or state.replicas)
-        if last_written_epoch < 0:
-            candidates = state.replicas
-        else:
+        _, best = _most_complete(ends, last_known_elr or state.replicas)
+        if _holds_records(ends[best]):
             candidates = tuple(replica for replica in state.replicas
-                               if replica == best or ends[replica][0] == last_written_epoch)
-        # Every offset below an empty log's end was used, by records deleted there (committed).
-        used_below = max((end for epoch, end in ends.values() if epoch < 0), default=0)
-        keeping_offsets = tuple(replica for replica in candidates if ends[replica][1] >= used_below)
-        if keeping_offsets:
-            return _most_complete(ends, keeping_offsets)[1]
-        return next(replica for replica in state.replicas if ends[replica] == (-1, used_below))
+                               if replica == best or _surely_extends(ends[replica], ends[best]))
+        else:
+            candidates = state.replicas
+        # Every offset below a log start offset was used, by records deleted there (committed).
+        used_below = max(info.log_start_offset for info in ends.values())
+        keeping_offsets = tuple(replica for replica in candidates if ends[replica].log_end_offset >= used_below)
+        if not keeping_offsets:
+            return max(state.replicas, key=lambda replica: (ends[replica].log_start_offset,
+                                                            ends[replica].log_end_offset,
+                                                            -state.replicas.index(replica)))
+        extending_all = tuple(replica for replica in keeping_offsets
+                              if all(_surely_extends(ends[replica], ends[other]) for other in keeping_offsets))
+        return _most_complete(ends, extending_all or keeping_offsets)[1]
 
     def _log_end_reports(self, topic_id: str, index: int, state: PartitionRegistration,
-                         acceptable: Callable[[int], bool]) -> dict[int, tuple[int, int]] | None:
-        """Every replica's (last written epoch, log end offset); None until every replica is
-        acceptable and has reported in this leader epoch with its current broker epoch."""
+                         acceptable: Callable[[int], bool]) -> dict[int, ReplicaLogInfo] | None:
+        """Every replica's report; None until every replica is acceptable and has reported in this
+        leader epoch with its current broker epoch."""
         reports = self._log_ends.get((topic_id, index), {})
-        ends: dict[int, tuple[int, int]] = {}
+        ends: dict[int, ReplicaLogInfo] = {}
         for replica in state.replicas:
             broker = self._metadata.broker(replica)
             entry = reports.get(replica)
@@ -707,7 +719,7 @@ class QuorumController:
             broker_epoch, report = entry
             if broker_epoch != broker.broker_epoch or report.current_leader_epoch != state.leader_epoch:
                 return None
-            ends[replica] = (report.last_written_leader_epoch, report.log_end_offset)
+            ends[replica] = report
         return ends
 
     def _unfence(self, batch: _Batch, broker: BrokerRegistration) -> None:
@@ -943,10 +955,48 @@ class QuorumController:
 # ---- leaf checks ---------------------------------------------------------------------------------
 
 
-def _most_complete(ends: Mapping[int, tuple[int, int]], candidates: tuple[int, ...]) -> tuple[tuple[int, int], int]:
+def _most_complete(ends: Mapping[int, ReplicaLogInfo], candidates: tuple[int, ...]) -> tuple[tuple[int, int], int]:
     """((last written epoch, log end offset), replica) of the largest candidate, ties to replica order."""
-    best = max(candidates, key=lambda replica: (ends[replica], -candidates.index(replica)))
-    return ends[best], best
+    def rank(replica: int) -> tuple[int, int]:
+        return ends[replica].last_written_leader_epoch, ends[replica].log_end_offset
+
+    best = max(candidates, key=lambda replica: (rank(replica), -candidates.index(replica)))
+    return rank(best), best
+
+
+def _holds_records(info: ReplicaLogInfo) -> bool:
+    return info.log_end_offset > info.log_start_offset
+
+
+def _epoch_ranges(info: ReplicaLogInfo) -> list[tuple[int, int, int]]:
+    """(epoch, first offset, end offset) of each epoch that has records in the replica's log, oldest
+    first, from its leader-epoch cache (an epoch ends where the next starts, the last at the log end;
+    an entry a leader made at its election and never wrote after holds nothing). A report without
+    the cache (an older broker) is read as one range of its last written epoch."""
+    if not info.epoch_start_offsets:
+        if info.last_written_leader_epoch < 0 or not _holds_records(info):
+            return []
+        return [(info.last_written_leader_epoch, info.log_start_offset, info.log_end_offset)]
+    ranges = []
+    entries = info.epoch_start_offsets
+    for position, (epoch, start) in enumerate(entries):
+        end = entries[position + 1][1] if position + 1 < len(entries) else info.log_end_offset
+        first = max(start, info.log_start_offset)
+        if first < end:
+            ranges.append((epoch, first, end))
+    return ranges
+
+
+def _surely_extends(log: ReplicaLogInfo, other: ReplicaLogInfo) -> bool:
+    """Does `log` surely hold every record `other` holds, on the same history? Yes when `other` holds
+    none, or when `log` holds batches of `other`'s last epoch with records up to `other`'s log end or
+    beyond: both logs, cut at the end of that epoch's batches, are prefixes of the one log its leader
+    wrote (`QuorumController._recovery_leader`)."""
+    other_ranges = _epoch_ranges(other)
+    if not other_ranges:
+        return not _holds_records(other)
+    last_epoch, _, other_end = other_ranges[-1]
+    return any(epoch == last_epoch and end >= other_end for epoch, _, end in _epoch_ranges(log))
 
 
 def _registration_error(request: BrokerRegistrationRequest) -> _Rejected | None:
@@ -988,6 +1038,17 @@ def _log_info_error(reports: tuple[ReplicaLogInfo, ...]) -> _Rejected | None:
             return _Rejected(
                 ErrorCode.INVALID_REQUEST,
                 f"replica log info {report} has a negative offset or epoch; it must come from the replica's log",
+            )
+        entries = report.epoch_start_offsets
+        if (
+            not 0 <= report.log_start_offset <= report.log_end_offset
+            or any(epoch < 0 or start < 0 for epoch, start in entries)
+            or any(earlier[0] >= later[0] or earlier[1] >= later[1] for earlier, later in itertools.pairwise(entries))
+        ):
+            return _Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"replica log info {report}: the log start offset must lie in [0, log end offset] and the leader "
+                "epochs and their start offsets must be non-negative and increase; it must come from the replica's log",
             )
     return None
 

@@ -92,13 +92,16 @@ class DeletedLog:
 class ReplicaLogEnd:
     """A hosted replica's log end, for a partition with no leader and an empty ISR and ELR (what the
     heartbeat reports for KIP-966's recovery election): the partition's `leader_epoch` the core is
-    in, the epoch of its last batch (-1 for an empty log) and its log end offset."""
+    in, the epoch of its last batch (-1 for an empty log), its log end offset, its log start offset
+    and its leader-epoch cache ((epoch, start offset) pairs, oldest first)."""
 
     topic_id: str
     partition_index: int
     leader_epoch: int
     last_written_leader_epoch: int
     log_end_offset: int
+    log_start_offset: int = 0
+    epoch_start_offsets: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

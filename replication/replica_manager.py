@@ -289,10 +289,13 @@ class ReplicaManager:
                 continue
             if partition.leader_epoch != state.leader_epoch or partition.leader_id != NO_LEADER:
                 continue
-            latest_epoch = partition.log.leader_epoch_cache.latest_epoch()
+            log = partition.log
+            latest_epoch = log.leader_epoch_cache.latest_epoch()
             ends.append(ReplicaLogEnd(hosted.topic_id, topic_partition.partition, state.leader_epoch,
                                       NO_EPOCH if latest_epoch is None else latest_epoch,
-                                      partition.log.log_end_offset))
+                                      log.log_end_offset, log.log_start_offset,
+                                      tuple((entry.epoch, entry.start_offset)
+                                            for entry in log.leader_epoch_cache.entries())))
         return tuple(ends)
 
     def _wanted(self, metadata: MetadataView) -> dict[TopicPartition, tuple[str, PartitionStateView]]:

@@ -258,10 +258,19 @@ def emptied(min_isr: str = "3") -> Harness:
 
 
 def report(harness: Harness, broker_id: int, last_epoch: int, log_end_offset: int,
-           leader_epoch: int | None = None) -> object:
+           leader_epoch: int | None = None, epochs: tuple[tuple[int, int], ...] | None = None,
+           log_start_offset: int | None = None) -> object:
+    """Broker `broker_id`'s heartbeat with its log end. Without `epochs`, its leader-epoch cache
+    is one entry of `last_epoch` at offset 0 (none for an empty log, last_epoch -1, which starts at
+    its end unless `log_start_offset` says otherwise)."""
     state_ = harness.partition("t")
+    if epochs is None:
+        epochs = () if last_epoch < 0 else ((last_epoch, 0),)
+    if log_start_offset is None:
+        log_start_offset = log_end_offset if last_epoch < 0 else 0
     info = ReplicaLogInfo(harness.committed.topic_id("t"), 0,
-                          state_.leader_epoch if leader_epoch is None else leader_epoch, last_epoch, log_end_offset)
+                          state_.leader_epoch if leader_epoch is None else leader_epoch, last_epoch, log_end_offset,
+                          log_start_offset, epochs)
     request = BrokerHeartbeatRequest(broker_id, harness.broker_epochs[broker_id], harness.committed.last_applied_offset,
                                      replica_log_info=(info,))
     return harness.run(request)
@@ -301,6 +310,49 @@ def test_recovery_elects_a_replica_outside_the_last_known_elr_whose_log_extends_
     report(harness, 3, 0, 50)
     assert harness.partition("t").leader == NO_LEADER, "broker 1 has not reported: it may hold records"
     report(harness, 1, 0, 55)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_elects_a_replica_that_went_on_to_a_later_epoch_after_holding_all_the_members_records() -> None:
+    """Replication sim seed 731204935: the last known ELR member (here 2, 3) kept [0, 10) of epoch 0
+    after its unclean restart; broker 1 holds epoch 0 up to 26 and then the acknowledged epoch-1
+    records [26, 45). Its epochs say it holds all the members hold and more on the same history: it
+    leads (the last written epoch alone, 1 against 0, could not tell it from a deposed leader)."""
+    harness = emptied(min_isr="2")
+    report(harness, 2, 0, 10)
+    report(harness, 3, 0, 8)
+    report(harness, 1, 1, 45, epochs=((0, 0), (1, 26)))
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_passes_over_a_later_epoch_that_begins_below_the_members_log_end() -> None:
+    """Seed 5000872's shape, with the epochs reported: broker 1's epoch-1 batches begin at 40, below
+    the end of the members' epoch 0 (55): its log parts from theirs there, so it does not lead."""
+    harness = emptied(min_isr="2")
+    report(harness, 2, 0, 55)
+    report(harness, 3, 0, 54)
+    report(harness, 1, 1, 99, epochs=((0, 0), (1, 40)))
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
+
+
+def test_recovery_prefers_the_candidate_whose_log_extends_every_other_candidate() -> None:
+    """Both broker 1 and broker 3 extend the member's log (2: [0, 10) of epoch 0); broker 1's also
+    extends broker 3's (epoch 0 to 30 against 20, then epoch 1), so it leads; an entry a leader
+    made at its election without writing after it (epoch 4 at broker 3's end) holds nothing."""
+    harness = emptied(min_isr="3")
+    report(harness, 2, 0, 10)
+    report(harness, 3, 4, 20, epochs=((0, 0), (4, 20)))
+    report(harness, 1, 1, 31, epochs=((0, 0), (1, 30)))
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_never_writes_below_a_log_start_offset() -> None:
+    """A replica whose log starts at 40 (retention deleted [0, 40) after it was committed) keeps the
+    candidates that end below 40 from leading, even with records in its leader-epoch cache."""
+    harness = emptied(min_isr="2")
+    report(harness, 2, 0, 30)
+    report(harness, 3, 0, 25)
+    report(harness, 1, 0, 42, epochs=((0, 40),), log_start_offset=40)
     assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
 
 
@@ -394,6 +446,14 @@ def test_a_malformed_report_is_invalid_request() -> None:
     response = report(harness, 1, 0, -5)
     assert response.error_code == ErrorCode.INVALID_REQUEST
     assert "negative offset" in response.error_message
+
+
+def test_a_report_with_epochs_out_of_order_or_a_log_start_beyond_its_end_is_invalid_request() -> None:
+    harness = emptied()
+    response = report(harness, 1, 1, 9, epochs=((1, 0), (0, 5)))
+    assert response.error_code == ErrorCode.INVALID_REQUEST and "increase" in response.error_message
+    response = report(harness, 1, 0, 9, log_start_offset=10)
+    assert response.error_code == ErrorCode.INVALID_REQUEST and "log start offset" in response.error_message
 
 
 def test_lowering_min_isr_empties_the_elr_where_the_isr_meets_it() -> None:

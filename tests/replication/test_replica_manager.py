@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.controller_api import BrokerRegistrationRequest
+from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from replication.broker_events import (
     ClientRequest,
     FetchWait,
@@ -22,8 +22,8 @@ from replication.broker_events import (
     ReplicaFetchAnswer,
     Shutdown,
 )
-from replication.broker_ready import ClientAnswer
-from replication.events import ConsumerFetch, FollowerFetch, ListOffsets, ProduceRequest
+from replication.broker_ready import ClientAnswer, ReplicaLogEnd
+from replication.events import NO_LEADER, ConsumerFetch, FollowerFetch, ListOffsets, ProduceRequest
 from replication.ready import FetchResult, ProduceResult, Role
 from storage import log_segment
 from storage.checkpoint import TopicPartition
@@ -282,3 +282,43 @@ def test_a_follower_registering_again_resets_its_fetch_state_on_the_leader_first
                          max_bytes=1 << 20, broker_epoch=old_epoch)
     answer = cluster.request(1, ClientRequest(next(_ids), ((P0, part),), FetchWait(2, 0, 0, 1 << 20)))
     assert answer is not None and only_result(answer).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def fence(cluster: CoreCluster, *broker_ids: int) -> None:
+    for broker_id in broker_ids:
+        response = cluster.controller.handle(BrokerHeartbeatRequest(
+            broker_id, cluster.brokers[broker_id].broker_epoch, 1 << 40, want_fence=True), cluster.now_ms).response
+        assert response.error_code == ErrorCode.NONE and response.is_fenced, response
+    cluster.publish()
+
+
+def test_offline_log_ends_report_the_log_start_and_the_leader_epoch_cache(cluster: CoreCluster) -> None:
+    """A partition left without a leader, ISR or ELR (every replica restarted uncleanly): each
+    replica reports its log end with its log start offset and its leader-epoch cache, from which the
+    controller tells whether one log surely holds another's (the recovery election)."""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    produce(cluster, 1, batch(b"a", b"b"))
+    cluster.pump()
+    fence(cluster, 1)
+    cluster.cut.add(1)  # broker 1 stays behind, with epoch 0 only
+    assert cluster.partition(2, P0).role == Role.LEADER
+    produce(cluster, 2, batch(b"c"))
+    cluster.pump()
+    fence(cluster, 2, 3)
+    for broker_id in (1, 2, 3):  # unclean restarts: no clean-shutdown marker, so out of the ELR
+        response = cluster.controller.handle(BrokerRegistrationRequest(
+            broker_id, f"incarnation-{broker_id}-again", {"PLAINTEXT": f"broker-{broker_id}:9092"}, None),
+            cluster.now_ms).response
+        assert response.error_code == ErrorCode.NONE, response
+        cluster.brokers[broker_id].broker_epoch = response.broker_epoch
+    cluster.publish()
+    topic_id = cluster.metadata.topic_id(TOPIC)
+    assert topic_id is not None
+    state = cluster.metadata.partition(topic_id, 0)
+    assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
+    assert cluster.brokers[3].core.offline_log_ends() == (
+        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 3, 0, ((0, 0), (1, 2))),
+    )
+    assert cluster.brokers[1].core.offline_log_ends() == (
+        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 0, 2, 0, ((0, 0),)),
+    )
