@@ -17,7 +17,8 @@ Time is an integer of simulated ms in one event heap. The run starts once the qu
 every broker registered itself and the admin created the topic.
 
 Phases:
-1. Safety (`safety_duration_ms`): faults at the drawn rates. `ReplicationChecker` is told every
+1. Safety (`safety_duration_ms`, longer while no write was acknowledged during a fault: up to
+   SAFETY_EXTENSIONS_MAX more times): faults at the drawn rates. `ReplicationChecker` is told every
    call of every broker core (its partitions' log edits, offsets and answers), every log as an
    incarnation opens it, every crash (what it cut) and wipe, and every fetch answer the consumer
    takes, as observations (`observer.py` builds them); it judges them as they come.
@@ -93,6 +94,9 @@ PROBE_INTERVAL_MS = 20
 STEPS_MAX = 2_000_000
 BOOTSTRAP_STEPS_MAX = 10_000
 ADMIN_ATTEMPTS_MAX = 20
+# The safety phase lasts safety_duration_ms, and goes on, safety_duration_ms at a time up to this many
+# times, while no write has been acknowledged during a fault yet (tests/sim/fault_window.py).
+SAFETY_EXTENSIONS_MAX = 2
 CLOCK_STEPS_MS = (-3_600_000, -60_000, -1_000, 1_000, 60_000, 3_600_000)
 PRODUCES_IN_FLIGHT_MAX = 8
 
@@ -202,6 +206,7 @@ class Simulation:
         self.controller_held: dict[int, list[Message]] = {node_id: [] for node_id in CONTROLLER_IDS}
         self.admin_answers: dict[int, Any] = {}
         self.admin_attempts = 0  # the token of the next admin request
+        self.safety_extensions = 0
         self.checker = ReplicationChecker(self.topic_partitions)
         self.observers: dict[int, BrokerObserver] = {}
         self.fault_window = FaultWindow(self.options.session_timeout_ms + self.options.replica_lag_time_max_ms)
@@ -426,7 +431,7 @@ class Simulation:
         elif kind == Kind.RESUME:
             self._resume(*payload)
         elif kind == Kind.HEAL:
-            self._heal()
+            self._heal_or_extend()
 
     def _paused(self, broker: SimBroker) -> bool:
         return broker.paused_until_ms > self.now_ms
@@ -788,6 +793,20 @@ class Simulation:
             broker.tick_at_ms = None
             broker.step(Tick())
         self.schedule(self.now_ms, Kind.DUTY, (broker_id, incarnation))
+
+    def _heal_or_extend(self) -> None:
+        """End the safety phase, unless no write was acknowledged during a fault yet: then the faults
+        go on for another safety_duration_ms (at most SAFETY_EXTENSIONS_MAX times). A run whose
+        faults kept the partitions from taking acks=all writes (several brokers or the whole
+        controller quorum down, the ISR below min.insync.replicas) had nothing for the durability
+        checks to check; it gets more time under the same faults instead of ending calm. Runs that
+        had such a write heal when they always did."""
+        if self.result.acked_all_during_fault == 0 and self.safety_extensions < SAFETY_EXTENSIONS_MAX:
+            self.safety_extensions += 1
+            self.trace(f"safety phase extended ({self.safety_extensions}): no write acknowledged during a fault yet")
+            self.schedule(self.now_ms + self.options.safety_duration_ms, Kind.HEAL)
+            return
+        self._heal()
 
     def _heal(self) -> None:
         """End of the safety phase: no more faults; restart, resume, reconnect everything."""
