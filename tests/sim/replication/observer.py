@@ -138,7 +138,9 @@ class BrokerObserver:
         for completion in ready.completions:
             if isinstance(completion, ProduceResult) and completion.request_id in self.produces:
                 acks, tail = self.produces.pop(completion.request_id)
-                min_insync_replicas = (partition.min_insync_replicas() if fold.is_leader
+                # The partition as the whole call left it: a later step of the same call may have
+                # made a leader a follower (the metadata's UpdateBrokerEpochs, then MakeFollower).
+                min_insync_replicas = (partition.min_insync_replicas() if partition.role == Role.LEADER
                                        else partition.log.config.min_insync_replicas)
                 fold.produce_answers.append(ProduceAnswered(tail, acks, completion.error, completion.base_offset,
                                                             len(partition.isr), min_insync_replicas))
