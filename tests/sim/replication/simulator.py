@@ -792,6 +792,11 @@ class Simulation:
         if broker.up:
             broker.tick_at_ms = None
             broker.step(Tick())
+        if broker.up and broker.lifecycle_tick_at_ms is not None and broker.lifecycle_tick_at_ms <= self.now_ms:
+            # The lifecycle's tick came due in the pause and was dropped: it fires now, late, as a
+            # resumed process's overdue timer does (the lifecycle asks for the same tick until it
+            # has sent, so it would never be armed again).
+            broker.lifecycle_tick(broker.lifecycle_tick_at_ms)
         self.schedule(self.now_ms, Kind.DUTY, (broker_id, incarnation))
 
     def _heal_or_extend(self) -> None:

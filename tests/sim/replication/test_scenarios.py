@@ -203,3 +203,22 @@ def test_last_replica_standing_keeps_acked_records() -> None:
     for broker in (1, 2, 3):
         kept = scenario.records(broker)
         assert {offset: kept.get(offset) for offset in records} == records, f"broker {broker} lost acked records"
+
+
+def test_a_paused_broker_heartbeats_again_after_it_resumes() -> None:
+    """Goal: a broker whose heartbeat came due while it was paused (a stopped process, a long GC)
+    sends it once it resumes, as a node's overdue timer fires then. The simulator dropped the
+    lifecycle's tick that came due in the pause and never armed it again: unless newer metadata
+    happened to reach the broker, it never heartbeated again and stayed fenced (liveness failure
+    'broker 1 is not up and active', replication sim seed 731204789 on the options of 69c728e).
+    Broker 2 is cut off from the controllers, so no answer and no metadata wakes its lifecycle."""
+    scenario = started()
+    broker = scenario.brokers[2]
+    scenario.cut(2, CONTROLLER_ID)
+    scenario.run_until(lambda: broker.lifecycle_tick_at_ms is not None and not any(
+        isinstance(context, tuple) and context[0] == "lifecycle" for _, context in broker.controller_requests.values()))
+    last_sent = broker.lifecycle_correlation_id
+    scenario.pause(2, 300)
+    scenario.run_for(400)
+    assert broker.lifecycle_correlation_id != last_sent, "the lifecycle sent nothing after the pause"
+    scenario.converge()
