@@ -867,7 +867,13 @@ class Raft:
 
     def _on_unreachable(self, event: Unreachable) -> None:
         """The awaited fetch never arrived: retry after the backoff, and when looking for the
-        leader, ask another voter than this one (Kafka backs off per node)."""
+        leader, ask another voter than this one (Kafka backs off per node). A quorum probe that
+        never arrived is sent again after the backoff: a voter without state may not vote until
+        every other voter has answered, so a probe lost to a peer still starting must not wait a
+        request timeout (the peer may be gone by then, and the quorum with it)."""
+        if event.correlation_id == self._probe_correlation_id and self._probe_pending:
+            self._probe_resend_ms = min(self._probe_resend_ms, self._now_ms + self.config.retry_backoff_ms)
+            return
         if not self._awaited(event.destination_id, event.correlation_id):
             return
         self._unreachable_id = event.destination_id

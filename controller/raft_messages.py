@@ -230,7 +230,7 @@ class SnapshotCreated:
 
 @dataclass(frozen=True, slots=True)
 class Unreachable:
-    """The fetch with `correlation_id` to `destination_id` never left: the connection was refused
+    """The fetch or quorum probe with `correlation_id` to `destination_id` never left: the connection was refused
     or lost (Kafka's NetworkClient reports a disconnect at once). Without this a node would wait
     out the request timeout on a killed peer before asking another."""
 

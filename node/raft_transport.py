@@ -126,10 +126,10 @@ class RaftTransport:
             log.warning("node %s refused Raft %s from us: %s", address, envelope.type, error)
 
     def _undelivered(self, message: Message) -> None:
-        """A fetch that never left is reported (Raft asks again, maybe elsewhere, without waiting
-        out the request timeout); other messages are dropped like lost packets: Raft resends them."""
+        """A fetch or quorum probe that never left is reported (Raft asks again, maybe elsewhere,
+        without waiting out the request timeout); other messages are dropped like lost packets."""
         body = message.body
-        if isinstance(body, FetchRequest | FetchSnapshotRequest):
+        if isinstance(body, FetchRequest | FetchSnapshotRequest | QuorumProbeRequest):
             self._unreachable(Unreachable(message.destination_id, body.correlation_id))
 
     async def close(self) -> None:

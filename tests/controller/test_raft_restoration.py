@@ -22,6 +22,7 @@ from controller.raft_messages import (
     QuorumProbeResponse,
     RaftError,
     Role,
+    Unreachable,
     VoteRequest,
     VoteResponse,
 )
@@ -265,3 +266,21 @@ def test_a_voter_without_state_follows_the_leader_and_its_fetches_count(tmp_path
     assert [(completion.proposal_id, completion.error) for completion in completions] == [(2, RaftError.NONE)]
     assert voter.log.log_end_offset == cluster.nodes[1].log.log_end_offset
     assert voter.restoring, "and it still may not vote"
+
+
+def test_a_probe_that_never_left_is_sent_again_after_the_backoff(tmp_path: Path) -> None:
+    """Goal: a voter without state may vote only once every other voter answered, so a probe lost
+    to a peer that was still starting must not wait out the request timeout: if that peer dies
+    meanwhile, the quorum cannot elect until it returns (a new cluster whose active controller
+    was killed a second after start stayed leaderless for 30 s). Method: restoring voter 3's probe
+    to voter 1 is reported Unreachable; after the retry backoff (well before the request timeout)
+    it is probed again, and once both answer it may vote."""
+    cluster = Cluster(tmp_path, request_timeout_ms=1_000)
+    voter = restoring(cluster)
+    correlation_id = probe_id(cluster)
+    cluster.handle(3, Unreachable(1, correlation_id))
+    cluster.tick(3, cluster.now_ms + 10)  # the retry backoff
+    assert [m.destination_id for m in cluster.take(QuorumProbeRequest, source=3)] == [1, 2]
+    answer(cluster, 1, 3, correlation_id)
+    answer(cluster, 2, 3, correlation_id)
+    assert not voter.restoring

@@ -61,6 +61,7 @@ from controller.raft_messages import (
     Message,
     ProposalCompletion,
     Propose,
+    QuorumProbeRequest,
     RaftError,
     Ready,
     Role,
@@ -261,7 +262,7 @@ class Simulation:
         if kind is Kind.DELIVER:
             assert isinstance(data, Message), data
             destination = self.nodes[data.destination_id]
-            if not destination.up and isinstance(data.body, FetchRequest | FetchSnapshotRequest):
+            if not destination.up and isinstance(data.body, FetchRequest | FetchSnapshotRequest | QuorumProbeRequest):
                 # A down process refuses the connection: the sender's transport reports it.
                 self._deliver(self.nodes[data.source_id], Unreachable(data.destination_id, data.body.correlation_id))
             else:
