@@ -14,9 +14,10 @@ flight), as a network cut between a leader and its followers would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,7 +40,7 @@ from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
-from storage.records import iter_headers
+from storage.records import build_batch_from_values, iter_headers
 
 T = TypeVar("T")
 LISTENER = "PLAINTEXT"
@@ -289,6 +290,22 @@ class Cluster:
                                         rack_id=rack_id)
         response = await self.call(broker_id, protocol.Api.FETCH, request, protocol.FetchResponse)
         return response.partitions[0]
+
+
+@contextlib.asynccontextmanager
+async def started(root: Path, size: int = 3) -> AsyncIterator[Cluster]:
+    """A started Cluster, stopped on the way out (the body of the tests' `cluster` fixtures)."""
+    cluster = Cluster(root, size)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+def batch(*values: bytes, timestamp_ms: int | None = None) -> bytes:
+    """One record batch of `values`, stamped with the wall clock unless `timestamp_ms` is given."""
+    return build_batch_from_values(list(values), timestamp_ms=wall_clock_ms() if timestamp_ms is None else timestamp_ms)
 
 
 async def until(broker: Broker, topic_partition: TopicPartition, predicate: Callable[[], bool]) -> None:

@@ -20,26 +20,19 @@ from replication.ready import Role
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
-from storage.records import build_batch_from_values, iter_headers
-from tests.node.broker_harness import TIMEOUT_S, Cluster, log_bytes, until, wall_clock_ms
+from storage.records import iter_headers
+from tests.node.broker_harness import TIMEOUT_S, Cluster, batch, log_bytes, started, until, wall_clock_ms
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
 ACKS_ALL = -1
 
 
-def batch(*values: bytes, timestamp_ms: int | None = None) -> bytes:
-    return build_batch_from_values(list(values), timestamp_ms=wall_clock_ms() if timestamp_ms is None else timestamp_ms)
-
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(tmp_path)
-    await cluster.start()
-    try:
+    async with started(tmp_path) as cluster:
         yield cluster
-    finally:
-        await cluster.stop()
 
 
 def base_offsets(records: bytes) -> list[int]:

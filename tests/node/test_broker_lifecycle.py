@@ -15,8 +15,7 @@ from node.lifecycle import BrokerState
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
-from storage.records import build_batch_from_values
-from tests.node.broker_harness import Cluster, log_bytes, until, wall_clock_ms
+from tests.node.broker_harness import Cluster, batch, log_bytes, started, until
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
@@ -24,16 +23,9 @@ TP = TopicPartition(TOPIC, 0)
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(tmp_path)
-    await cluster.start()
-    try:
+    async with started(tmp_path) as cluster:
         yield cluster
-    finally:
-        await cluster.stop()
 
-
-def batch(*values: bytes) -> bytes:
-    return build_batch_from_values(list(values), timestamp_ms=wall_clock_ms())
 
 
 async def test_brokers_register_with_endpoints_and_rack_and_are_unfenced(cluster: Cluster) -> None:

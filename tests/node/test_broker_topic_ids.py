@@ -22,7 +22,7 @@ from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.partition_metadata import PartitionMetadata, PartitionMetadataFile
 from storage.records import build_batch_from_values
-from tests.node.broker_harness import Cluster, log_bytes, until, wall_clock_ms
+from tests.node.broker_harness import Cluster, log_bytes, started, until, wall_clock_ms
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
@@ -32,12 +32,8 @@ REPLICAS = {0: (LEADER, FOLLOWER)}
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(tmp_path, size=2)
-    await cluster.start()
-    try:
+    async with started(tmp_path, 2) as cluster:
         yield cluster
-    finally:
-        await cluster.stop()
 
 
 async def produce(cluster: Cluster, *values: bytes) -> None:

@@ -14,8 +14,7 @@ import pytest
 from storage import log_segment
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
-from storage.records import build_batch_from_values
-from tests.node.broker_harness import Cluster, until, wall_clock_ms
+from tests.node.broker_harness import Cluster, batch, started, until
 
 TOPIC = "orders"
 P0, P1, P2 = (TopicPartition(TOPIC, index) for index in range(3))
@@ -23,16 +22,9 @@ P0, P1, P2 = (TopicPartition(TOPIC, index) for index in range(3))
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(tmp_path)
-    await cluster.start()
-    try:
+    async with started(tmp_path) as cluster:
         yield cluster
-    finally:
-        await cluster.stop()
 
-
-def batch(value: bytes) -> bytes:
-    return build_batch_from_values([value], timestamp_ms=wall_clock_ms())
 
 
 async def test_one_fetcher_per_leader_carries_all_its_partitions_in_one_request(cluster: Cluster) -> None:

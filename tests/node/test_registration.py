@@ -25,8 +25,7 @@ from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.meta_properties import META_PROPERTIES_FILE, MetaProperties
-from storage.records import build_batch_from_values
-from tests.node.broker_harness import Cluster, log_bytes, until, wall_clock_ms
+from tests.node.broker_harness import Cluster, batch, log_bytes, started, until
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
@@ -34,12 +33,8 @@ TP = TopicPartition(TOPIC, 0)
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(tmp_path)
-    await cluster.start()
-    try:
+    async with started(tmp_path) as cluster:
         yield cluster
-    finally:
-        await cluster.stop()
 
 
 class Recorder:
@@ -66,9 +61,6 @@ class Recorder:
 def directory_id(cluster: Cluster, broker_id: int) -> str | None:
     return MetaProperties.read(cluster.nodes[broker_id].directory / META_PROPERTIES_FILE).directory_id
 
-
-def batch(*values: bytes) -> bytes:
-    return build_batch_from_values(list(values), timestamp_ms=wall_clock_ms())
 
 
 async def test_brokers_register_their_directory_ids(cluster: Cluster) -> None:
