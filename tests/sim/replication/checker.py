@@ -202,7 +202,12 @@ class ReplicationChecker:
                     self.figures.truncations_below_high_watermark += 1
                 self._lost(topic_partition, broker_id, image.cut_from(edit.end_offset), LossCause.TRUNCATED, now_ms)
             elif isinstance(edit, EmptiedAt):
-                self._lost(topic_partition, broker_id, image.empty_at(edit.start_offset), LossCause.TRUNCATED, now_ms)
+                # A follower empties its log when the leader's logStartOffset is past its log end:
+                # what lies below that start was deleted by the leader's logStartOffset, not truncated.
+                removed = image.empty_at(edit.start_offset)
+                below = [batch for batch in removed if batch.next_offset <= edit.start_offset]
+                self._lost(topic_partition, broker_id, below, LossCause.DELETED, now_ms)
+                self._lost(topic_partition, broker_id, removed[len(below):], LossCause.TRUNCATED, now_ms)
             else:
                 assert isinstance(edit, DeletedBelow), edit
                 self._lost(topic_partition, broker_id, image.delete_below(edit.log_start_offset), LossCause.DELETED,

@@ -21,6 +21,7 @@ from tests.sim.replication.observations import (
     BrokerWiped,
     ConsumerPolled,
     DeletedBelow,
+    EmptiedAt,
     FetchServed,
     LogEdit,
     LogOffsets,
@@ -67,6 +68,8 @@ class Cluster:
                 self.ends[broker_id] = edit.end_offset
             elif isinstance(edit, DeletedBelow):
                 self.starts[broker_id] = edit.log_start_offset
+            elif isinstance(edit, EmptiedAt):
+                self.starts[broker_id] = self.ends[broker_id] = edit.start_offset
         offsets = LogOffsets(self.starts[broker_id], high_watermark, self.ends[broker_id])
         self.checker.observe(ReplicaStepped(self.now_ms, broker_id, self.incarnations[broker_id], TP, leader, epoch,
                                             edits, offsets, answers, served))
@@ -225,6 +228,25 @@ def test_deleted_offsets_are_reused_only_after_every_holder_crashed_below_them()
     cluster.crash(1, 0, ())
     with pytest.raises(InvariantViolation, match="deleted by logStartOffset"):
         cluster.step(1, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+
+
+def test_a_follower_emptied_at_the_leaders_log_start_deleted_what_lay_below_it() -> None:
+    """A follower behind the leader's logStartOffset empties its log and starts at it: the batches
+    it drops were deleted by that logStartOffset, not truncated by the protocol, so once every disk
+    that knew the offsets were used is wiped, reusing them is excused (replication seed 63370329
+    was failed for it: broker 1 emptied at the leader's start 46, then every disk was wiped)."""
+    cluster = Cluster()
+    cluster.replicate_acked(batch(0, b"a"))
+    cluster.step(1, DeletedBelow(1), high_watermark=1, leader=True)
+    cluster.step(2, EmptiedAt(1), high_watermark=1)
+    cluster.step(3, DeletedBelow(1), high_watermark=1)
+    for broker_id in (1, 2, 3):
+        cluster.checker.observe(BrokerWiped(cluster.now_ms, broker_id))
+        cluster.starts[broker_id] = cluster.ends[broker_id] = 0
+        cluster.incarnations[broker_id] += 1
+        cluster.open(broker_id, ())
+    cluster.step(2, AppendedBatches((batch(0, b"b", epoch=1),)), high_watermark=1, leader=True, epoch=1)
+    assert cluster.checker.finish().excused == {"every holder's disk was wiped": 1}
 
 
 def test_a_produce_answered_nothing_appended_must_append_nothing() -> None:
