@@ -553,6 +553,11 @@ class Log:
         for _, segment in self._pending_deletes:
             segment.close_handlers()
 
+    def close_handlers(self) -> None:
+        """Close every file without writing to it: what a killed process leaves behind."""
+        for segment in [*self.segments, *(segment for _, segment in self._pending_deletes)]:
+            segment.close_handlers()
+
     def __repr__(self) -> str:
         return (
             f"Log({self.name}, start={self.log_start_offset}, hw={self.high_watermark}, "

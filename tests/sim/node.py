@@ -137,7 +137,4 @@ class SimNode:
 
 def abandon(log: RaftLog) -> None:
     """Release a log's files as a dying process would: no flush, no index trimming."""
-    for segment in list(log.log.segments):
-        segment.close_handlers()
-    for _, segment in log.log._pending_deletes:
-        segment.close_handlers()
+    log.log.close_handlers()

@@ -48,10 +48,7 @@ class BrokerDisk:
         trace."""
         ends = {topic_partition: log.log_end_offset for topic_partition, log in manager}
         for _, log in manager:
-            for segment in list(log.segments):
-                segment.close_handlers()
-            for _, segment in log._pending_deletes:  # a dying process drops these too
-                segment.close_handlers()
+            log.close_handlers()
         cuts = self.model.crash(self.directory, rng, tear_probability, damage=_crc_covered_position)
         cut_from: dict[TopicPartition, int] = {}
         for cut in cuts:
@@ -61,18 +58,14 @@ class BrokerDisk:
             low = _first_cut_offset(cut)
             if low is not None and low < ends[topic_partition]:
                 cut_from[topic_partition] = min(low, cut_from.get(topic_partition, low))
-        return cut_from, [_describe(cut) for cut in cuts]
-
+        return cut_from, [cut.describe() for cut in cuts]
 
     def wipe(self, manager: LogManager) -> dict[TopicPartition, tuple[int, int]]:
         """The disk is replaced while the broker is down: every file goes. Returns, per partition,
         the offsets it held ([logStartOffset, LEO)), all lost."""
         held = {topic_partition: (log.log_start_offset, log.log_end_offset) for topic_partition, log in manager}
         for _, log in manager:
-            for segment in list(log.segments):
-                segment.close_handlers()
-            for _, segment in log._pending_deletes:
-                segment.close_handlers()
+            log.close_handlers()
         self.model.wipe(self.directory)
         shutil.rmtree(self.directory)
         return {topic_partition: offsets for topic_partition, offsets in held.items() if offsets[0] < offsets[1]}
@@ -109,8 +102,3 @@ def _crc_covered_position(path: Path, data: bytes, start: int, end: int, rng: ra
         return -1
     low, high = rng.choice(spans)
     return rng.randint(low, high - 1)
-
-
-def _describe(cut: FileCut) -> str:
-    mark = "!" if cut.damaged_at >= 0 else ("+" if cut.restored else "")
-    return f"{cut.path.parent.name}/{cut.path.name}:{len(cut.before)}->{len(cut.after)}{mark}"
