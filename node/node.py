@@ -42,6 +42,7 @@ from node.quorum import QuorumService
 from node.server import NotABroker, NotServingYet, build_app
 from storage import meta_properties
 from storage.config import LogConfig
+from storage.dir_lock import DirLock
 from storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,12 @@ class Node:
         self.broker: Broker | None = None
         self.group_offsets: GroupOffsets | None = None
         self._runner: web.AppRunner | None = None
+        self._dir_locks: list[DirLock] = []
 
     async def start(self) -> None:
+        # Before anything in them is read: a second process on the same dirs refuses to start.
+        self._dir_locks = [DirLock.acquire(Path(data_dir), f"node {self.config.node_id}")
+                           for data_dir in self.config.data_dirs]
         directory_ids: dict[str, str] = {}
         for data_dir in self.config.data_dirs:
             claimed = meta_properties.ensure(Path(data_dir), self.config.node_id, self.config.cluster_id, self.rng)
@@ -121,6 +126,9 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.connections.close()
+        for lock in self._dir_locks:
+            lock.release()
+        self._dir_locks = []
 
     def _log_config(self, topic: str) -> LogConfig:
         return LogConfig.from_properties(self.quorum.metadata.topic_configs(topic), base=self.config.log_config())

@@ -82,6 +82,12 @@ class CorruptCheckpointError(StorageError):
     error_name = "KAFKA_STORAGE_ERROR"
 
 
+class LogDirLockedError(StorageError):
+    """Another process holds a data dir's `.lock`: two processes must never share a log dir."""
+
+    error_name = "KAFKA_STORAGE_ERROR"
+
+
 class InconsistentNodeIdError(StorageError):
     """meta.properties names another node id than this node's `node.id`."""
 

@@ -1,6 +1,6 @@
 """A whole cluster stopped with SIGTERM and started again from its dirs: clean-shutdown markers,
-committed offsets and records survive; a node refuses a log dir of another cluster and a
-quorum-state it cannot read, and refuses clients until it has caught up with the metadata log."""
+committed offsets and records survive; a node refuses a log dir of another cluster, one another
+process holds and a quorum-state it cannot read, and refuses clients until it has caught up with the metadata log."""
 
 from __future__ import annotations
 
@@ -76,6 +76,25 @@ def test_a_node_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "belongs to node 1 of cluster" in result.stderr and "AnotherClusterAAAAAAAAA" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_second_process_on_a_running_nodes_dirs_refuses_to_start_and_names_the_holder(tmp_path: Path) -> None:
+    """Two processes on one log dir would append to the same segments: the second exits (2, no
+    traceback) naming the running node and its pid, and leaves the running node's files alone."""
+    cluster = start_cluster(tmp_path, 1)
+    try:
+        node = cluster.nodes[1]
+        assert node.process is not None
+        meta = (node.directory / "data" / "meta.properties").read_text()
+        result = subprocess.run([sys.executable, "-m", "node.main", "--config", str(node.config_path)],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2
+        assert f"held by node 1, pid {node.process.pid}" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert (node.directory / "data" / "meta.properties").read_text() == meta
+        assert healthy(node.address), cluster.log_tail(1)
+    finally:
+        cluster.stop()
 
 
 def test_a_node_refuses_a_quorum_state_it_cannot_read_and_says_what_is_safe(tmp_path: Path) -> None:

@@ -141,4 +141,4 @@ async def test_a_controller_only_node_keeps_only_its_metadata_log_and_refuses_fe
     assert (metadata_dir / "meta.properties").exists() and (log_dir / "meta.properties").exists()
     assert [path.name for path in metadata_dir.iterdir() if path.is_dir()] == ["__cluster_metadata-0"]
     assert any(path.suffix == ".log" for path in (metadata_dir / "__cluster_metadata-0").iterdir())
-    assert [path.name for path in log_dir.iterdir()] == ["meta.properties"]
+    assert sorted(path.name for path in log_dir.iterdir()) == [".lock", "meta.properties"]
