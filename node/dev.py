@@ -109,6 +109,8 @@ class DevCluster:
             "listeners": f"PLAINTEXT://{node.address}",
             "controller.quorum.voters": voters,
             "log.dirs": str(node.directory / "data"),
+            # As Kafka's single-node configs do: the offsets topic is created only at this factor.
+            "offsets.topic.replication.factor": str(min(3, self.node_count)),
             **self.properties,
         }
         node.directory.mkdir(parents=True, exist_ok=True)

@@ -228,7 +228,8 @@ def _coordinator_error(code: ErrorCode) -> ErrorCode:
 
 def _message(code: ErrorCode) -> str:
     if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
-        return "the group's coordinator is moving or starting; retry after a short backoff"
+        return ("the group's coordinator is moving or starting, or fewer brokers are active than "
+                "offsets.topic.replication.factor; retry after a short backoff")
     return (f"{OFFSETS_TOPIC} could not be created or read ({code.name}); check that "
             "offsets.topic.replication.factor does not exceed the live brokers and that the controller is reachable, "
             "then retry")

@@ -236,8 +236,13 @@ class Node:
         return broker.endpoints.get(self.config.inter_broker_listener_name) if broker is not None else None
 
     async def _create_offsets_topic(self) -> ErrorCode:
+        """Create `__consumer_offsets` with its configured replication factor, never fewer (Kafka:
+        the coordinator is not available until enough brokers are up; a topic created smaller
+        would stay under-replicated for good)."""
         live = sum(1 for broker in self.quorum.metadata.brokers() if broker.active)
-        factor = max(1, min(self.config.offsets_topic_replication_factor, live))
+        factor = self.config.offsets_topic_replication_factor
+        if live < factor:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         topic = CreatableTopic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, factor,
                                configs={"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)})
         response = await self.quorum.controller_request(CreateTopicsRequest((topic,)), self.config.request_timeout_ms)
