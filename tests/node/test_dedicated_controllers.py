@@ -116,7 +116,7 @@ async def test_controllers_host_no_partition_and_are_not_brokers_in_metadata(clu
                 await connections.call(cluster.nodes[controller_id].address, Api.FETCH, fetch, FetchResponse, 5000)
             # On disk: the metadata log and the dir's identity, no partition.
             data = cluster.nodes[controller_id].directory / "data"
-            assert sorted(path.name for path in data.iterdir()) == ["__cluster_metadata-0", "meta.properties"]
+            assert sorted(path.name for path in data.iterdir()) == [".lock", "__cluster_metadata-0", "meta.properties"]
             assert health(cluster, controller_id)["process_roles"] == ["controller"]
     finally:
         await connections.close()
