@@ -62,12 +62,14 @@ CONTROLLER_APIS: dict[type, ControllerApi] = {
 REQUEST_TYPES: dict[str, type] = {cls.__name__: cls for cls in CONTROLLER_APIS}
 
 
-def request_from_envelope(api: Api, envelope: Envelope) -> Any:
-    """The controller request in `envelope`, received on `api`; ProtocolError names what is wrong."""
+def request_from_envelope(api: Api, envelope: Envelope, cluster_id: str) -> Any:
+    """The controller request in `envelope`, received on `api`; ProtocolError names what is wrong
+    (INCONSISTENT_CLUSTER_ID when it comes from another cluster)."""
     request_type = REQUEST_TYPES.get(envelope.type)
     if request_type is None:
         raise ProtocolError(f"Envelope.type {envelope.type!r} is not a controller request; known: "
                             f"{sorted(REQUEST_TYPES)}")
+    envelope.require_cluster(cluster_id)
     if CONTROLLER_APIS[request_type].api is not api:
         raise ProtocolError(f"{envelope.type} does not go to {api.path}; send it to "
                             f"{CONTROLLER_APIS[request_type].api.path}")
@@ -75,14 +77,14 @@ def request_from_envelope(api: Api, envelope: Envelope) -> Any:
 
 
 async def forward(connections: Connections, address: str, request: Any, timeout_ms: int, source_id: int,
-                  source_address: str) -> Any:
+                  source_address: str, cluster_id: str) -> Any:
     """Send `request` to the node at `address` and return its response. NodeUnavailableError if it
     cannot be reached; a refusal (4xx) becomes an error response with the refusal's code."""
     route = CONTROLLER_APIS[type(request)]
     try:
         if route.wire:
             return await _forward_wire(connections, address, request, route, timeout_ms)
-        envelope = Envelope(type(request).__name__, encode(request), source_id, source_address)
+        envelope = Envelope(type(request).__name__, encode(request), source_id, source_address, cluster_id)
         answer = await connections.call(address, route.api, envelope, Envelope, timeout_ms)
         if answer.type != route.response_type.__name__:
             raise ProtocolError(f"the answer is a {answer.type}, expected {route.response_type.__name__}")

@@ -171,7 +171,7 @@ class QuorumService:
     async def handle_raft(self, envelope: Envelope) -> None:
         """A Raft message from a peer; ProtocolError if it does not decode. Dropped when the queue
         is full or the service is stopped: Raft resends what matters."""
-        message = from_envelope(envelope, self.config.node_id, self.config.quorum.voter_ids)
+        message = from_envelope(envelope, self.config.node_id, self.config.quorum.voter_ids, self.config.cluster_id)
         if self._owner is None:
             return
         self._transport.learn(envelope.source_id, envelope.source_address)
@@ -189,9 +189,10 @@ class QuorumService:
         """A controller request forwarded by another node, for this node's office: answered when
         it commits here, or NOT_CONTROLLER naming the leader this node knows of, so the sender
         tries there next."""
-        request = request_from_envelope(api, envelope)
+        request = request_from_envelope(api, envelope, self.config.cluster_id)
         response = await self._call_locally(request, self.config.request_timeout_ms)
-        return Envelope(type(response).__name__, encode(response), self.config.node_id, self._source_address)
+        return Envelope(type(response).__name__, encode(response), self.config.node_id, self._source_address,
+                        self.config.cluster_id)
 
     async def controller_request(self, request: Any, timeout_ms: int) -> Any:
         """Run `request` on the active controller, here or by forwarding, retrying NOT_CONTROLLER and
@@ -228,7 +229,7 @@ class QuorumService:
         attempt_timeout_ms = min(timeout_ms, quorum.fetch_timeout_ms + quorum.request_timeout_ms)
         try:
             return await forward(self._connections, self.config.voter_address(leader), request, attempt_timeout_ms,
-                                 self.config.node_id, self._source_address)
+                                 self.config.node_id, self._source_address, self.config.cluster_id)
         except NodeUnavailableError as error:
             log.debug("node %s: controller %s unreachable: %s", self.config.node_id, leader, error)
             return None

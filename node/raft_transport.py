@@ -48,35 +48,64 @@ ACK = Envelope(type="Ack", body={})
 _FROM_ANY_NODE = frozenset({FetchRequest, FetchSnapshotRequest})
 _NON_NEGATIVE_FIELDS = ("epoch", "fetch_offset", "max_bytes", "position", "last_fetched_epoch", "last_epoch",
                         "last_end_offset")
+_EPOCH_FIELDS = ("epoch", "last_fetched_epoch", "last_epoch")
+_SENDER_FIELDS = {VoteRequest: "candidate_id", BeginQuorumEpoch: "leader_id", FetchRequest: "replica_id",
+                  FetchSnapshotRequest: "replica_id"}
+INT32_MAX = 2**31 - 1  # Kafka's epochs are int32, offsets int64
+INT64_MAX = 2**63 - 1
 SENDS_IN_FLIGHT_MAX = 256  # beyond it a message is dropped (Raft resends); bounds tasks under a slow peer
 OBSERVER_ADDRESSES_MAX = 1024  # the leader's view of observers, least recently heard dropped first
 
 
-def to_envelope(message: Message, source_address: str) -> Envelope:
-    return Envelope(type(message.body).__name__, encode(message.body), message.source_id, source_address)
+def to_envelope(message: Message, source_address: str, cluster_id: str) -> Envelope:
+    return Envelope(type(message.body).__name__, encode(message.body), message.source_id, source_address, cluster_id)
 
 
-def from_envelope(envelope: Envelope, destination_id: int, voter_ids: frozenset[int]) -> Message:
+def from_envelope(envelope: Envelope, destination_id: int, voter_ids: frozenset[int], cluster_id: str) -> Message:
     """The Raft message in `envelope`, for this node; ProtocolError names what is wrong.
 
-    The core trusts its peers' messages as Raft peers; the edge checks what a confused or foreign
-    sender could get wrong: only voters vote, lead and answer fetches (an observer only fetches),
-    and epochs, offsets and sizes are not negative."""
+    The core trusts its peers' messages as Raft peers; the edge checks what a confused, foreign or
+    forged sender could get wrong: the cluster; only voters vote, lead and answer fetches (an
+    observer only fetches); a sender speaks for itself only (the candidate, leader or replica a
+    message names is its source); epochs fit Kafka's int32 and offsets its int64, none negative."""
     body_type = RAFT_MESSAGE_TYPES.get(envelope.type)
     if body_type is None:
         known = ", ".join(sorted(RAFT_MESSAGE_TYPES))
         raise ProtocolError(f"Envelope.type {envelope.type!r} is not a Raft message; known: {known}")
+    envelope.require_cluster(cluster_id)
     if envelope.source_id < 0 or envelope.source_id == destination_id:
         raise ProtocolError(f"Envelope.source_id {envelope.source_id} is not another node's id")
     if body_type not in _FROM_ANY_NODE and envelope.source_id not in voter_ids:
         raise ProtocolError(f"{envelope.type} from node {envelope.source_id}, which is not a voter "
                             f"({sorted(voter_ids)}); check controller.quorum.voters on both nodes")
     body = decode(body_type, envelope.body)
+    sender_field = _SENDER_FIELDS.get(body_type)
+    if sender_field is not None and getattr(body, sender_field) != envelope.source_id:
+        raise ProtocolError(f"{envelope.type}.{sender_field} is {getattr(body, sender_field)} but node "
+                            f"{envelope.source_id} sent it; a node speaks only for itself")
     for name in _NON_NEGATIVE_FIELDS:
         value = getattr(body, name, 0)
         if value < 0:
             raise ProtocolError(f"{envelope.type}.{name} is {value}; it must be 0 or more")
+    for name, value in _integers(body, envelope.type):
+        limit = INT32_MAX if name.rsplit(".", 1)[-1] in _EPOCH_FIELDS else INT64_MAX
+        if value > limit:
+            raise ProtocolError(f"{name} is {value}, above {limit}: out of range")
     return Message(envelope.source_id, destination_id, body)
+
+
+def _integers(value: object, where: str) -> list[tuple[str, int]]:
+    """Every integer field of a decoded message, nested ones (OffsetAndEpoch) included, by path."""
+    found = []
+    for name in getattr(value, "__slots__", ()):
+        field = getattr(value, name)
+        if isinstance(field, bool):
+            continue
+        if isinstance(field, int):
+            found.append((f"{where}.{name}", field))
+        elif hasattr(field, "__slots__"):
+            found.extend(_integers(field, f"{where}.{name}"))
+    return found
 
 
 class RaftTransport:
@@ -117,7 +146,7 @@ class RaftTransport:
         task.add_done_callback(self._sends.discard)
 
     async def _post(self, address: str, message: Message) -> None:
-        envelope = to_envelope(message, self._source_address)
+        envelope = to_envelope(message, self._source_address, self._config.cluster_id)
         try:
             await self._connections.call(address, Api.RAFT, envelope, Envelope, self._timeout_ms)
         except NodeUnavailableError:

@@ -740,3 +740,17 @@ def test_an_unreachable_answer_for_another_request_changes_nothing(tmp_path: Pat
     cluster.handle(4, Unreachable(1, fetch.correlation_id + 1))  # type: ignore[union-attr]
     cluster.tick(4, cluster.now_ms + 500)
     assert cluster.take(FetchRequest, source=4) == []
+
+
+def test_a_second_leader_claimed_for_a_known_epoch_is_ignored(tmp_path: Path) -> None:
+    """A BeginQuorumEpoch naming another leader of an epoch whose leader a node knows (a confused or
+    forged peer: no correct one sends it) changes nothing; it used to trip an assertion that killed
+    the node's quorum task."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    epoch = cluster.nodes[1].epoch
+    for node_id in (1, 2):
+        ready = cluster.handle(node_id, Message(3, node_id, BeginQuorumEpoch(epoch, 3)))
+        assert ready.hard_state is None and ready.messages == ()
+        assert (cluster.nodes[node_id].epoch, cluster.nodes[node_id].leader_id) == (epoch, 1)
+    assert cluster.nodes[1].role is Role.LEADER and cluster.nodes[2].role is Role.FOLLOWER

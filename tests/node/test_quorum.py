@@ -11,6 +11,7 @@ futures and metadata listeners with bounded timeouts; they never sleep.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import shutil
@@ -284,21 +285,44 @@ async def test_non_leader_answers_not_controller_and_bad_envelopes_are_refused(t
         await register(cluster.service(1), 1)
         leader = cluster.service(1).active_controller_id
         follower = cluster.service(other_than(cluster, leader))
+        cluster_id = follower.config.cluster_id
         request = BrokerRegistrationRequest(7, "x", {"PLAINTEXT": "127.0.0.1:9"})
-        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 7, "127.0.0.1:9")
+        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 7, "127.0.0.1:9", cluster_id)
         answer = await follower.handle_controller(Api.BROKER_REGISTRATION, envelope)
         assert answer.type == "BrokerRegistrationResponse"
         assert answer.body["error_code"] == ErrorCode.NOT_CONTROLLER.value
         with pytest.raises(ProtocolError, match="does not go to /v1/broker_heartbeat"):
             await follower.handle_controller(Api.BROKER_HEARTBEAT, envelope)
+        foreign = dataclasses.replace(envelope, cluster_id="AnotherClusterAAAAAAAAA")
+        with pytest.raises(ProtocolError, match="of cluster 'AnotherClusterAAAAAAAAA'") as refused:
+            await follower.handle_controller(Api.BROKER_REGISTRATION, foreign)
+        assert refused.value.code is ErrorCode.INCONSISTENT_CLUSTER_ID
+
+        def raft(kind: str, body: dict[str, object], source_id: int = 2, cluster: str = cluster_id) -> Envelope:
+            return Envelope(kind, body, source_id, "", cluster)
+
         with pytest.raises(ProtocolError, match="'Nonsense' is not a Raft message"):
-            await follower.handle_raft(Envelope("Nonsense", {}, 2, ""))
+            await follower.handle_raft(raft("Nonsense", {}))
         with pytest.raises(ProtocolError, match="VoteRequest is missing the required field"):
-            await follower.handle_raft(Envelope("VoteRequest", {"epoch": 1}, 2, ""))
+            await follower.handle_raft(raft("VoteRequest", {"epoch": 1}))
         with pytest.raises(ProtocolError, match="BeginQuorumEpoch from node 9, which is not a voter"):
-            await follower.handle_raft(Envelope("BeginQuorumEpoch", {"epoch": 99, "leader_id": 9}, 9, ""))
+            await follower.handle_raft(raft("BeginQuorumEpoch", {"epoch": 99, "leader_id": 9}, 9))
         with pytest.raises(ProtocolError, match=r"BeginQuorumEpoch\.epoch is -1; it must be 0 or more"):
-            await follower.handle_raft(Envelope("BeginQuorumEpoch", {"epoch": -1, "leader_id": 2}, 2, ""))
+            await follower.handle_raft(raft("BeginQuorumEpoch", {"epoch": -1, "leader_id": 2}))
+        with pytest.raises(ProtocolError, match="of cluster 'AnotherClusterAAAAAAAAA'") as refused:
+            await follower.handle_raft(raft("BeginQuorumEpoch", {"epoch": 99, "leader_id": 2},
+                                            cluster="AnotherClusterAAAAAAAAA"))
+        assert refused.value.code is ErrorCode.INCONSISTENT_CLUSTER_ID
+        with pytest.raises(ProtocolError, match=r"BeginQuorumEpoch\.leader_id is 3 but node 2 sent it"):
+            await follower.handle_raft(raft("BeginQuorumEpoch", {"epoch": 99, "leader_id": 3}))
+        pre_vote = {"epoch": 2**31, "candidate_id": 2, "last_epoch": 0, "last_end_offset": 0, "pre_vote": True}
+        with pytest.raises(ProtocolError, match=r"VoteRequest\.epoch is 2147483648, above 2147483647"):
+            await follower.handle_raft(raft("VoteRequest", pre_vote))
+        answer_epoch = {"epoch": 1, "leader_id": 1, "error": 0, "correlation_id": 1, "fetch_offset": 0,
+                        "last_fetched_epoch": 0, "diverging_epoch": {"epoch": 2**31, "offset": 0}}
+        with pytest.raises(ProtocolError, match=r"FetchResponse\.diverging_epoch\.epoch is 2147483648"):
+            await follower.handle_raft(raft("FetchResponse", answer_epoch))
+        assert follower.is_running and follower.active_controller_id == leader
     finally:
         await cluster.stop()
 
@@ -362,7 +386,8 @@ async def test_a_leader_cut_off_from_its_quorum_answers_pending_requests_not_con
             if node_id != leader:
                 await cluster.nodes[node_id].stop()
         request = BrokerRegistrationRequest(2, "incarnation-2", {"PLAINTEXT": "127.0.0.1:9002"})
-        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 2, "127.0.0.1:9002")
+        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 2, "127.0.0.1:9002",
+                            cluster.service(leader).config.cluster_id)
         started = clock_ms()
         async with asyncio.timeout(TIMEOUT_S):
             answer = await cluster.service(leader).handle_controller(Api.BROKER_REGISTRATION, envelope)
