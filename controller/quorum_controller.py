@@ -85,7 +85,7 @@ import base64
 import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from controller.controller_api import (
@@ -680,26 +680,33 @@ class QuorumController:
         left, the replica with that log start leads, losing only what logStartOffset had deleted
         already (seed 731204823: the last known ELR was a wiped replica and one whose retention had
         deleted everything below 40; a replica that left the ISR earlier, its log ending at 30, led
-        and wrote new records over the acknowledged offsets 30-39).
+        and wrote new records over the acknowledged offsets 30-39). For the same reason records below
+        that largest start count for nothing: they were deleted, and a replica shows them only
+        because its logStartOffset checkpoint lagged a crash. Every report is read from that start
+        (seed 435096042: DeleteRecords moved the start to 1; the last known ELR member kept only
+        offset 0 through its crash, its epoch cache, truncated from the start, naming no epoch for
+        it, so no replica "surely extended" it and it led, truncating the acknowledged [1, 4) that
+        the other two held).
 
         Waiting for every replica, not only the last known ELR as Kafka's Balanced mode does: the
         members' reports cannot say whether they lost anything, and a replica that is down may hold
         the only copies. When one never comes back, `unclean.leader.election.enable` elects anyway."""
-        ends = self._log_end_reports(topic_id, index, state, acceptable)
-        if ends is None:
+        reports = self._log_end_reports(topic_id, index, state, acceptable)
+        if reports is None:
             return NO_LEADER
+        # Every offset below a log start offset was used, by records deleted there (committed).
+        used_below = max(info.log_start_offset for info in reports.values())
+        ends = {replica: replace(info, log_start_offset=used_below) for replica, info in reports.items()}
         _, best = _most_complete(ends, last_known_elr or state.replicas)
         if _holds_records(ends[best]):
             candidates = tuple(replica for replica in state.replicas
                                if replica == best or _surely_extends(ends[replica], ends[best]))
         else:
             candidates = state.replicas
-        # Every offset below a log start offset was used, by records deleted there (committed).
-        used_below = max(info.log_start_offset for info in ends.values())
         keeping_offsets = tuple(replica for replica in candidates if ends[replica].log_end_offset >= used_below)
         if not keeping_offsets:
-            return max(state.replicas, key=lambda replica: (ends[replica].log_start_offset,
-                                                            ends[replica].log_end_offset,
+            return max(state.replicas, key=lambda replica: (reports[replica].log_start_offset,
+                                                            reports[replica].log_end_offset,
                                                             -state.replicas.index(replica)))
         extending_all = tuple(replica for replica in keeping_offsets
                               if all(_surely_extends(ends[replica], ends[other]) for other in keeping_offsets))

@@ -356,6 +356,20 @@ def test_recovery_never_writes_below_a_log_start_offset() -> None:
     assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
 
 
+def test_recovery_counts_no_record_below_the_largest_log_start_offset() -> None:
+    """Replication sim seed 435096042: DeleteRecords moved the log start to 1; the last known ELR
+    members kept only offset 0 through their crashes (their logStartOffset checkpoint lagged), with
+    no epoch left for it in their caches. Broker 1 holds the acknowledged [1, 21). Records below a
+    log start were deleted: the members hold nothing that counts, and broker 1 leads (it was passed
+    over, since no log "surely extends" one whose records have no epoch, and [1, 4) was truncated)."""
+    harness = emptied(min_isr="2")
+    assert harness.partition("t").last_known_elr == (2, 3)
+    report(harness, 2, -1, 1, epochs=(), log_start_offset=0)
+    report(harness, 3, -1, 1, epochs=(), log_start_offset=0)
+    report(harness, 1, 0, 21, epochs=((0, 1),), log_start_offset=1)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
 def test_recovery_waits_for_a_fenced_replica_outside_the_last_known_elr() -> None:
     harness = emptied(min_isr="2")
     report(harness, 1, 0, 55)
