@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from storage.checkpoint import EpochEntry, LeaderEpochCheckpointFile
@@ -146,6 +146,16 @@ class LeaderEpochCache:
             return False
         self._replace(restored)
         return True
+
+    @staticmethod
+    def of_batches(batches: Iterable[tuple[int, int]]) -> list[EpochEntry]:
+        """The entries that `assign` builds from (partitionLeaderEpoch, baseOffset) of a log's
+        batches, oldest first, without writing anything; batches without an epoch (-1) are skipped."""
+        entries: list[EpochEntry] = []
+        for epoch, base_offset in batches:
+            if epoch >= 0:
+                entries = _assigned(entries, EpochEntry(epoch, base_offset)) or entries
+        return entries
 
     def clear_and_flush(self) -> None:
         """Remove every entry and write the empty checkpoint."""

@@ -81,6 +81,15 @@ class LogLoader:
         start = min(max(log_start_offset, segments.first_segment.base_offset), log_end_offset)
         epoch_cache = self._leader_epoch_cache(segments)
         epoch_cache.truncate_from_end(log_end_offset)
+        earliest = epoch_cache.earliest_entry()
+        if start < log_end_offset and (earliest is None or earliest.start_offset > start):
+            # The checkpoint forgot epochs of offsets the log still holds: a raised logStartOffset
+            # truncated it from the start (fsynced at once) but the log-start-offset checkpoint
+            # and the segment deletion had not followed before a crash, so the log comes back
+            # from an older start. A leader would then answer a follower's (offset, last epoch)
+            # from an epoch-less head and miss a diverging epoch (seed 435093956). The batches
+            # say which epoch wrote them: rebuild the cache from them.
+            self._rebuild_leader_epoch_cache(epoch_cache, segments)
         epoch_cache.truncate_from_start(start)
         return Log(
             self.directory,
@@ -105,11 +114,17 @@ class LogLoader:
         except CorruptCheckpointError:
             path.unlink()
         cache = LeaderEpochCache(path)
-        for segment in segments:
-            for _, header in segment.iter_headers():
-                if header.partition_leader_epoch >= 0:
-                    cache.assign(header.partition_leader_epoch, header.base_offset)
+        self._rebuild_leader_epoch_cache(cache, segments)
         return cache
+
+    @staticmethod
+    def _rebuild_leader_epoch_cache(cache: LeaderEpochCache, segments: LogSegments) -> None:
+        """Make `cache` hold exactly the epochs of the batches in `segments` (one checkpoint write)."""
+        rebuilt = LeaderEpochCache.of_batches(
+            (header.partition_leader_epoch, header.base_offset)
+            for segment in segments for _, header in segment.iter_headers()
+        )
+        cache.restore(rebuilt)
 
     def _segment(self, base_offset: int, writable: bool, suffix: str = "") -> LogSegment:
         return LogSegment(

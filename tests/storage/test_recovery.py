@@ -247,3 +247,33 @@ def test_unclean_open_recovers_only_from_the_segment_holding_the_recovery_point(
                 assert contents(log) == reference
             finally:
                 log.close()
+
+
+@pytest.mark.parametrize(("raised_to", "stale_start", "expected"), [
+    (8, 0, [(0, 0), (4, 5)]),  # DeleteRecords up to the LEO: the cache kept only (4, 8), which is at the LEO
+    (6, 3, [(0, 3), (4, 5)]),  # mid-log: the cache kept (4, 6), above the reopened start 3
+])
+def test_epoch_cache_covers_the_log_start_that_a_crash_brought_back(
+    tmp_path: Path, raised_to: int, stale_start: int, expected: list[tuple[int, int]]
+) -> None:
+    """A raised logStartOffset truncates the leader-epoch checkpoint from the start at once, but the
+    log-start-offset checkpoint is written later and the segment stays until retention deletes it.
+    After a crash in between the log reopens from the older start, and the cache must again say
+    which epoch wrote the records from there: else a leader answers a follower's (offset, last
+    epoch) for those offsets from no entry and misses the diverging epoch (replication seed
+    435093956: the follower looped on records it could not append, never rejoining the ISR)."""
+    directory = tmp_path / "t-0"
+    log = LogLoader(directory, CONFIG, 0).load()
+    log.append_as_leader(build_batch([(b"k", b"v")] * 5, timestamps=[0] * 5), 0, 0)  # 0..4 in epoch 0
+    log.append_as_leader(build_batch([(b"k", b"v")] * 3, timestamps=[0] * 3), 4, 0)  # 5..7 in epoch 4
+    log.maybe_increment_high_watermark(8)
+    log.delete_records(raised_to)
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [(4, raised_to)]
+    for segment in log.segments:
+        segment.close_handlers()
+
+    reopened = LogLoader(directory, CONFIG, 0).load(log_start_offset=stale_start, had_clean_shutdown=False)
+
+    assert reopened.log_start_offset == stale_start
+    assert [(e.epoch, e.start_offset) for e in reopened.leader_epoch_cache.entries()] == expected
+    assert reopened.leader_epoch_cache.end_offset_for(1, reopened.log_end_offset) == (0, 5)
