@@ -55,7 +55,7 @@ from controller.metadata_records import (
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
 
-SNAPSHOT_VERSION = 1  # 1: brokers gain log_dirs (KIP-858), partitions elr and last_known_elr (KIP-966)
+SNAPSHOT_VERSION = 2  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset
 TOPIC_NAME_LENGTH_MAX = 249
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -114,7 +114,10 @@ class PartitionRegistration:
     acknowledged without them. Empty while the ISR has min.insync.replicas members; disjoint from
     the ISR; a replica leaves it when it registers after an unclean shutdown. `last_known_elr`
     (Kafka's LastKnownElr) are the replicas that left the ELR that way: they once held every
-    acknowledged record but may have lost a tail. Both in replica order.
+    acknowledged record but may have lost a tail. Both in replica order. `log_start_offset` (ours,
+    not Kafka's) is the largest log start offset the replicas reported to a recovery election:
+    every offset below it was used by records deleted after they were committed, so a leader raises
+    its own log start to it and never serves those offsets again (`QuorumController._recovery_leader`).
     """
 
     replicas: tuple[int, ...]
@@ -124,6 +127,7 @@ class PartitionRegistration:
     partition_epoch: int
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    log_start_offset: int = 0
 
     def merge(self, change: PartitionChange) -> PartitionRegistration:
         """The registration after `change`: a present leader bumps leader_epoch, any change partition_epoch."""
@@ -137,6 +141,8 @@ class PartitionRegistration:
             partition_epoch=self.partition_epoch + 1,
             elr=self.elr if change.elr is None else change.elr,
             last_known_elr=self.last_known_elr if change.last_known_elr is None else change.last_known_elr,
+            log_start_offset=(self.log_start_offset if change.log_start_offset is None
+                              else max(self.log_start_offset, change.log_start_offset)),
         )
 
 
@@ -211,7 +217,7 @@ class ClusterMetadata:
         for topic_id, name in sorted(self._topic_names.items()):
             partitions = [
                 [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch, list(p.elr),
-                 list(p.last_known_elr)]
+                 list(p.last_known_elr), p.log_start_offset]
                 for _, p in sorted(self._partitions[topic_id].items())
             ]
             topics.append([topic_id, name, to_wire(self._configs[name]), partitions])
@@ -375,7 +381,7 @@ class ClusterMetadata:
             raise MetadataApplyError(f"partition {record.partition} of {record.topic_id}: next index is {len(parts)}")
         state = PartitionRegistration(
             record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch, record.elr,
-            record.last_known_elr,
+            record.last_known_elr, record.log_start_offset,
         )
         self._check_partition(state, f"{record.topic_id}-{record.partition}")
         if state.leader_epoch < 0 or state.partition_epoch < 0:
@@ -490,8 +496,9 @@ _PARTITION_FIELDS: list[tuple[str, Any]] = [
     ("partition_epoch", int),
     ("elr", tuple[int, ...]),
     ("last_known_elr", tuple[int, ...]),
+    ("log_start_offset", int),
 ]
-_SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
+_SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (len(_BROKER_FIELDS), 7), 2: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
 """Per snapshot version, how many broker and partition fields it has (later fields take defaults)."""
 
 

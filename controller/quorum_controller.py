@@ -680,7 +680,13 @@ class QuorumController:
         left, the replica with that log start leads, losing only what logStartOffset had deleted
         already (seed 731204823: the last known ELR was a wiped replica and one whose retention had
         deleted everything below 40; a replica that left the ISR earlier, its log ending at 30, led
-        and wrote new records over the acknowledged offsets 30-39). For the same reason records below
+        and wrote new records over the acknowledged offsets 30-39). The election hands that largest
+        log start to the new leader (`PartitionRegistration.log_start_offset`), which raises its own
+        to it: its records below may be a deposed leader's, never committed, over offsets whose
+        committed records were deleted elsewhere (seed 435096169: broker 1 kept epoch-0 records
+        [0, 18) it wrote as a deposed leader; the committed epoch-1 records [0, 4) were deleted by
+        retention on broker 3, which alone had them; elected with its log start 0, broker 1 served
+        offsets 0-3 again with other records). For the same reason records below
         that largest start count for nothing: they were deleted, and a replica shows them only
         because its logStartOffset checkpoint lagged a crash. Every report is read from that start
         (seed 435096042: DeleteRecords moved the start to 1; the last known ELR member kept only
@@ -932,7 +938,7 @@ class QuorumController:
             return replica != removing and self._is_active(replica)
 
         config = self._topic_config(topic_id)
-        return partition_change(
+        change = partition_change(
             topic_id,
             index,
             state,
@@ -943,6 +949,13 @@ class QuorumController:
             config.unclean_leader_election_enable,
             lambda last_known_elr: self._recovery_leader(topic_id, index, state, acceptable, last_known_elr),
         )
+        if change is None or change.leader in (None, NO_LEADER) or state.isr or state.elr:
+            return change
+        # An election from an empty ISR and ELR: the new leader starts its log no lower than any
+        # replica reported (the offsets below were used; see `_recovery_leader`).
+        reports = self._log_end_reports(topic_id, index, state, acceptable)
+        used_below = max((info.log_start_offset for info in (reports or {}).values()), default=0)
+        return change if used_below <= state.log_start_offset else replace(change, log_start_offset=used_below)
 
     def _topic_config(self, topic_id: str) -> LogConfig:
         """The topic's effective config: its overrides over the broker-level defaults (the leaders'

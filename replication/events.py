@@ -50,6 +50,7 @@ class MakeLeader:
     partition_epoch: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
+    log_start_offset: int = 0  # the partition's, from a recovery election (PartitionRegistration)
 
 
 @dataclass(frozen=True, slots=True)

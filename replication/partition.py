@@ -233,6 +233,21 @@ class Partition:
         )
         self.state = Leader(self.broker_id, self.log, self.config, event.leader_epoch, event.partition_epoch,
                             event.isr, event.replicas, now_ms, self.broker_epochs)
+        self._adopt_log_start(event.log_start_offset, now_ms, out)
+
+    def _adopt_log_start(self, log_start_offset: int, now_ms: int, out: Outbox) -> None:
+        """A recovery election found offsets below `log_start_offset` used by records deleted after
+        they were committed: this leader's own records there may be a deposed leader's that were
+        never committed, so it must not serve them. Offsets below it were committed, so the HW
+        rises to it first (a log start never passes the HW)."""
+        log = self.log
+        start = min(log_start_offset, log.log_end_offset)
+        if start <= log.log_start_offset:
+            return
+        self.replica_log.maybe_increment_high_watermark(start)
+        if self.replica_log.maybe_increment_log_start_offset(start, LogStartOffsetIncrementReason.RECOVERY_ELECTION,
+                                                             out):
+            self.replica_log.delete_segments_below_log_start_offset(now_ms, out)
 
     def _on_update_broker_epochs(self, event: UpdateBrokerEpochs, now_ms: int, out: Outbox) -> None:
         """Keep the replicas' registered broker epochs for this and any later leadership; a leader

@@ -364,7 +364,8 @@ class ReplicaManager:
         hosted.applied = version
         event: Event
         if state.leader == self.broker_id:
-            event = MakeLeader(state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
+            event = MakeLeader(state.leader_epoch, state.partition_epoch, state.isr, state.replicas,
+                               state.log_start_offset)
         else:
             event = MakeFollower(state.leader, state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
         self._step(topic_partition, event, out)

@@ -57,6 +57,7 @@ class LogStartOffsetIncrementReason(Enum):
     CLIENT_RECORD_DELETION = "client delete records"
     SEGMENT_DELETION = "segment deletion"
     LEADER_OFFSET_INCREMENTED = "leader log start offset incremented"
+    RECOVERY_ELECTION = "recovery election"  # ours: the offsets below were used (PartitionRegistration)
 
 
 @dataclass(frozen=True, slots=True)

@@ -370,6 +370,18 @@ def test_recovery_counts_no_record_below_the_largest_log_start_offset() -> None:
     assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
 
 
+def test_recovery_hands_the_largest_log_start_to_the_new_leader() -> None:
+    """Replication sim seed 435096169: retention deleted the committed [0, 4) on broker 3 (log start 4,
+    nothing left); broker 1 holds [0, 18) it wrote as a deposed leader. It may lead (its log reaches
+    past 4), but with the partition's log start 4, so that it never serves offsets 0-3 again."""
+    harness = emptied(min_isr="2")
+    report(harness, 2, -1, 0)
+    report(harness, 3, -1, 4, log_start_offset=4)
+    report(harness, 1, 0, 18)
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.isr, state_.log_start_offset) == (1, (1,), 4)
+
+
 def test_recovery_waits_for_a_fenced_replica_outside_the_last_known_elr() -> None:
     harness = emptied(min_isr="2")
     report(harness, 1, 0, 55)

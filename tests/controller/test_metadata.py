@@ -266,7 +266,7 @@ def test_copy_is_independent() -> None:
 @pytest.mark.parametrize(
     "snapshot",
     [
-        msgpack.packb([2, [], []]),  # unknown version
+        msgpack.packb([3, [], []]),  # unknown version
         msgpack.packb([1, [[1, "i", 0, {}, None, True, False]], []]),  # version 1 broker without log_dirs
         msgpack.packb([0, []]),  # missing topics
         msgpack.packb([0, [[1, "i", 0, {}, None, True]], []]),  # broker field missing

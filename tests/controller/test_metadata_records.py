@@ -43,6 +43,8 @@ EXAMPLES = [
     PartitionChange(TOPIC_ID, 2, isr=(1, 3)),
     PartitionChange(TOPIC_ID, 2, isr=(), leader=-1, elr=(1, 3), last_known_elr=(2,)),
     Partition(TOPIC_ID, 1, (1, 2, 3), (), -1, 4, 9, (2,), (3,)),
+    PartitionChange(TOPIC_ID, 1, isr=(1,), leader=1, elr=(), last_known_elr=(), log_start_offset=40),
+    Partition(TOPIC_ID, 2, (1, 2, 3), (1,), 1, 5, 11, (), (), 40),
     ConfigChange("orders", "retention.ms", "5"),
     ConfigChange("orders", "retention.ms", None),
     RemoveTopic(TOPIC_ID),
@@ -106,10 +108,13 @@ def test_malformed_records_are_refused(payload: object) -> None:
         ([0, 0, 1, "i", {"P": "h:1"}, None], RegisterBroker(1, "i", {"P": "h:1"}, None)),
         ([3, 0, TOPIC_ID, 0, [1], [1], 1, 0, 0], Partition(TOPIC_ID, 0, (1,), (1,), 1, 0, 0)),
         ([5, 0, TOPIC_ID, 0, [2], None], PartitionChange(TOPIC_ID, 0, isr=(2,))),
+        ([5, 1, TOPIC_ID, 0, [2], None, None, None], PartitionChange(TOPIC_ID, 0, isr=(2,))),
+        ([3, 1, TOPIC_ID, 0, [1], [1], 1, 0, 0, [], []], Partition(TOPIC_ID, 0, (1,), (1,), 1, 0, 0)),
     ],
 )
 def test_records_of_an_older_version_decode_with_defaults(payload: object, record: object) -> None:
-    """A log written before log_dirs (KIP-858) and the ELR fields (KIP-966) still decodes."""
+    """A log written before log_dirs (KIP-858), the ELR fields (KIP-966) and log_start_offset still
+    decodes."""
     assert decode_record(msgpack.packb(payload)) == record
 
 

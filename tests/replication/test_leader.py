@@ -19,9 +19,10 @@ from replication.events import (
     UpdateBrokerEpochs,
 )
 from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
-from replication.ready import AlterPartitionProposal, FetchResult, ProduceResult, Role
+from replication.ready import AlterPartitionProposal, FetchResult, LogStartOffsetRaised, ProduceResult, Role
 from storage import log_segment
 from storage.error_codes import ErrorCode
+from storage.log import LogStartOffsetIncrementReason
 from tests.replication.harness import (
     LAG_MS,
     REPLICAS,
@@ -487,3 +488,20 @@ def test_follower_at_hw_but_below_leader_epoch_start_does_not_join(brokers: Brok
     ready = new.handle(request, now_ms=3)
     assert only(ready.completions, FetchResult).error == ErrorCode.NONE
     assert ready.messages == (), "at the HW (3) but below the epoch start (5)"
+
+
+@pytest.mark.parametrize(("min_isr", "high_watermark"), [("1", 6), ("2", 4)])
+def test_a_leader_from_a_recovery_election_starts_its_log_at_the_partitions_log_start(
+        brokers: Brokers, min_isr: str, high_watermark: int) -> None:
+    """Replication sim seed 435096169's shape: this broker's records [0, 6) were never committed (a
+    deposed leader's), while another replica's log start 4 says committed records at 0-3 were
+    deleted. Elected by recovery with the partition's log start 4, it serves nothing below 4: the
+    HW rises to 4 at least (those offsets were committed), then the log start."""
+    leader, *_ = setup(brokers, **{"min.insync.replicas": min_isr})
+    produce(leader, batch(b"a", b"b", b"c"), acks=1)
+    produce(leader, batch(b"d", b"e", b"f"), acks=1)
+    assert (leader.log.log_start_offset, leader.log.high_watermark) == (0, 0)
+    ready = leader.handle(MakeLeader(3, 5, (1,), REPLICAS, log_start_offset=4), now_ms=1)
+    assert (leader.log.log_start_offset, leader.log.high_watermark) == (4, high_watermark)
+    assert [(c.old, c.new, c.reason) for c in ready.log_changes if isinstance(c, LogStartOffsetRaised)] == [
+        (0, 4, LogStartOffsetIncrementReason.RECOVERY_ELECTION)]
