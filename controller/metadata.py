@@ -115,9 +115,12 @@ class PartitionRegistration:
     the ISR; a replica leaves it when it registers after an unclean shutdown. `last_known_elr`
     (Kafka's LastKnownElr) are the replicas that left the ELR that way: they once held every
     acknowledged record but may have lost a tail. Both in replica order. `log_start_offset` (ours,
-    not Kafka's) is the largest log start offset the replicas reported to a recovery election:
-    every offset below it was used by records deleted after they were committed, so a leader raises
-    its own log start to it and never serves those offsets again (`QuorumController._recovery_leader`).
+    not Kafka's) is the largest log start offset the replicas reported to the recovery election
+    that chose the current leader (0 otherwise): every offset below it was used by records deleted
+    after they were committed, so that leader raises its own log start to it and never serves those
+    offsets again (`QuorumController._recovery_leader`). It holds for that leader epoch only: the
+    next leader change clears it, so a later history (every disk wiped, offsets used again) is
+    never cut by an old election's offset.
     """
 
     replicas: tuple[int, ...]
@@ -141,8 +144,9 @@ class PartitionRegistration:
             partition_epoch=self.partition_epoch + 1,
             elr=self.elr if change.elr is None else change.elr,
             last_known_elr=self.last_known_elr if change.last_known_elr is None else change.last_known_elr,
-            log_start_offset=(self.log_start_offset if change.log_start_offset is None
-                              else max(self.log_start_offset, change.log_start_offset)),
+            # For the leader elected with it only: any other leader change clears it.
+            log_start_offset=(self.log_start_offset if change.leader is None
+                              else change.log_start_offset or 0),
         )
 
 
@@ -402,6 +406,8 @@ class ClusterMetadata:
     def _check_partition(self, state: PartitionRegistration, where: str) -> None:
         if not state.replicas or len(set(state.replicas)) != len(state.replicas):
             raise MetadataApplyError(f"{where}: replicas {state.replicas} are empty or repeat a broker")
+        if state.log_start_offset < 0:
+            raise MetadataApplyError(f"{where}: log_start_offset {state.log_start_offset} is negative")
         for name, members in (("ISR", state.isr), ("ELR", state.elr), ("last known ELR", state.last_known_elr)):
             if len(set(members)) != len(members) or not set(members) <= set(state.replicas):
                 raise MetadataApplyError(f"{where}: {name} {members} repeats or is outside {state.replicas}")

@@ -955,7 +955,7 @@ class QuorumController:
         # replica reported (the offsets below were used; see `_recovery_leader`).
         reports = self._log_end_reports(topic_id, index, state, acceptable)
         used_below = max((info.log_start_offset for info in (reports or {}).values()), default=0)
-        return change if used_below <= state.log_start_offset else replace(change, log_start_offset=used_below)
+        return replace(change, log_start_offset=used_below) if used_below > 0 else change
 
     def _topic_config(self, topic_id: str) -> LogConfig:
         """The topic's effective config: its overrides over the broker-level defaults (the leaders'

@@ -380,6 +380,9 @@ def test_recovery_hands_the_largest_log_start_to_the_new_leader() -> None:
     report(harness, 1, 0, 18)
     state_ = harness.partition("t")
     assert (state_.leader, state_.isr, state_.log_start_offset) == (1, (1,), 4)
+    fence(harness, 1)
+    state_ = harness.partition("t")
+    assert (state_.leader, state_.log_start_offset) == (NO_LEADER, 0), "it held for broker 1's epoch only"
 
 
 def test_recovery_waits_for_a_fenced_replica_outside_the_last_known_elr() -> None:
