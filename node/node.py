@@ -88,8 +88,12 @@ class Node:
 
     async def start(self) -> None:
         # Before anything in them is read: a second process on the same dirs refuses to start.
-        self._dir_locks = [DirLock.acquire(Path(data_dir), f"node {self.config.node_id}")
-                           for data_dir in self.config.data_dirs]
+        for directory in dict.fromkeys(Path(data_dir).resolve() for data_dir in self.config.data_dirs):
+            try:
+                self._dir_locks.append(DirLock.acquire(directory, f"node {self.config.node_id}"))
+            except BaseException:
+                self._release_dir_locks()
+                raise
         directory_ids: dict[str, str] = {}
         for data_dir in self.config.data_dirs:
             claimed = meta_properties.ensure(Path(data_dir), self.config.node_id, self.config.cluster_id, self.rng)
@@ -126,6 +130,9 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.connections.close()
+        self._release_dir_locks()
+
+    def _release_dir_locks(self) -> None:
         for lock in self._dir_locks:
             lock.release()
         self._dir_locks = []

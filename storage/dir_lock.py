@@ -35,8 +35,10 @@ class DirLock:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            current = path.read_text(encoding="utf-8", errors="replace").strip() or "an unknown process"
-            os.close(descriptor)
+            try:
+                current = path.read_text(encoding="utf-8", errors="replace").strip() or "an unknown process"
+            finally:
+                os.close(descriptor)
             raise LogDirLockedError(
                 f"failed to acquire lock on file {LOCK_FILE} in {directory}: it is held by {current}; "
                 f"another node process is using this directory. Stop it, or point this node at another directory"

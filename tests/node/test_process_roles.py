@@ -142,3 +142,21 @@ async def test_a_controller_only_node_keeps_only_its_metadata_log_and_refuses_fe
     assert [path.name for path in metadata_dir.iterdir() if path.is_dir()] == ["__cluster_metadata-0"]
     assert any(path.suffix == ".log" for path in (metadata_dir / "__cluster_metadata-0").iterdir())
     assert sorted(path.name for path in log_dir.iterdir()) == [".lock", "meta.properties"]
+
+
+async def test_one_dir_named_twice_is_locked_once_and_released_at_stop(tmp_path: Path) -> None:
+    """`metadata.log.dir` names the log dir by another path: the node locks it once (it used to
+    refuse itself, holding the lock), and a stopped node leaves it free for the next."""
+    port = free_port_block(1)
+    (tmp_path / "other").mkdir()
+    properties = {
+        "node.id": "1", "process.roles": "controller", "controller.quorum.voters": f"1@127.0.0.1:{port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "data"),
+        "metadata.log.dir": str(tmp_path / "other" / ".." / "data"),
+    }
+    for _ in range(2):
+        node = Node(NodeConfig.from_properties(properties))
+        try:
+            await node.start()
+        finally:
+            await node.stop(controlled=True)
