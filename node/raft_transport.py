@@ -91,6 +91,8 @@ def from_envelope(envelope: Envelope, destination_id: int, voter_ids: frozenset[
         limit = INT32_MAX if name.rsplit(".", 1)[-1] in _EPOCH_FIELDS else INT64_MAX
         if value > limit:
             raise ProtocolError(f"{name} is {value}, above {limit}: out of range")
+        if value < 0 and name.count(".") > 1:  # a nested OffsetAndEpoch: an epoch and an offset
+            raise ProtocolError(f"{name} is {value}; it must be 0 or more")
     return Message(envelope.source_id, destination_id, body)
 
 
@@ -98,13 +100,13 @@ def _integers(value: object, where: str) -> list[tuple[str, int]]:
     """Every integer field of a decoded message, nested ones (OffsetAndEpoch) included, by path."""
     found = []
     for name in getattr(value, "__slots__", ()):
-        field = getattr(value, name)
-        if isinstance(field, bool):
+        member = getattr(value, name)
+        if isinstance(member, bool):
             continue
-        if isinstance(field, int):
-            found.append((f"{where}.{name}", field))
-        elif hasattr(field, "__slots__"):
-            found.extend(_integers(field, f"{where}.{name}"))
+        if isinstance(member, int):
+            found.append((f"{where}.{name}", member))
+        elif hasattr(member, "__slots__"):
+            found.extend(_integers(member, f"{where}.{name}"))
     return found
 
 

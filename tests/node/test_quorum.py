@@ -322,6 +322,9 @@ async def test_non_leader_answers_not_controller_and_bad_envelopes_are_refused(t
                         "last_fetched_epoch": 0, "diverging_epoch": {"epoch": 2**31, "offset": 0}}
         with pytest.raises(ProtocolError, match=r"FetchResponse\.diverging_epoch\.epoch is 2147483648"):
             await follower.handle_raft(raft("FetchResponse", answer_epoch))
+        answer_epoch["diverging_epoch"] = {"epoch": 1, "offset": -5}
+        with pytest.raises(ProtocolError, match=r"FetchResponse\.diverging_epoch\.offset is -5; it must be 0 or more"):
+            await follower.handle_raft(raft("FetchResponse", answer_epoch))
         assert follower.is_running and follower.active_controller_id == leader
     finally:
         await cluster.stop()
