@@ -33,6 +33,7 @@ from storage.error_codes import ErrorCode
 from storage.errors import StorageError
 from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET
 from storage.log import LogStartOffsetIncrementReason
+from storage.records import BATCH_HEADER_SIZE, read_header
 
 
 class Follower:
@@ -102,6 +103,7 @@ class Follower:
 
     def _append(self, response: FetchResponseFromLeader, log: ReplicaLog, now_ms: int, out: Outbox) -> None:
         if response.records:
+            _start_at_first_batch(response.records, log, now_ms, out)
             try:
                 log.append_as_follower(response.records, now_ms, out)
             except StorageError:
@@ -114,6 +116,24 @@ class Follower:
         start = min(response.log_start_offset, log.log.high_watermark)
         if log.maybe_increment_log_start_offset(start, LogStartOffsetIncrementReason.LEADER_OFFSET_INCREMENTED, out):
             log.delete_segments_below_log_start_offset(now_ms, out)
+
+
+def _start_at_first_batch(records: bytes, log: ReplicaLog, now_ms: int, out: Outbox) -> None:
+    """An empty log whose start falls inside the leader's first batch starts at that batch instead
+    (Kafka's Partition.appendRecordsToFollowerOrFutureReplica on UnexpectedAppendOffsetException):
+    DeleteRecords may put the leader's logStartOffset in the middle of a batch, the follower then
+    starts empty there, and the leader answers its fetch with the whole batch, which no append at
+    the log end could take; the fetch would fail forever. logStartOffset follows the leader's
+    again right after the append (`_append`)."""
+    if len(records) < BATCH_HEADER_SIZE:
+        return
+    try:
+        first = read_header(records)
+    except StorageError:
+        return  # the append refuses it and the fetch is retried
+    end = log.log.log_end_offset
+    if end == log.log.log_start_offset and first.base_offset < end <= first.last_offset:
+        log.truncate_fully_and_start_at(first.base_offset, now_ms, out)
 
 
 def _truncate_to_diverging_epoch(diverging: EpochEndOffset, log: ReplicaLog, now_ms: int, out: Outbox) -> None:

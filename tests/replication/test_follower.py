@@ -17,6 +17,7 @@ from replication.ready import (
     TruncatedFully,
 )
 from storage.error_codes import ErrorCode
+from storage.log import LogStartOffsetIncrementReason
 from storage.records import iter_headers
 from tests.replication.harness import Broker, batch, catch_up, fetch_round, make_follower, make_leader
 
@@ -229,6 +230,21 @@ def test_follower_behind_leader_log_start_starts_over_there(brokers: Brokers) ->
     catch_up(one, [two], now_ms=2_011)
     assert batches(two) == batches(one)
     assert two.log.log_start_offset == start
+
+
+def test_follower_starting_inside_the_leaders_first_batch_starts_at_that_batch(brokers: Brokers) -> None:
+    """DeleteRecords put the leader's logStartOffset inside a batch; a follower that starts empty
+    there is answered with the whole batch, and must take it (it failed every fetch before)."""
+    one, two, _ = brokers()
+    make_leader(one, 1, isr=(1,))
+    append(one, b"a", b"b", b"c")
+    assert one.log.maybe_increment_log_start_offset(1, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION) == 0
+    make_follower(two, 1, 1, isr=(1,))
+    two.log.truncate_fully_and_start_at(1, 0)
+    _, ready = fetch_round(one, two, now_ms=0)
+    assert ready.log_changes[0] == TruncatedFully(0)
+    assert (two.log.log_start_offset, two.log.log_end_offset) == (1, 3), "the log start follows the leader's again"
+    assert batches(two) == batches(one)
 
 
 def test_follower_ahead_of_leader_end_truncates_to_it(brokers: Brokers) -> None:
