@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections.abc import Callable
+from typing import NoReturn
 
 from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
@@ -71,6 +73,16 @@ from storage.log_manager import LogManager
 __all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
+
+LOG_DIR_FAILURE_EXIT_CODE = 3
+
+
+def halt(message: str) -> NoReturn:
+    """End the process now, as Kafka's `Exit.halt`: no controlled shutdown, no clean-shutdown
+    marker, no checkpoint written from memory that the failed log dir may contradict."""
+    log.critical(message)
+    logging.shutdown()
+    os._exit(LOG_DIR_FAILURE_EXIT_CODE)
 
 
 class Broker:
@@ -190,6 +202,10 @@ class Broker:
 
     def _perform(self, ready: BrokerReady) -> None:
         """Carry out a Ready in the order `BrokerReady` fixes."""
+        if ready.log_dir_failure is not None:
+            halt(f"broker {self.settings.node_id}: halting because a log dir failed: {ready.log_dir_failure}. "
+                 "The log was cut at that batch; check the disk, then restart the node: it rejoins as a follower "
+                 "and fetches what was cut from the partition's other replicas")
         for deleted in ready.deleted_logs:
             log.info("broker %s: deleted the log of %s (%s)", self.settings.node_id, deleted.topic_partition,
                      deleted.reason)

@@ -109,6 +109,10 @@ class BrokerReady:
     """The work one `ReplicaManager.handle` call hands back. Log writes are done already (the cores
     write through `storage.Log`). The owner then, in this order:
 
+    0. if `log_dir_failure` is set (a read found a damaged batch; that log was cut there, durably,
+       and went offline), halts the process at once and does nothing else of this Ready: Kafka
+       halts a broker whose log dir failed when it has no other. Restarted, it registers without a
+       clean shutdown, so its replicas rejoin as followers (see `Partition._take_offline`);
     1. sends each `alter_partitions` request to the active controller;
     2. sends each `answers` entry to the client that asked (in order: a produce answer precedes the
        fetches its append made answerable);
@@ -127,3 +131,4 @@ class BrokerReady:
     fetches: tuple[ReplicaFetchSend, ...] = ()
     deleted_logs: tuple[DeletedLog, ...] = ()
     next_tick_ms: int | None = None
+    log_dir_failure: str | None = None

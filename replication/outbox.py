@@ -23,6 +23,7 @@ class Outbox:
         self.messages: list[AlterPartitionProposal] = []
         self.completions: list[Completion] = []
         self.fetch_backoff = False
+        self.log_dir_failure: str | None = None
 
     def ready(self, role: Role, leader_epoch: int, partition_epoch: int, high_watermark: HighWatermarkChange | None,
               fetch: FollowerFetchPosition | None, next_tick_ms: int | None) -> Ready:
@@ -37,6 +38,7 @@ class Outbox:
             fetch=fetch,
             fetch_backoff=self.fetch_backoff,
             next_tick_ms=next_tick_ms,
+            log_dir_failure=self.log_dir_failure,
         )
 
 

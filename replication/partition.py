@@ -82,6 +82,7 @@ from replication.ready import (
     Ready,
     Role,
     Truncated,
+    TruncatedDamaged,
     TruncatedFully,
 )
 from replication.replica_log import ReplicaLog
@@ -90,6 +91,7 @@ from storage.error_codes import ErrorCode
 from storage.errors import StorageError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
+from storage.records import DamagedBatch, find_damaged_batch
 
 ACKS_ALL = -1
 VALID_ACKS = (0, 1, ACKS_ALL)
@@ -112,6 +114,7 @@ class Partition:
         self.state: Leader | Follower | None = None
         self.broker_epochs: tuple[tuple[int, int], ...] = ()  # the replicas' registered broker epochs (KIP-903)
         self.stopped = False
+        self.offline_reason: str | None = None  # a damaged batch took the log offline (KIP-112)
         self.produce_purgatory = ProducePurgatory(config.delayed_produce_max)
         self.delete_records_purgatory = DelayedList(config.delayed_delete_records_max)
         self.now_ms = now_ms
@@ -153,7 +156,7 @@ class Partition:
         return () if self.state is None else self.state.isr
 
     def fetch_position(self) -> FollowerFetchPosition | None:
-        if not isinstance(self.state, Follower) or self.stopped:
+        if not isinstance(self.state, Follower) or self.stopped or self.offline_reason is not None:
             return None
         return self.state.position(self.broker_id, self.replica_log, self.config.replica_fetch_max_bytes)
 
@@ -177,6 +180,8 @@ class Partition:
         assert handler is not None, f"not a partition event: {event!r}"
         if self.stopped and not isinstance(event, StopReplica | Tick):
             self._refuse(event, out)
+        elif self.offline_reason is not None:
+            self._refuse_offline(event, out)
         else:
             handler(self, event, now_ms, out)
         self._settle(now_ms, out)
@@ -190,7 +195,7 @@ class Partition:
 
     def _check_invariants(self, high_watermark_before: int, leader_epoch_before: int, out: Outbox) -> None:
         log = self.log
-        truncated = any(isinstance(change, Truncated | TruncatedFully) for change in out.log_changes)
+        truncated = any(isinstance(change, Truncated | TruncatedFully | TruncatedDamaged) for change in out.log_changes)
         assert log.high_watermark >= high_watermark_before or truncated, (
             f"HW fell {high_watermark_before} -> {log.high_watermark} without truncation in {self.topic_partition}"
         )
@@ -208,7 +213,7 @@ class Partition:
         times = [
             self.produce_purgatory.next_deadline_ms(),
             self.delete_records_purgatory.next_deadline_ms(),
-            self.state.next_timer_ms() if isinstance(self.state, Leader) else None,
+            self.state.next_timer_ms() if isinstance(self.state, Leader) and self.offline_reason is None else None,
         ]
         return min((time for time in times if time is not None), default=None)
 
@@ -297,6 +302,13 @@ class Partition:
             message = f"{self.topic_partition} is not hosted on broker {self.broker_id}"
             out.completions.append(error_result(event, ErrorCode.NOT_LEADER_OR_FOLLOWER, message))
 
+    def _refuse_offline(self, event: Event, out: Outbox) -> None:
+        """A request to a replica whose log went offline: KAFKA_STORAGE_ERROR (the log is not
+        read or written); any other event is ignored (the owner is halting)."""
+        if isinstance(event, PartitionRequest):
+            message = f"the log of {self.topic_partition} on broker {self.broker_id} is offline: {self.offline_reason}"
+            out.completions.append(error_result(event, ErrorCode.KAFKA_STORAGE_ERROR, message))
+
     # -- checks shared by requests ---------------------------------------------------------------
 
     def _request_error(self, current_leader_epoch: int, require_leader: bool) -> tuple[ErrorCode, str]:
@@ -379,7 +391,7 @@ class Partition:
         if proposal is not None:
             out.messages.append(proposal)
         self._maybe_increment_leader_high_watermark()
-        out.completions.append(self._read(event))
+        out.completions.append(self._read(event, out))
 
     def _on_consumer_fetch(self, event: ConsumerFetch, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(event.current_leader_epoch, event.require_leader)
@@ -389,20 +401,44 @@ class Partition:
         if error != ErrorCode.NONE:
             out.completions.append(self._fetch_error(event.request_id, error, message))
             return
-        out.completions.append(self._read(event))
+        out.completions.append(self._read(event, out))
 
     def _fetch_error(self, request_id: int, error: ErrorCode, message: str) -> FetchResult:
         log = self.log
         return FetchResult(request_id, error, b"", log.high_watermark, log.log_start_offset, log.log_end_offset,
                            None, message)
 
-    def _read(self, request: ConsumerFetch | FollowerFetch) -> FetchResult:
-        """Whole batches from the fetch offset: below the LEO for a follower, the HW for a consumer."""
+    def _read(self, request: ConsumerFetch | FollowerFetch, out: Outbox) -> FetchResult:
+        """Whole batches from the fetch offset: below the LEO for a follower, the HW for a consumer.
+        Every batch is checked (CRC) before it leaves: a damaged one is never served."""
         log = self.log
         bound = log.log_end_offset if isinstance(request, FollowerFetch) else log.high_watermark
         data = log.read(request.fetch_offset, request.max_bytes, max_offset=bound)
+        damaged = find_damaged_batch(data.records)
+        if damaged is not None:
+            return self._take_offline(request.request_id, damaged, out)
         return FetchResult(request.request_id, ErrorCode.NONE, data.records, log.high_watermark,
                            log.log_start_offset, log.log_end_offset)
+
+    def _take_offline(self, request_id: int, damaged: DamagedBatch, out: Outbox) -> FetchResult:
+        """A batch of this replica's own log is damaged (bit rot, a bad sector): Kafka's answer to a
+        failed log dir (KIP-112), for a broker with one log dir: halt. Kafka does not look (its
+        followers find the damage and retry the same fetch forever, so the partition stalls while
+        the leader keeps its role); here every read is checked and the replica gives up its log.
+
+        Before the halt, the log is cut at the damaged batch and the cut made durable: the restarted
+        process registers without a clean shutdown (KIP-966), so the controller takes it out of
+        every ISR and ELR, and its replicas rejoin as followers that fetch what was cut from the
+        leaders. Carrying on instead would be unsafe: a replica that lost acknowledged records while
+        still in the ISR could be elected. Parked requests get NOT_LEADER_OR_FOLLOWER (a produce
+        parked here was appended: its outcome is unknown, not failed)."""
+        reason = f"the batch at offset {damaged.base_offset} of {self.topic_partition} is damaged: {damaged.reason}"
+        self._fail_leader_requests(out, "took its log offline")
+        self.offline_reason = reason
+        self.replica_log.truncate_damaged(damaged.base_offset, reason, self.wall_clock_ms, out)
+        out.log_dir_failure = reason
+        return self._fetch_error(request_id, ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"the log of {self.topic_partition} on broker {self.broker_id} is offline: {reason}")
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -489,7 +525,8 @@ class Partition:
     def _settle(self, now_ms: int, out: Outbox) -> None:
         """Work every event may have made due: ISR shrink and resends, the leader's HW, and the
         purgatories (a parked request leaves in the Ready of the call that made it answerable)."""
-        leader = self.state if isinstance(self.state, Leader) and not self.stopped else None
+        leader = (self.state if isinstance(self.state, Leader) and not self.stopped and self.offline_reason is None
+                  else None)
         if leader is not None:
             for proposal in (leader.maybe_shrink_isr(now_ms), leader.maybe_resend(now_ms)):
                 if proposal is not None:

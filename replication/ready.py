@@ -82,7 +82,17 @@ class SegmentsDeleted:
     count: int
 
 
-LogChange = Appended | Truncated | TruncatedFully | LogStartOffsetRaised | SegmentsDeleted
+@dataclass(frozen=True, slots=True)
+class TruncatedDamaged:
+    """A read found the batch at `end_offset` damaged (its CRC fails: bit rot, a bad sector), and
+    the log was cut there (durably) before the log dir is given up (`Ready.log_dir_failure`)."""
+
+    end_offset: int
+    high_watermark_before: int
+    reason: str
+
+
+LogChange = Appended | Truncated | TruncatedFully | TruncatedDamaged | LogStartOffsetRaised | SegmentsDeleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +224,10 @@ class Ready:
        `fetch_backoff` is set (the answer was an error, or its records could not be appended
        here) it waits `replica.fetch.backoff.ms` before fetching this partition again.
 
+    `log_dir_failure`: a read found a damaged batch in this replica's log (`TruncatedDamaged`): the
+    log can no longer be trusted, the replica is offline and the owner must halt at once, before
+    anything else in this Ready (see `BrokerReady`).
+
     `role`, `leader_epoch`, `partition_epoch`: the state after this call. `next_tick_ms`: the core
     wants a `Tick` no later than this (None: no timer); ticking earlier is harmless."""
 
@@ -227,3 +241,4 @@ class Ready:
     fetch: FollowerFetchPosition | None = None
     fetch_backoff: bool = False
     next_tick_ms: int | None = None
+    log_dir_failure: str | None = None

@@ -11,7 +11,14 @@ from __future__ import annotations
 import dataclasses
 
 from replication.outbox import Outbox
-from replication.ready import Appended, LogStartOffsetRaised, SegmentsDeleted, Truncated, TruncatedFully
+from replication.ready import (
+    Appended,
+    LogStartOffsetRaised,
+    SegmentsDeleted,
+    Truncated,
+    TruncatedDamaged,
+    TruncatedFully,
+)
 from storage.checkpoint import TopicPartition
 from storage.config import CleanupPolicy
 from storage.log import Log, LogAppendInfo, LogStartOffsetIncrementReason
@@ -58,6 +65,13 @@ class ReplicaLog:
             return False
         out.log_changes.append(Truncated(self.log.log_end_offset, high_watermark_before))
         return True
+
+    def truncate_damaged(self, offset: int, reason: str, now_ms: int, out: Outbox) -> None:
+        """Cut the log at the damaged batch starting at `offset` (`Log.truncate_to` makes the cut
+        durable), so that no later process of this broker serves or counts what lay from there."""
+        high_watermark_before = self.log.high_watermark
+        self.log_manager.truncate_to(self.topic_partition, offset, now_ms)
+        out.log_changes.append(TruncatedDamaged(self.log.log_end_offset, high_watermark_before, reason))
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int, out: Outbox) -> None:
         self.log.truncate_fully_and_start_at(offset, now_ms)

@@ -130,6 +130,7 @@ class _Outbox:
     fetches: list[ReplicaFetchSend] = dataclasses.field(default_factory=list)
     deleted_logs: list[DeletedLog] = dataclasses.field(default_factory=list)
     changed: set[TopicPartition] = dataclasses.field(default_factory=set)
+    log_dir_failure: str | None = None
 
 
 class ReplicaManager:
@@ -177,7 +178,7 @@ class ReplicaManager:
             self._on_shutdown(out)
         else:
             assert isinstance(event, Tick), f"not a broker event: {event!r}"
-        if not self.stopped:
+        if not self.stopped and out.log_dir_failure is None:
             self._tick_due_partitions(out)
             self._expire_fetches(out)
             self._settle_fetches(out)
@@ -191,6 +192,7 @@ class ReplicaManager:
             fetches=tuple(out.fetches),
             deleted_logs=tuple(out.deleted_logs),
             next_tick_ms=None if self.stopped else self._next_tick_ms(),
+            log_dir_failure=out.log_dir_failure,
         )
 
     def _check_invariants(self) -> None:
@@ -213,6 +215,8 @@ class ReplicaManager:
         before = (partition.role, partition.leader_epoch)
         ready = partition.handle(event, self.now_ms, self.wall_clock_ms)
         out.steps.append(PartitionStep(topic_partition, event, ready))
+        if ready.log_dir_failure is not None and out.log_dir_failure is None:
+            out.log_dir_failure = ready.log_dir_failure
         if ready.log_changes or ready.high_watermark is not None or (ready.role, ready.leader_epoch) != before:
             out.changed.add(topic_partition)
         for proposal in ready.messages:

@@ -22,7 +22,7 @@ from typing import Any
 from crc32c import crc32c
 
 from storage.compression import Compression, codec_of, compress, decompress
-from storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, StorageError
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -351,6 +351,30 @@ def validate_batch(
     if check_records:
         _check_records(buffer, position, header, codec)
     return header
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedBatch:
+    """A batch read back from a log that fails its checks: where it starts, and why."""
+
+    base_offset: int
+    reason: str
+
+
+def find_damaged_batch(data: Any) -> DamagedBatch | None:
+    """The first batch of `data` (whole batches read from a log) that is not a sound batch with a
+    matching CRC, or None. Its base offset is read from its header (the CRC does not cover it) or,
+    for a batch after the first, is the end of the batch before it."""
+    position, expected = 0, None
+    while position < len(data):
+        try:
+            header = validate_batch(data, position, check_records=False)
+        except StorageError as error:
+            base_offset = expected if expected is not None else _ASSIGNED_PREFIX.unpack_from(data, position)[0]
+            return DamagedBatch(base_offset, str(error))
+        position += header.size_in_bytes
+        expected = header.next_offset
+    return None
 
 
 def _check_records(buffer: Any, position: int, header: BatchHeader, codec: Compression) -> None:
