@@ -8,9 +8,10 @@ its inode (so renames, as in `write_atomically`, keep the image). A crash (`cras
 every file under the root back to its durable image: appended bytes never fsynced are lost (with
 `tear_probability` the page cache wrote back a random prefix of them, maybe with one damaged
 byte); a truncation never fsynced is undone, the cut bytes come back; overwrites revert; a file
-created since the last fsync of it is empty. Nothing here reads storage's own bookkeeping (the
-recovery point, the flush calls it intends): the model sees only what reached the OS, so a
-missing fsync in storage shows up as lost or resurrected bytes.
+created since the last fsync of it is empty. Bit rot (`rot`) changes a byte in both the file and
+its image. Nothing here reads storage's own bookkeeping (the recovery point, the flush calls it
+intends): the model sees only what reached the OS, so a missing fsync in storage shows up as lost
+or resurrected bytes.
 
 Simplifications, each documented where it matters: directory entries (creations, renames,
 deletions) are durable at once, as on a journalling file system with ordered metadata (storage
@@ -150,6 +151,20 @@ class DiskModel:
                 cuts.append(FileCut(path, before, after, damaged_at))
         self.settle(root)
         return cuts
+
+    def rot(self, path: Path, position: int, rng: random.Random) -> None:
+        """Bit rot: the byte at `position` of `path` changes on the platter, so in what is read now
+        and in what a power loss leaves (where the durable image reaches that far)."""
+        flip = rng.randint(1, 255)
+        with open(path, "r+b") as file:
+            file.seek(position)
+            byte = file.read(1)[0]
+            file.seek(position)
+            file.write(bytes([byte ^ flip]))
+        key = _key(path)
+        image = self.durable.get(key)
+        if image is not None and position < len(image):
+            self.durable[key] = image[:position] + bytes([image[position] ^ flip]) + image[position + 1:]
 
     def wipe(self, root: Path) -> None:
         """The disk under `root` is gone (replaced): forget its images; the caller removes the files."""

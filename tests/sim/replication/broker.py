@@ -94,6 +94,8 @@ class Services(Protocol):
     def opened(self, broker: SimBroker) -> None: ...
     def observe(self, broker: SimBroker, ready: BrokerReady) -> None: ...
     def acked(self, broker: SimBroker, topic_partition: TopicPartition, client_request_id: int) -> None: ...
+    def halted(self, broker: SimBroker, reason: str) -> None: ...
+    def fsynced(self, broker: SimBroker) -> None: ...
     def trace(self, line: str) -> None: ...
 
 
@@ -205,6 +207,18 @@ class SimBroker:
         assert claimed.directory_id is not None
         return (claimed.directory_id,)
 
+    def halt(self) -> None:
+        """The process exits at once (`node.broker.halt`): not a power loss, so what it wrote stays
+        in the page cache; no clean-shutdown marker, no checkpoint."""
+        assert self.up and self.manager is not None, f"broker {self.broker_id} is already down"
+        for _, log in self.manager:
+            log.close_handlers()
+        self.up = False
+        self.manager = None
+        self.core = None
+        self.held = []
+        self.paused_until_ms = -1
+
     def crash(self, rng: random.Random, tear_probability: float) -> tuple[dict[TopicPartition, int], list[str]]:
         assert self.up and self.manager is not None, f"broker {self.broker_id} is already down"
         lost, cuts = self.disk.crash(self.manager, rng, tear_probability)
@@ -230,10 +244,15 @@ class SimBroker:
     def step(self, event: object) -> BrokerReady:
         """One event for the core; the disk model and the checker see every partition step before
         the Ready is carried out (its answers must not reach anyone before the checker has seen the
-        log), then the Ready goes out in its documented order. The disk model saw the fsyncs itself."""
+        log), then the Ready goes out in its documented order. The disk model saw the fsyncs itself;
+        a call that fsynced is a slow one when the disk is slow (`Services.fsynced`)."""
         assert self.core is not None
+        fsyncs = self.disk.model.fsync_count
         ready = self.core.handle(event, self.services.now_ms, self.wall_clock_ms)
         self.services.observe(self, ready)
+        if ready.log_dir_failure is not None:
+            self.services.halted(self, ready.log_dir_failure)
+            return ready
         for send in ready.alter_partitions:
             proposal = send.proposal
             data = AlterPartitionData(send.topic_id, send.topic_partition.partition, proposal.leader_epoch,
@@ -246,6 +265,8 @@ class SimBroker:
         if ready.next_tick_ms is not None and ready.next_tick_ms != self.tick_at_ms:
             self.tick_at_ms = ready.next_tick_ms
             self.services.schedule_broker_tick(self, ready.next_tick_ms)
+        if self.disk.model.fsync_count != fsyncs:
+            self.services.fsynced(self)
         return ready
 
     def tick(self, at_ms: int) -> None:
@@ -304,8 +325,11 @@ class SimBroker:
             self._fetch_metadata()
         if now_ms >= self.next_checkpoint_ms and self.manager is not None:
             self.next_checkpoint_ms = now_ms + options.checkpoint_interval_ms
+            fsyncs = self.disk.model.fsync_count
             self.manager.checkpoint()
             self.manager.delete_expired_files(self.wall_clock_ms)
+            if self.disk.model.fsync_count != fsyncs:
+                self.services.fsynced(self)
         if now_ms >= self.next_retention_ms:
             self.next_retention_ms = now_ms + options.retention_interval_ms
             self.step(RunRetention())
@@ -370,6 +394,8 @@ class SimBroker:
         """The broker core applies it (once it includes the registration); the lifecycle hears of it."""
         assert self.core is not None
         ready = self.step(MetadataChanged(metadata, self.broker_epoch))
+        if not self.up:
+            return  # halted
         if ready.caught_up:
             self.metadata_offset = metadata.metadata_offset
         self.lifecycle_step(MetadataApplied(metadata.metadata_offset, ready.caught_up,

@@ -62,9 +62,11 @@ from tests.sim.replication.log_image import LogImage
 from tests.sim.replication.observations import (
     AppendedBatches,
     Batch,
+    BatchRotted,
     BrokerCrashed,
     BrokerWiped,
     ConsumerPolled,
+    DamageCut,
     DeletedBelow,
     EmptiedAt,
     FetchServed,
@@ -142,6 +144,8 @@ class ReplicationChecker:
             self._crashed(observation)
         elif isinstance(observation, BrokerWiped):
             self._wiped(observation)
+        elif isinstance(observation, BatchRotted):
+            self._rotted(observation)
         else:
             self._polled(observation)
 
@@ -161,7 +165,7 @@ class ReplicationChecker:
             raise ObservationError(f"{topic_partition} on broker {broker_id}: the edits leave "
                                    f"[{image.log_start_offset}, {image.log_end_offset}), the log is "
                                    f"[{offsets.log_start_offset}, {offsets.log_end_offset})")
-        truncated = any(isinstance(edit, TruncatedTo | EmptiedAt) for edit in step.edits)
+        truncated = any(isinstance(edit, TruncatedTo | EmptiedAt | DamageCut) for edit in step.edits)
         if offsets.high_watermark < high_watermark_before and not truncated:
             self.fail(f"{topic_partition} HW fell on broker {broker_id} without a truncation: "
                       f"{high_watermark_before} -> {offsets.high_watermark}")
@@ -208,6 +212,11 @@ class ReplicationChecker:
                 below = [batch for batch in removed if batch.next_offset <= edit.start_offset]
                 self._lost(topic_partition, broker_id, below, LossCause.DELETED, now_ms)
                 self._lost(topic_partition, broker_id, removed[len(below):], LossCause.TRUNCATED, now_ms)
+            elif isinstance(edit, DamageCut):
+                if edit.end_offset not in image.rotted:
+                    self.fail(f"{topic_partition} replica {broker_id} cut its log at {edit.end_offset} as damaged, "
+                              f"but no fault damaged a batch there (rotted: {sorted(image.rotted)})")
+                self._lost(topic_partition, broker_id, image.cut_from(edit.end_offset), LossCause.ROTTED, now_ms)
             else:
                 assert isinstance(edit, DeletedBelow), edit
                 self._lost(topic_partition, broker_id, image.delete_below(edit.log_start_offset), LossCause.DELETED,
@@ -222,7 +231,11 @@ class ReplicationChecker:
         if image.high_watermark <= image.committed_to:
             return
         for batch in image.between(image.committed_to, image.high_watermark):
-            self._commit(topic_partition, broker_id, batch, now_ms)
+            # A rotted batch: the HW commits the record it was (its other copies hold it), not the
+            # damaged bytes; unknown, nothing is claimed (reading the bytes halts the broker).
+            original = image.rotted.get(batch.base_offset, batch)
+            if original is not None:
+                self._commit(topic_partition, broker_id, original, now_ms)
         image.committed_to = min(image.high_watermark, image.log_end_offset)
 
     def _commit(self, topic_partition: TopicPartition, broker_id: int, batch: Batch, now_ms: int) -> None:
@@ -244,8 +257,15 @@ class ReplicationChecker:
             replica for (replica, partition), image in self.images.items()
             if partition == topic_partition and image.get(batch.base_offset) == batch
         )
-        assert broker_id in holders, f"{topic_partition}: broker {broker_id} commits a batch it does not hold"
-        history.add(CommittedBatch(batch, now_ms, broker_id, holders, set(holders)))
+        rotted = frozenset(
+            replica for (replica, partition), image in self.images.items()
+            if partition == topic_partition and image.rotted.get(batch.base_offset) == batch
+        )
+        assert broker_id in holders | rotted, f"{topic_partition}: broker {broker_id} commits a batch it does not hold"
+        entry = CommittedBatch(batch, now_ms, broker_id, holders | rotted, set(holders))
+        for replica in rotted:
+            entry.lose(replica, LossCause.ROTTED, now_ms)
+        history.add(entry)
         self.figures.committed += 1
 
     def _displace(self, topic_partition: TopicPartition, history: PartitionHistory, earlier: CommittedBatch,
@@ -304,7 +324,7 @@ class ReplicationChecker:
                       f"appended) but appended its batch")
         if answer.error != ErrorCode.NONE or answer.acks != ACKS_ALL:
             return
-        batch = image.get(answer.base_offset)
+        batch = image.rotted.get(answer.base_offset) or image.get(answer.base_offset)
         if batch is None or batch.tail != answer.tail:
             self.fail(f"{topic_partition}: acks=all success at {answer.base_offset} on broker {step.broker_id} is not "
                       f"the batch its log holds there")
@@ -376,6 +396,16 @@ class ReplicationChecker:
             self._lost(topic_partition, crash.broker_id, image.cut_from(offset), LossCause.CRASHED, crash.now_ms)
             self._cut_after_deletion(topic_partition, crash.broker_id, offset, LossCause.CRASHED, crash.now_ms)
 
+    def _rotted(self, rot: BatchRotted) -> None:
+        """The replica's copy of the batch is gone (its bytes are not the record's any more); a read
+        of it must cut the log there (`DamageCut`), and recovery may (`_reopened`)."""
+        image = self.images.get((rot.broker_id, rot.topic_partition))
+        if image is None or image.get(rot.batch.base_offset) is None:
+            raise ObservationError(f"broker {rot.broker_id}'s {rot.topic_partition} rotted at "
+                                   f"{rot.batch.base_offset}, which its log does not hold")
+        held = image.rot(rot.batch)
+        self._lost(rot.topic_partition, rot.broker_id, [held], LossCause.ROTTED, rot.now_ms)
+
     def _wiped(self, wipe: BrokerWiped) -> None:
         for broker_id, topic_partition in [key for key in self.images if key[0] == wipe.broker_id]:
             image = self.images.pop((broker_id, topic_partition))
@@ -406,6 +436,11 @@ class ReplicationChecker:
         """A new incarnation opens a log the checker knows: its logStartOffset may be older than the
         last one (the checkpoint trails memory), bringing back batches deleted below it."""
         topic_partition, broker_id = read.topic_partition, read.broker_id
+        if read.offsets.log_end_offset < image.log_end_offset and read.offsets.log_end_offset in image.rotted:
+            # Recovery (after a shutdown that was not clean) checks the batches past the recovery
+            # point and cuts the log at the first that fails, as Kafka's does.
+            self._lost(topic_partition, broker_id, image.cut_from(read.offsets.log_end_offset), LossCause.ROTTED,
+                       read.now_ms)
         if read.offsets.log_start_offset > image.log_start_offset:
             deleted = image.delete_below(read.offsets.log_start_offset)
             self._lost(topic_partition, broker_id, deleted, LossCause.DELETED, read.now_ms)

@@ -16,7 +16,8 @@ end of the run (a copy in flight may still bring it back until then):
 - DELETED: it was deleted by logStartOffset (retention, DeleteRecords: the contract, not a loss)
   and nothing was committed over it;
 - LOST, excused: every holder's last loss was a recorded fault (a crash that cut it unflushed, a
-  wiped disk): short of those, no system could have kept it (DESIGN §6.1);
+  wiped disk, bit rot in it or in a batch before it, which cuts the log there): short of those, no
+  system could have kept it (DESIGN §6.1);
 - otherwise a violation: some holder lost it to the protocol (a truncation), or kept only a
   deletion another batch was then committed over.
 """
@@ -35,10 +36,11 @@ class LossCause(Enum):
     TRUNCATED = "truncated by the protocol"
     CRASHED = "cut by a crash (unflushed)"
     WIPED = "wiped with its disk"
+    ROTTED = "damaged on its disk (bit rot)"
     DELETED = "below logStartOffset (retention or DeleteRecords)"
 
 
-FAULTS = frozenset({LossCause.CRASHED, LossCause.WIPED})
+FAULTS = frozenset({LossCause.CRASHED, LossCause.WIPED, LossCause.ROTTED})
 
 
 class Fate(Enum):
@@ -103,7 +105,9 @@ class CommittedBatch:
             return "every holder crashed with it unflushed"
         if causes == {LossCause.WIPED}:
             return "every holder's disk was wiped"
-        return "every holder crashed with it unflushed or was wiped"
+        if causes == {LossCause.CRASHED, LossCause.WIPED}:
+            return "every holder crashed with it unflushed or was wiped"
+        return "every holder lost it to a fault, bit rot among them"
 
     def decide(self) -> str | None:
         """No copy is left and nothing was committed over it: set the fate; return the excuse's kind,

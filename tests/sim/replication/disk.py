@@ -23,8 +23,9 @@ from pathlib import Path
 
 from storage.checkpoint import TopicPartition
 from storage.log_manager import LogManager
-from storage.records import iter_headers
+from storage.records import BATCH_HEADER_SIZE, iter_headers
 from tests.sim.kernel.disk import DiskModel, FileCut
+from tests.sim.replication.observations import Batch
 
 CRC_START = 21  # baseOffset 8, batchLength 4, partitionLeaderEpoch 4, magic 1, crc 4
 
@@ -69,6 +70,27 @@ class BrokerDisk:
         self.model.wipe(self.directory)
         shutil.rmtree(self.directory)
         return {topic_partition: offsets for topic_partition, offsets in held.items() if offsets[0] < offsets[1]}
+
+
+    def rot(self, manager: LogManager, rng: random.Random) -> tuple[TopicPartition, Batch] | None:
+        """Bit rot in a random batch of a random log at or above its logStartOffset: one byte of its
+        records changes (`DiskModel.rot`). Returns the partition and the batch as the disk now holds
+        it, or None if no log holds a batch. Only record bytes rot: a damaged header field before
+        the CRC, or lastOffsetDelta, would mislead the offset lookup itself, a gap of the record
+        format that recovery shares with Kafka's (see the module docstring)."""
+        logs = [(topic_partition, log) for topic_partition, log in manager
+                if log.log_start_offset < log.log_end_offset]
+        if not logs:
+            return None
+        topic_partition, log = rng.choice(logs)
+        batches = [(segment, position, header) for segment, position, header in log.iter_batches()
+                   if header.base_offset >= log.log_start_offset and header.size_in_bytes > BATCH_HEADER_SIZE]
+        if not batches:
+            return None
+        segment, position, header = rng.choice(batches)
+        self.model.rot(segment.log_path, position + rng.randrange(BATCH_HEADER_SIZE, header.size_in_bytes), rng)
+        data = segment.read_bytes(position, header.size_in_bytes)
+        return topic_partition, Batch(header.base_offset, header.next_offset, header.partition_leader_epoch, data)
 
 
 def _segment_of(path: Path) -> TopicPartition | None:

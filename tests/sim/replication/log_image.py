@@ -27,6 +27,10 @@ class LogImage:
         self.incarnation = -1
         self.committed_to = log_start_offset  # every batch starting below it was committed
         self.served_high_watermarks: dict[int, int] = {}  # consumer id -> highest HW served
+        # Batches held as bit rot left them: base offset -> the batch before the rot (None: not
+        # known, a rotted batch a crash brought back from below logStartOffset).
+        self.rotted: dict[int, Batch | None] = {}
+        self.rotted_data: set[bytes] = set()  # every rotted batch's bytes (a crash may bring one back)
 
     def get(self, base_offset: int) -> Batch | None:
         return self.batches.get(base_offset)
@@ -52,6 +56,20 @@ class LogImage:
         self.log_end_offset = batch.next_offset
         return None
 
+    def rot(self, batch: Batch) -> Batch:
+        """The held batch at `batch.base_offset` now has `batch`'s (damaged) bytes; returns the one
+        it replaces."""
+        held = self.batches[batch.base_offset]
+        assert held.next_offset == batch.next_offset, f"rot changed the offsets of {held.base_offset}"
+        self.batches[batch.base_offset] = batch
+        self.rotted.setdefault(batch.base_offset, held)
+        self.rotted_data.add(batch.data)
+        return held
+
+    def _forget_rot(self) -> None:
+        for base_offset in [base_offset for base_offset in self.rotted if base_offset not in self.batches]:
+            del self.rotted[base_offset]
+
     def cut_from(self, offset: int) -> list[Batch]:
         """Remove the batches ending above `offset` (a truncation or a crash); return them. The log
         then ends at `offset`, or at the start of a batch the cut fell inside of."""
@@ -60,6 +78,7 @@ class LogImage:
             slot -= 1
         removed = [self.batches.pop(base) for base in self.bases[slot:]]
         del self.bases[slot:]
+        self._forget_rot()
         self.log_end_offset = min(self.log_end_offset, offset, removed[0].base_offset if removed else offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)  # a cut below it: a shorter file
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
@@ -73,6 +92,7 @@ class LogImage:
         removed = [self.batches[base] for base in self.bases]
         self.bases.clear()
         self.batches.clear()
+        self.rotted.clear()
         self.log_start_offset = self.log_end_offset = self.high_watermark = start_offset
         self.committed_to = start_offset
         self.served_high_watermarks.clear()
@@ -86,6 +106,7 @@ class LogImage:
             slot += 1
         removed = [self.batches.pop(base) for base in self.bases[:slot]]
         del self.bases[:slot]
+        self._forget_rot()
         self.committed_to = max(self.committed_to, min(self.log_start_offset, self.log_end_offset))
         return removed
 
@@ -96,6 +117,7 @@ class LogImage:
         assert all(batch.next_offset <= first for batch in batches), f"{batches} overlap {first}"
         self.bases[:0] = [batch.base_offset for batch in batches]
         self.batches.update((batch.base_offset, batch) for batch in batches)
+        self.rotted.update((batch.base_offset, None) for batch in batches if batch.data in self.rotted_data)
         self.log_start_offset = min(self.log_start_offset, log_start_offset)
 
     def between(self, start_offset: int, end_offset: int) -> list[Batch]:

@@ -9,9 +9,9 @@ what happened into these frozen values, in the order it happened:
 - `ReplicaStepped`: one step of one replica — the edits to its log, in order, with the batches
   appended; its offsets after the step; its role; the produce answers and consumer fetch answers
   it gave in that step;
-- `BrokerCrashed` / `BrokerWiped`: the fault log — which offsets a crash actually cut from each of
-  a broker's logs (what the crash left is what recovery must open: `ReplicaLogRead` OPENED is
-  compared with it), or that the broker's disk was wiped;
+- `BrokerCrashed` / `BrokerWiped` / `BatchRotted`: the fault log — which offsets a crash actually
+  cut from each of a broker's logs (what the crash left is what recovery must open: `ReplicaLogRead`
+  OPENED is compared with it), that the broker's disk was wiped, or that a batch on it rotted;
 - `ConsumerPolled`: a consumer took a fetch answer, and its position before and after.
 
 Batches are whole RecordBatch v2 bytes as the log holds them, so "the same record" means the same
@@ -96,7 +96,15 @@ class DeletedBelow:
     log_start_offset: int
 
 
-LogEdit = AppendedBatches | TruncatedTo | EmptiedAt | DeletedBelow
+@dataclass(frozen=True, slots=True)
+class DamageCut:
+    """A read found the batch at `end_offset` damaged and the replica cut its log there before
+    halting (a failed log dir)."""
+
+    end_offset: int
+
+
+LogEdit = AppendedBatches | TruncatedTo | EmptiedAt | DeletedBelow | DamageCut
 
 
 # -- answers a replica gave ------------------------------------------------------------------------
@@ -183,6 +191,17 @@ class BrokerWiped:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchRotted:
+    """Bit rot: one byte of the records of a batch of the broker's log changed on its disk; `batch`
+    is the batch as the disk now holds it (same offsets, other bytes)."""
+
+    now_ms: int
+    broker_id: int
+    topic_partition: TopicPartition
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerPolled:
     """A consumer took a fetch answer for `fetch_offset` from `broker_id`; its position in the
     partition before and after taking it."""
@@ -199,4 +218,4 @@ class ConsumerPolled:
     position_after: int
 
 
-Observation = ReplicaStepped | ReplicaLogRead | BrokerCrashed | BrokerWiped | ConsumerPolled
+Observation = ReplicaStepped | ReplicaLogRead | BrokerCrashed | BrokerWiped | BatchRotted | ConsumerPolled

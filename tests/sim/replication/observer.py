@@ -26,6 +26,7 @@ from replication.ready import (
     ProduceResult,
     Role,
     Truncated,
+    TruncatedDamaged,
     TruncatedFully,
 )
 from storage.checkpoint import TopicPartition
@@ -35,6 +36,7 @@ from tests.sim.replication.observations import (
     TAIL,
     AppendedBatches,
     Batch,
+    DamageCut,
     DeletedBelow,
     EmptiedAt,
     FetchServed,
@@ -109,10 +111,13 @@ class BrokerObserver:
                 partitions: dict[TopicPartition, Partition]) -> list[ReplicaLogRead | ReplicaStepped]:
         """One call's partition steps, one `ReplicaStepped` per partition that changed something the
         checker sees (most ticks and replica fetches change nothing: skipped, to keep campaigns fast).
-        A log the call created comes first as an empty log opened."""
+        A log the call created comes first as an empty log opened. A call that ends in a halt
+        (`log_dir_failure`) answered nobody: the process ended before its answers left."""
         folds: dict[TopicPartition, _Fold] = {}
+        answered = ready.log_dir_failure is None
         for step in ready.steps:
-            self._fold(folds.setdefault(step.topic_partition, _Fold()), step, partitions[step.topic_partition])
+            self._fold(folds.setdefault(step.topic_partition, _Fold()), step, partitions[step.topic_partition],
+                       answered)
         observations: list[ReplicaLogRead | ReplicaStepped] = []
         for topic_partition, fold in folds.items():
             if topic_partition not in self.opened:
@@ -128,14 +133,14 @@ class BrokerObserver:
             ))
         return observations
 
-    def _fold(self, fold: _Fold, step: PartitionStep, partition: Partition) -> None:
+    def _fold(self, fold: _Fold, step: PartitionStep, partition: Partition, answered: bool) -> None:
         event, ready = step.event, step.ready
         if isinstance(event, ProduceRequest):
             self.produces[event.request_id] = (event.acks, event.records[TAIL:])
         fold.edits.extend(self._edits(partition.log, step))
         fold.is_leader = ready.role == Role.LEADER
         fold.leader_epoch = ready.leader_epoch
-        for completion in ready.completions:
+        for completion in ready.completions if answered else ():
             if isinstance(completion, ProduceResult) and completion.request_id in self.produces:
                 acks, tail = self.produces.pop(completion.request_id)
                 # The partition as the whole call left it: a later step of the same call may have
@@ -159,11 +164,16 @@ class BrokerObserver:
         edits: list[LogEdit] = []
         for change in step.ready.log_changes:
             if isinstance(change, Appended):
-                edits.append(AppendedBatches(read_batches(log, change.first_offset, change.last_offset + 1)))
+                # From the batch holding the log start, if the same step raised it into this append
+                # (a follower that started at the leader's first batch, then followed its start).
+                start = max(change.first_offset, log.log_start_offset)
+                edits.append(AppendedBatches(read_batches(log, start, change.last_offset + 1)))
             elif isinstance(change, Truncated):
                 edits.append(TruncatedTo(change.end_offset))
             elif isinstance(change, TruncatedFully):
                 edits.append(EmptiedAt(change.start_offset))
+            elif isinstance(change, TruncatedDamaged):
+                edits.append(DamageCut(change.end_offset))
             elif isinstance(change, LogStartOffsetRaised):
                 edits.append(DeletedBelow(change.new))
         return edits

@@ -26,6 +26,10 @@ class ReplicationSimOptions(FaultOptions):
     crash or pause the active controller. `election_timeout_ms`, `fetch_timeout_ms`: the controller
     quorum's Raft timeouts. `follower_fault_probability`: per chaos tick, crash, pause (for one to
     three replica.lag.time.max.ms) or cut off from its leader a follower of a random partition.
+    `rot_probability`: per chaos tick, one byte of a random batch's records on a random broker's
+    disk changes (bit rot). `slow_disk_probability`: per chaos tick, a broker's disk turns slow
+    (until its next restart, or the heal): every call of its core that fsynced stalls the broker for
+    up to `slow_fsync_max_ms` (the node fsyncs on its event loop, so a slow fsync stops all of it).
     `clock_step_probability`: per chaos tick, a broker's wall clock steps
     (an hour, a minute or a second, either way). `wipe_probability`: a broker's crash also replaces
     its disk.
@@ -64,6 +68,9 @@ class ReplicationSimOptions(FaultOptions):
     clock_step_probability: float
     wipe_probability: float
     follower_fault_probability: float = 0.0
+    rot_probability: float = 0.0
+    slow_disk_probability: float = 0.0
+    slow_fsync_max_ms: int = 0
 
     FAULTS_AFTER: ClassVar[str] = "checkpoint_interval_ms"
 
@@ -84,6 +91,11 @@ class ReplicationSimOptions(FaultOptions):
         # goes on taking acks=all writes with fewer copies, the case durability is about. Drawn from
         # a generator of its own, so that the run's generator draws the options as before.
         follower_fault_probability = random.Random(f"follower-fault-{seed}").choice((0.1, 0.2, 0.4))
+        # Disks that lie and disks that crawl, drawn from a generator of their own for the same reason.
+        disks = random.Random(f"disks-{seed}")
+        rot_probability = disks.choice((0.0, 0.02, 0.05))
+        slow_disk_probability = disks.choice((0.0, 0.02, 0.05))
+        slow_fsync_max_ms = disks.choice((20, 100, 400))
         return cls(
             seed=seed,
             partitions=rng.choice((1, 1, 2)),
@@ -135,4 +147,10 @@ class ReplicationSimOptions(FaultOptions):
             clock_step_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.2)),
             wipe_probability=0.0 if calm else rng.choice((0.0, 0.1, 0.3)),
             follower_fault_probability=0.0 if calm else follower_fault_probability,
+            # Bit rot: per chaos tick, a byte of a random batch on a random broker's disk changes.
+            # A slow disk: per chaos tick, a broker's disk turns slow until its next restart or the
+            # heal; each of its fsyncs then stalls the broker up to slow_fsync_max_ms.
+            rot_probability=0.0 if calm else rot_probability,
+            slow_disk_probability=0.0 if calm else slow_disk_probability,
+            slow_fsync_max_ms=slow_fsync_max_ms,
         )

@@ -35,6 +35,9 @@ class SeedOutcome:
     crashes: int
     truncations: int
     wipes: int
+    rots: int
+    halts: int
+    stalls: int
     excused: tuple[tuple[str, int], ...]  # acks=all batches lost and excused, by kind
     excused_unacked: int
     offsets_reused: int
@@ -44,7 +47,7 @@ class SeedOutcome:
     def of(cls, seed: int, failure: str | None, result: SimResult) -> SeedOutcome:
         figures = result.checker
         return cls(seed, failure, result.steps, result.acked_all, result.acked_all_during_fault, result.crashes,
-                   result.truncations, result.wipes,
+                   result.truncations, result.wipes, result.rots, result.halts, result.stalls,
                    tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
                    None if failure else result.liveness_ms)
 
@@ -84,6 +87,9 @@ class Summary(seed_runner.Tally):
     crashes: int = 0
     truncations: int = 0
     wipes: int = 0
+    rots: int = 0
+    halts: int = 0
+    stalls: int = 0
     excused: Counter[str] = field(default_factory=Counter)
     excused_unacked: int = 0
     offsets_reused: int = 0
@@ -96,6 +102,9 @@ class Summary(seed_runner.Tally):
         self.crashes += outcome.crashes
         self.truncations += outcome.truncations
         self.wipes += outcome.wipes
+        self.rots += outcome.rots
+        self.halts += outcome.halts
+        self.stalls += outcome.stalls
         self.excused.update(dict(outcome.excused))
         self.excused_unacked += outcome.excused_unacked
         self.offsets_reused += outcome.offsets_reused
@@ -106,9 +115,9 @@ class Summary(seed_runner.Tally):
         excuses = ", ".join(f"{kind}: {count}" for kind, count in sorted(self.excused.items())) or "none"
         return (
             f"{self.head(elapsed_s)} acks=all={self.acked_all} (during a fault: {self.acked_during_fault}) "
-            f"crashes={self.crashes} wipes={self.wipes} "
-            f"truncations={self.truncations} heal-to-converged p99={percentile(self.liveness, 0.99)} "
-            f"max={max(self.liveness, default=None)} ms\n"
+            f"crashes={self.crashes} wipes={self.wipes} rots={self.rots} (halts on finding one: {self.halts}) "
+            f"slow-disk stalls={self.stalls} truncations={self.truncations} "
+            f"heal-to-converged p99={percentile(self.liveness, 0.99)} max={max(self.liveness, default=None)} ms\n"
             f"excused acks=all batches: {excuses}; excused other committed batches: {self.excused_unacked}; "
             f"offsets reused after an excused loss: {self.offsets_reused}"
         )
@@ -125,7 +134,8 @@ def _ok_line(result: SimResult) -> str:
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} produced={result.produced} "
             f"acked_all={result.acked_all} acked_all_during_fault={result.acked_all_during_fault} "
             f"consumed_batches={figures.consumed_batches} crashes={result.crashes} "
-            f"wipes={result.wipes} leader_changes={result.leader_changes} truncations={result.truncations} "
+            f"wipes={result.wipes} rots={result.rots} halts={result.halts} stalls={result.stalls} "
+            f"leader_changes={result.leader_changes} truncations={result.truncations} "
             f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "
             f"liveness_ms={result.liveness_ms}")
 

@@ -82,7 +82,14 @@ from tests.sim.replication.messages import (
     ReplicaFetchMessage,
     ReplicaFetchReply,
 )
-from tests.sim.replication.observations import BrokerCrashed, BrokerWiped, ConsumerPolled, ReadReason, batches_of
+from tests.sim.replication.observations import (
+    BatchRotted,
+    BrokerCrashed,
+    BrokerWiped,
+    ConsumerPolled,
+    ReadReason,
+    batches_of,
+)
 from tests.sim.replication.observer import BrokerObserver, log_read
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS, SimQuorum
@@ -114,6 +121,7 @@ class Kind(IntEnum):
     RESUME = 7
     HEAL = 8
     PROBE = 9
+    RESTART = 12
 
 
 class LivenessFailure(AssertionError):
@@ -130,6 +138,9 @@ class SimResult:
     acked_all_during_fault: int = 0
     crashes: int = 0
     wipes: int = 0
+    rots: int = 0
+    halts: int = 0  # a broker found a damaged batch and halted
+    stalls: int = 0  # a slow disk's fsync stalled a broker
     leader_changes: int = 0
     truncations: int = 0
     checker: CheckerFigures = field(default_factory=CheckerFigures)
@@ -164,6 +175,8 @@ class Simulation:
                  options: ReplicationSimOptions | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        self.disk_rng = random.Random(f"disk-faults-{seed}")  # the main generator draws as before them
+        self.slow_disks: set[int] = set()
         drawn = ReplicationSimOptions.draw(seed, self.rng)
         self.options = options or drawn
         self.trace_sink = trace
@@ -281,6 +294,23 @@ class Simulation:
         sent_ms = self.produce_sent_ms.pop(client_request_id, None)
         if sent_ms is not None and self.fault_window.covers(sent_ms, self.now_ms, self._fault_active()):
             self.result.acked_all_during_fault += 1
+
+    def halted(self, broker: SimBroker, reason: str) -> None:
+        """The broker's core found a damaged batch and the process halts."""
+        broker.halt()
+        self.fault_window.crashed(self.now_ms)
+        self.result.halts += 1
+        self.trace(f"broker {broker.broker_id} halts: {reason}")
+        if not self.faulty:  # healed: its supervisor restarts it (in the safety phase, the chaos does)
+            self.schedule(self.now_ms + self.options.heartbeat_interval_ms, Kind.RESTART, broker.broker_id)
+
+    def fsynced(self, broker: SimBroker) -> None:
+        """A call of the broker fsynced: on a slow disk that stalls the whole process."""
+        if broker.broker_id not in self.slow_disks or not broker.up or self._paused(broker):
+            return
+        broker.paused_until_ms = self.now_ms + self.disk_rng.randint(1, self.options.slow_fsync_max_ms)
+        self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
+        self.result.stalls += 1
 
     def _fault_active(self) -> bool:
         """A broker or controller node is down or paused, or a link is cut."""
@@ -432,6 +462,8 @@ class Simulation:
             self._resume(*payload)
         elif kind == Kind.HEAL:
             self._heal_or_extend()
+        elif kind == Kind.RESTART and not self.brokers[payload].up:
+            self._restart(self.brokers[payload])
 
     def _paused(self, broker: SimBroker) -> bool:
         return broker.paused_until_ms > self.now_ms
@@ -661,6 +693,7 @@ class Simulation:
                 self.schedule(broker.paused_until_ms, Kind.RESUME, (broker.broker_id, broker.incarnation))
         if rng.random() < options.controller_fault_probability:
             self._controller_fault()
+        self._disk_faults()
         if options.clock_step_probability and rng.random() < options.clock_step_probability:
             broker = rng.choice(list(self.brokers.values()))
             step_ms = rng.choice(CLOCK_STEPS_MS)
@@ -674,6 +707,22 @@ class Simulation:
                 self._start_controller(node_id, restarted=True)
             elif up and not self._controller_paused(node_id) and rng.random() < options.pause_probability:
                 self._pause_controller(node_id, rng.randint(1, options.pause_max_ms))
+
+    def _disk_faults(self) -> None:
+        """Bit rot on a random broker's disk; a broker's disk turning slow (until the heal)."""
+        options, rng = self.options, self.disk_rng
+        if options.rot_probability and rng.random() < options.rot_probability:
+            broker = rng.choice(list(self.brokers.values()))
+            found = broker.disk.rot(broker.manager, rng) if broker.up and broker.manager is not None else None
+            if found is not None:
+                topic_partition, batch = found
+                self.checker.observe(BatchRotted(self.now_ms, broker.broker_id, topic_partition, batch))
+                self.result.rots += 1
+                self.trace(f"chaos: bit rot in {topic_partition} on broker {broker.broker_id} at {batch.base_offset}")
+        if options.slow_disk_probability and rng.random() < options.slow_disk_probability:
+            broker_id = rng.choice(BROKER_IDS)
+            self.slow_disks.add(broker_id)
+            self.trace(f"chaos: broker {broker_id}'s disk turns slow")
 
     def _controller_fault(self) -> None:
         """Crash or pause the active controller (a controller failover under replication)."""
@@ -789,14 +838,15 @@ class Simulation:
         self.trace(f"resume broker {broker_id} with {len(held)} held messages")
         for message in held:
             self._deliver(message)
-        if broker.up:
+        if broker.up and not self._paused(broker):
             broker.tick_at_ms = None
             broker.step(Tick())
-        if broker.up and broker.lifecycle_tick_at_ms is not None and broker.lifecycle_tick_at_ms <= self.now_ms:
+        due_ms = broker.lifecycle_tick_at_ms if broker.up and not self._paused(broker) else None
+        if due_ms is not None and due_ms <= self.now_ms:
             # The lifecycle's tick came due in the pause and was dropped: it fires now, late, as a
             # resumed process's overdue timer does (the lifecycle asks for the same tick until it
             # has sent, so it would never be armed again).
-            broker.lifecycle_tick(broker.lifecycle_tick_at_ms)
+            broker.lifecycle_tick(due_ms)
         self.schedule(self.now_ms, Kind.DUTY, (broker_id, incarnation))
 
     def _heal_or_extend(self) -> None:
@@ -817,6 +867,7 @@ class Simulation:
         """End of the safety phase: no more faults; restart, resume, reconnect everything."""
         self.faulty = False
         self.network.faulty = False
+        self.slow_disks.clear()
         self._heal_links()
         self.liveness_started_ms = self.now_ms
         self.trace("heal: liveness phase")
