@@ -6,7 +6,12 @@ per partition to that partition, with Kafka's OffsetCommitKey (version 1) and Of
 (version 3) encodings, so Kafka's tools can read the topic; compaction keeps the last commit per key.
 An offset fetch replays the partition up to its high watermark into an in-memory map, continuing
 from where the previous replay stopped; the log is the only truth, so a new coordinator after
-failover answers the same. Any node accepts both requests and forwards them to the coordinator.
+failover answers the same. A new leader's HW may lag the start of its leader epoch until its
+followers fetch, and a commit the old leader acknowledged may lie in between; a replay up to that HW
+would miss it. The partition then answers "latest" ListOffsets with OFFSET_NOT_AVAILABLE, and the
+coordinator answers COORDINATOR_LOAD_IN_PROGRESS (retriable), as Kafka's does while it loads the
+partition after its election.
+Any node accepts both requests and forwards them to the coordinator.
 The topic is created on the first commit (Kafka's auto-creation of internal topics).
 """
 
@@ -84,7 +89,7 @@ class _Replay:
 
 
 class GroupOffsets:
-    """The node's coordinator role. `produce`/`fetch` are the broker's own request methods;
+    """The node's coordinator role. `produce`/`fetch`/`list_offsets` are the broker's own request methods;
     `coordinator_address(partition)` is the leader's inter-broker address (None: no leader);
     `forward(address, api, request, response_type)` calls another node; `create_topic()` makes
     `__consumer_offsets` exist; `clock` gives the commit timestamp."""
@@ -97,6 +102,7 @@ class GroupOffsets:
         coordinator_address: Callable[[int], str | None],
         produce: Callable[[protocol.ProduceRequest], Awaitable[protocol.ProduceResponse]],
         fetch: Callable[[protocol.FetchRequest], Awaitable[protocol.FetchResponse]],
+        list_offsets: Callable[[protocol.ListOffsetsRequest], Awaitable[protocol.ListOffsetsResponse]],
         forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]],
         create_topic: Callable[[], Awaitable[ErrorCode]],
         clock: Callable[[], int],
@@ -108,6 +114,7 @@ class GroupOffsets:
         self._coordinator_address = coordinator_address
         self._produce = produce
         self._fetch = fetch
+        self._list_offsets = list_offsets
         self._forward = forward
         self._create_topic = create_topic
         self._clock = clock
@@ -151,11 +158,23 @@ class GroupOffsets:
             address = self._coordinator_address(partition)
             assert address is not None
             return await self._forward(address, protocol.Api.OFFSET_FETCH, request, protocol.OffsetFetchResponse)
+        latest = await self._latest(partition)
+        if latest.error_code != ErrorCode.NONE:
+            code = _coordinator_error(latest.error_code)
+            return protocol.OffsetFetchResponse(code, (), _message(code, latest.error_message))
         replay = self._replays.setdefault(partition, _Replay())
         code = await self._catch_up(partition, replay)
         if code != ErrorCode.NONE:
             return protocol.OffsetFetchResponse(_coordinator_error(code), (), _message(code))
         return self._answer(request, replay.offsets)
+
+    async def _latest(self, partition: int) -> protocol.ListOffsetsPartitionResponse:
+        """The "latest" ListOffsets of `partition` on this node, which the partition refuses with
+        OFFSET_NOT_AVAILABLE while its leader's HW lags the start of its epoch, and off the leader.
+        Once answered, the HW covers every commit an earlier leader acknowledged."""
+        response = await self._list_offsets(protocol.ListOffsetsRequest(
+            (protocol.ListOffsetsPartition(OFFSETS_TOPIC, partition, protocol.LATEST_TIMESTAMP),)))
+        return response.partitions[0]
 
     async def _route(self, partition: int, create: bool) -> ErrorCode | None:
         """None when the coordinator is known; else the error to answer with."""
@@ -220,16 +239,20 @@ def _coordinator_error(code: ErrorCode) -> ErrorCode:
     """Kafka's mapping of a failed offsets-topic write or read to what the group's client sees."""
     if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
         return ErrorCode.NOT_COORDINATOR
+    if code == ErrorCode.OFFSET_NOT_AVAILABLE:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # a new leader's HW lags its epoch start
     if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 ErrorCode.REQUEST_TIMED_OUT):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     return code
 
 
-def _message(code: ErrorCode) -> str:
+def _message(code: ErrorCode, detail: str = "") -> str:
+    """What to do about `code`; `detail` is the partition's own message, when it gave one."""
+    suffix = f" ({detail})" if detail else ""
     if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
         return ("the group's coordinator is moving or starting, or fewer brokers are active than "
-                "offsets.topic.replication.factor; retry after a short backoff")
+                f"offsets.topic.replication.factor; retry after a short backoff{suffix}")
     return (f"{OFFSETS_TOPIC} could not be created or read ({code.name}); check that "
             "offsets.topic.replication.factor does not exceed the live brokers and that the controller is reachable, "
-            "then retry")
+            f"then retry{suffix}")
