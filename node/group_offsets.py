@@ -6,11 +6,15 @@ per partition to that partition, with Kafka's OffsetCommitKey (version 1) and Of
 (version 3) encodings, so Kafka's tools can read the topic; compaction keeps the last commit per key.
 An offset fetch replays the partition up to its high watermark into an in-memory map, continuing
 from where the previous replay stopped; the log is the only truth, so a new coordinator after
-failover answers the same. A new leader's HW may lag the start of its leader epoch until its
-followers fetch, and a commit the old leader acknowledged may lie in between; a replay up to that HW
-would miss it. The partition then answers "latest" ListOffsets with OFFSET_NOT_AVAILABLE, and the
-coordinator answers COORDINATOR_LOAD_IN_PROGRESS (retriable), as Kafka's does while it loads the
-partition after its election.
+failover answers the same. Two rules keep a replay from missing acknowledged commits:
+- A new leader's HW may lag the start of its leader epoch until its followers fetch, and a commit
+  the old leader acknowledged may lie in between. The partition then answers "latest" ListOffsets
+  with OFFSET_NOT_AVAILABLE, and the coordinator answers COORDINATOR_LOAD_IN_PROGRESS (retriable),
+  as Kafka's does while it loads the partition after its election.
+- A replay belongs to one leader epoch: its fetches carry that epoch (fenced once it ends), and a
+  coordinator elected again replays afresh, as Kafka unloads a group's offsets when its coordinator
+  resigns and loads them when it is elected. A replay kept across epochs could continue over a log
+  that changed below it (an unclean election truncates it and writes other commits at those offsets).
 Any node accepts both requests and forwards them to the coordinator.
 The topic is created on the first commit (Kafka's auto-creation of internal topics).
 """
@@ -82,8 +86,9 @@ def decode_value(data: bytes) -> tuple[int, str]:
 
 @dataclass
 class _Replay:
-    """One `__consumer_offsets` partition as read so far."""
+    """One `__consumer_offsets` partition as read so far by its leader in `leader_epoch`."""
 
+    leader_epoch: int
     next_offset: int = 0
     offsets: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
 
@@ -162,7 +167,10 @@ class GroupOffsets:
         if latest.error_code != ErrorCode.NONE:
             code = _coordinator_error(latest.error_code)
             return protocol.OffsetFetchResponse(code, (), _message(code, latest.error_message))
-        replay = self._replays.setdefault(partition, _Replay())
+        assert latest.leader_epoch >= 0, f"latest of {OFFSETS_TOPIC}-{partition} has no epoch: {latest}"
+        replay = self._replays.get(partition)
+        if replay is None or replay.leader_epoch != latest.leader_epoch:
+            replay = self._replays[partition] = _Replay(latest.leader_epoch)
         code = await self._catch_up(partition, replay)
         if code != ErrorCode.NONE:
             return protocol.OffsetFetchResponse(_coordinator_error(code), (), _message(code))
@@ -171,7 +179,8 @@ class GroupOffsets:
     async def _latest(self, partition: int) -> protocol.ListOffsetsPartitionResponse:
         """The "latest" ListOffsets of `partition` on this node, which the partition refuses with
         OFFSET_NOT_AVAILABLE while its leader's HW lags the start of its epoch, and off the leader.
-        Once answered, the HW covers every commit an earlier leader acknowledged."""
+        Once answered, the HW covers every commit an earlier leader acknowledged, and `leader_epoch`
+        (the epoch of the HW's offset) is this leader's epoch."""
         response = await self._list_offsets(protocol.ListOffsetsRequest(
             (protocol.ListOffsetsPartition(OFFSETS_TOPIC, partition, protocol.LATEST_TIMESTAMP),)))
         return response.partitions[0]
@@ -193,7 +202,8 @@ class GroupOffsets:
     async def _catch_up(self, partition: int, replay: _Replay) -> ErrorCode:
         while True:
             response = await self._fetch(protocol.FetchRequest(
-                (protocol.FetchPartition(OFFSETS_TOPIC, partition, replay.next_offset, REPLAY_MAX_BYTES),),
+                (protocol.FetchPartition(OFFSETS_TOPIC, partition, replay.next_offset, REPLAY_MAX_BYTES,
+                                         current_leader_epoch=replay.leader_epoch),),
                 max_wait_ms=0, min_bytes=0))
             data = response.partitions[0]
             if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and replay.next_offset < data.log_start_offset:

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from client import protocol
+from controller.metadata_records import PartitionChange
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
-from tests.node.broker_harness import Cluster, started, until, wall_clock_ms
+from tests.node.broker_harness import Cluster, log_bytes, started, until, wall_clock_ms
 
 OFFSETS_TP = TopicPartition(OFFSETS_TOPIC, 0)
 GROUP = "billing"
@@ -92,3 +93,33 @@ async def test_new_coordinator_whose_hw_lags_its_epoch_start_answers_load_in_pro
     await until(cluster.broker(1), OFFSETS_TP, lambda: follower_log.high_watermark == 2)
     assert await committed(new) == (ErrorCode.NONE, 10)
 
+
+async def test_coordinator_that_leads_again_reloads_instead_of_continuing_its_old_replay(cluster: Cluster) -> None:
+    """Broker 0 coordinates and replays offset 10 at log offset 1; an unclean election hands the
+    partition to broker 1, which lacks it, and the group commits 12 there, at that same log offset.
+    When broker 0 leads again its log holds 12 at offset 1; a replay continued from where its old one
+    stopped (offset 2) keeps 10 and answers it: an acknowledged commit going backwards. Kafka unloads
+    a group's offsets when the coordinator resigns and loads them afresh when it is elected."""
+    await cluster.create_topic(OFFSETS_TOPIC, {0: (0, 1)},
+                               {"cleanup.policy": "compact", "unclean.leader.election.enable": "true"})
+    topic_id = cluster.quorum.metadata.topic_id(OFFSETS_TOPIC)
+    assert topic_id is not None
+    first, second = coordinator(cluster, 0), coordinator(cluster, 1)
+    assert await commit(first, 5) == ErrorCode.NONE
+    # Broker 1 falls out of the ISR, cut off; broker 0 alone takes the second commit.
+    cluster.nodes[0].cut = True
+    cluster.quorum.write(PartitionChange(topic_id, 0, isr=(0,)))
+    assert await commit(first, 10) == ErrorCode.NONE
+    assert await committed(first) == (ErrorCode.NONE, 10)
+    # Unclean election of broker 1, which lacks the second commit; the group commits 12 there.
+    cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=1, isr=(1,))
+    assert await commit(second, 12) == ErrorCode.NONE
+    assert await committed(second) == (ErrorCode.NONE, 12)
+    # Broker 0 follows: it truncates the second commit and fetches the third.
+    old_log = cluster.broker(0).hosts[OFFSETS_TP].partition.log
+    await until(cluster.broker(0), OFFSETS_TP, lambda: old_log.high_watermark == 2 and log_bytes(
+        cluster.broker(0), OFFSETS_TP) == log_bytes(cluster.broker(1), OFFSETS_TP))
+    # Broker 0 leads again, with the same log as broker 1.
+    cluster.nodes[0].cut = False
+    cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=0, isr=(0, 1))
+    assert await committed(first) == (ErrorCode.NONE, 12)
