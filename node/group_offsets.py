@@ -6,7 +6,16 @@ per partition to that partition, with Kafka's OffsetCommitKey (version 1) and Of
 (version 3) encodings, so Kafka's tools can read the topic; compaction keeps the last commit per key.
 An offset fetch replays the partition up to its high watermark into an in-memory map, continuing
 from where the previous replay stopped; the log is the only truth, so a new coordinator after
-failover answers the same. Any node accepts both requests and forwards them to the coordinator.
+failover answers the same. Two rules keep a replay from missing acknowledged commits:
+- A new leader's HW may lag the start of its leader epoch until its followers fetch, and a commit
+  the old leader acknowledged may lie in between. The partition then answers "latest" ListOffsets
+  with OFFSET_NOT_AVAILABLE, and the coordinator answers COORDINATOR_LOAD_IN_PROGRESS (retriable),
+  as Kafka's does while it loads the partition after its election.
+- A replay belongs to one leader epoch: its fetches carry that epoch (fenced once it ends), and a
+  coordinator elected again replays afresh, as Kafka unloads a group's offsets when its coordinator
+  resigns and loads them when it is elected. A replay kept across epochs could continue over a log
+  that changed below it (an unclean election truncates it and writes other commits at those offsets).
+Any node accepts both requests and forwards them to the coordinator.
 The topic is created on the first commit (Kafka's auto-creation of internal topics).
 """
 
@@ -77,14 +86,15 @@ def decode_value(data: bytes) -> tuple[int, str]:
 
 @dataclass
 class _Replay:
-    """One `__consumer_offsets` partition as read so far."""
+    """One `__consumer_offsets` partition as read so far by its leader in `leader_epoch`."""
 
+    leader_epoch: int
     next_offset: int = 0
     offsets: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
 
 
 class GroupOffsets:
-    """The node's coordinator role. `produce`/`fetch` are the broker's own request methods;
+    """The node's coordinator role. `produce`/`fetch`/`list_offsets` are the broker's own request methods;
     `coordinator_address(partition)` is the leader's inter-broker address (None: no leader);
     `forward(address, api, request, response_type)` calls another node; `create_topic()` makes
     `__consumer_offsets` exist; `clock` gives the commit timestamp."""
@@ -97,6 +107,7 @@ class GroupOffsets:
         coordinator_address: Callable[[int], str | None],
         produce: Callable[[protocol.ProduceRequest], Awaitable[protocol.ProduceResponse]],
         fetch: Callable[[protocol.FetchRequest], Awaitable[protocol.FetchResponse]],
+        list_offsets: Callable[[protocol.ListOffsetsRequest], Awaitable[protocol.ListOffsetsResponse]],
         forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]],
         create_topic: Callable[[], Awaitable[ErrorCode]],
         clock: Callable[[], int],
@@ -108,6 +119,7 @@ class GroupOffsets:
         self._coordinator_address = coordinator_address
         self._produce = produce
         self._fetch = fetch
+        self._list_offsets = list_offsets
         self._forward = forward
         self._create_topic = create_topic
         self._clock = clock
@@ -151,11 +163,27 @@ class GroupOffsets:
             address = self._coordinator_address(partition)
             assert address is not None
             return await self._forward(address, protocol.Api.OFFSET_FETCH, request, protocol.OffsetFetchResponse)
-        replay = self._replays.setdefault(partition, _Replay())
+        latest = await self._latest(partition)
+        if latest.error_code != ErrorCode.NONE:
+            code = _coordinator_error(latest.error_code)
+            return protocol.OffsetFetchResponse(code, (), _message(code, latest.error_message))
+        assert latest.leader_epoch >= 0, f"latest of {OFFSETS_TOPIC}-{partition} has no epoch: {latest}"
+        replay = self._replays.get(partition)
+        if replay is None or replay.leader_epoch != latest.leader_epoch:
+            replay = self._replays[partition] = _Replay(latest.leader_epoch)
         code = await self._catch_up(partition, replay)
         if code != ErrorCode.NONE:
             return protocol.OffsetFetchResponse(_coordinator_error(code), (), _message(code))
         return self._answer(request, replay.offsets)
+
+    async def _latest(self, partition: int) -> protocol.ListOffsetsPartitionResponse:
+        """The "latest" ListOffsets of `partition` on this node, which the partition refuses with
+        OFFSET_NOT_AVAILABLE while its leader's HW lags the start of its epoch, and off the leader.
+        Once answered, the HW covers every commit an earlier leader acknowledged, and `leader_epoch`
+        (the epoch of the HW's offset) is this leader's epoch."""
+        response = await self._list_offsets(protocol.ListOffsetsRequest(
+            (protocol.ListOffsetsPartition(OFFSETS_TOPIC, partition, protocol.LATEST_TIMESTAMP),)))
+        return response.partitions[0]
 
     async def _route(self, partition: int, create: bool) -> ErrorCode | None:
         """None when the coordinator is known; else the error to answer with."""
@@ -174,7 +202,8 @@ class GroupOffsets:
     async def _catch_up(self, partition: int, replay: _Replay) -> ErrorCode:
         while True:
             response = await self._fetch(protocol.FetchRequest(
-                (protocol.FetchPartition(OFFSETS_TOPIC, partition, replay.next_offset, REPLAY_MAX_BYTES),),
+                (protocol.FetchPartition(OFFSETS_TOPIC, partition, replay.next_offset, REPLAY_MAX_BYTES,
+                                         current_leader_epoch=replay.leader_epoch),),
                 max_wait_ms=0, min_bytes=0))
             data = response.partitions[0]
             if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and replay.next_offset < data.log_start_offset:
@@ -220,16 +249,20 @@ def _coordinator_error(code: ErrorCode) -> ErrorCode:
     """Kafka's mapping of a failed offsets-topic write or read to what the group's client sees."""
     if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
         return ErrorCode.NOT_COORDINATOR
+    if code == ErrorCode.OFFSET_NOT_AVAILABLE:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # a new leader's HW lags its epoch start
     if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 ErrorCode.REQUEST_TIMED_OUT):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     return code
 
 
-def _message(code: ErrorCode) -> str:
+def _message(code: ErrorCode, detail: str = "") -> str:
+    """What to do about `code`; `detail` is the partition's own message, when it gave one."""
+    suffix = f" ({detail})" if detail else ""
     if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
         return ("the group's coordinator is moving or starting, or fewer brokers are active than "
-                "offsets.topic.replication.factor; retry after a short backoff")
+                f"offsets.topic.replication.factor; retry after a short backoff{suffix}")
     return (f"{OFFSETS_TOPIC} could not be created or read ({code.name}); check that "
             "offsets.topic.replication.factor does not exceed the live brokers and that the controller is reachable, "
-            "then retry")
+            f"then retry{suffix}")

@@ -119,8 +119,8 @@ class Node:
                              self.clock, self.log_manager, directory_ids)
         self.group_offsets = GroupOffsets(
             self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
-            self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self._forward,
-            self._create_offsets_topic, self.clock, self.config.request_timeout_ms,
+            self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self.broker.list_offsets,
+            self._forward, self._create_offsets_topic, self.clock, self.config.request_timeout_ms,
         )
 
     async def stop(self, controlled: bool) -> None:

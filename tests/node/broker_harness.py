@@ -8,7 +8,9 @@ them after applying records. `move_leader` writes a partition change as another 
 
 Each broker serves a tiny aiohttp app with the data routes (msgpack through `client.protocol`);
 `cut(broker_id)` makes its fetch route refuse replicas (HTTP 503, also for answers of fetches in
-flight), as a network cut between a leader and its followers would.
+flight), as a network cut between a leader and its followers would. `cut_when(answer)` cuts at the
+first answer to a replica fetch that satisfies it, that answer lost too: a follower stops right
+before it would learn something (a new HW, say).
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ class BrokerNode:
         self.runner: web.AppRunner | None = None
         self.address = ""
         self.cut = False
+        self.cut_when: Callable[[protocol.FetchResponse], bool] | None = None
         self.replica_fetches: list[protocol.FetchRequest] = []
 
     @property
@@ -176,6 +179,8 @@ class BrokerNode:
         if is_replica and self.cut:
             return None
         response = await self._broker().fetch(request)
+        if is_replica and self.cut_when is not None and self.cut_when(response):
+            self.cut = True
         return None if is_replica and self.cut else response
 
     async def close(self) -> None:

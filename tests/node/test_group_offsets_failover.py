@@ -1,0 +1,125 @@
+"""Committed group offsets across a change of coordinator: an OffsetFetch never answers less than
+an acknowledged OffsetCommit (DESIGN §6.10).
+
+Method: three real Brokers over loopback (tests/node/broker_harness.py) host `__consumer_offsets`
+with one partition, so every group maps to it; each test builds the node's `GroupOffsets` over a
+broker's own request methods, as `Node` does, and moves the partition's leadership by writing the
+metadata a controller would. Cuts between brokers are placed on replica fetch answers, so what a
+follower knows at the leader change is fixed, not raced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import protocol
+from controller.metadata_records import PartitionChange
+from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
+from storage.checkpoint import TopicPartition
+from storage.error_codes import ErrorCode
+from tests.node.broker_harness import Cluster, log_bytes, started, until, wall_clock_ms
+
+OFFSETS_TP = TopicPartition(OFFSETS_TOPIC, 0)
+GROUP = "billing"
+ORDERS = ("orders", 0)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with started(tmp_path) as cluster:
+        yield cluster
+
+
+def coordinator(cluster: Cluster, broker_id: int) -> GroupOffsets:
+    """The coordinator role of broker `broker_id`, wired as `Node._make_broker` wires it."""
+    broker = cluster.broker(broker_id)
+
+    def leader_of(partition: int) -> int:
+        return cluster.quorum.partition(OFFSETS_TOPIC, partition).leader
+
+    def address_of(partition: int) -> str:
+        return cluster.nodes[leader_of(partition)].address
+
+    async def forward(address: str, api: protocol.Api, request: Any, response_type: type) -> Any:
+        raise AssertionError(f"broker {broker_id} forwarded {api.value}: the test asks the leader only")
+
+    async def create_topic() -> ErrorCode:
+        raise AssertionError("the test creates __consumer_offsets itself")
+
+    return GroupOffsets(broker_id, 1, leader_of, address_of, broker.produce, broker.fetch, broker.list_offsets,
+                        forward, create_topic, wall_clock_ms, 5_000)
+
+
+async def commit(coordinator: GroupOffsets, offset: int) -> ErrorCode:
+    request = protocol.OffsetCommitRequest(GROUP, (protocol.OffsetCommitPartition(*ORDERS, offset),))
+    response = await coordinator.commit(request)
+    return response.partitions[0].error_code
+
+
+async def committed(coordinator: GroupOffsets) -> tuple[ErrorCode, int]:
+    """The top-level error and the committed offset of orders-0 (-1 when there is none)."""
+    response = await coordinator.fetch(protocol.OffsetFetchRequest(GROUP, (ORDERS,)))
+    if response.error_code != ErrorCode.NONE:
+        return response.error_code, -1
+    return response.error_code, response.partitions[0].committed_offset
+
+
+async def test_new_coordinator_whose_hw_lags_its_epoch_start_answers_load_in_progress(cluster: Cluster) -> None:
+    """Broker 1 follows; it has the second commit (acks=all) but not yet the HW that covers it when it
+    becomes leader. Replaying up to its HW would answer the first commit: the committed offset would
+    go back from 10 to 5. Kafka's coordinator is still loading then (COORDINATOR_LOAD_IN_PROGRESS,
+    retriable); once its follower fetches, the HW passes the epoch start and the answer is 10."""
+    await cluster.create_topic(OFFSETS_TOPIC, {0: (0, 1)}, {"cleanup.policy": "compact"})
+    old, new = coordinator(cluster, 0), coordinator(cluster, 1)
+    follower_log = cluster.broker(1).hosts[OFFSETS_TP].partition.log
+    assert await commit(old, 5) == ErrorCode.NONE
+    await until(cluster.broker(1), OFFSETS_TP, lambda: follower_log.high_watermark == 1)
+    # Broker 1 gets the second commit, then loses the answer that would carry the HW past it.
+    cluster.nodes[0].cut_when = lambda answer: answer.partitions[0].high_watermark >= 2
+    assert await commit(old, 10) == ErrorCode.NONE
+    assert cluster.nodes[0].cut
+    # Broker 1 takes over; broker 0, now its follower, cannot fetch from it yet.
+    cluster.nodes[1].cut = True
+    cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=1, isr=(0, 1))
+    state = cluster.broker(1).hosts[OFFSETS_TP].partition.state
+    assert (follower_log.log_end_offset, follower_log.high_watermark, state.leader_epoch_start_offset) == (2, 1, 2)
+
+    assert await committed(new) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1)
+    cluster.nodes[1].cut = False
+    await until(cluster.broker(1), OFFSETS_TP, lambda: follower_log.high_watermark == 2)
+    assert await committed(new) == (ErrorCode.NONE, 10)
+
+
+async def test_coordinator_that_leads_again_reloads_instead_of_continuing_its_old_replay(cluster: Cluster) -> None:
+    """Broker 0 coordinates and replays offset 10 at log offset 1; an unclean election hands the
+    partition to broker 1, which lacks it, and the group commits 12 there, at that same log offset.
+    When broker 0 leads again its log holds 12 at offset 1; a replay continued from where its old one
+    stopped (offset 2) keeps 10 and answers it: an acknowledged commit going backwards. Kafka unloads
+    a group's offsets when the coordinator resigns and loads them afresh when it is elected."""
+    await cluster.create_topic(OFFSETS_TOPIC, {0: (0, 1)},
+                               {"cleanup.policy": "compact", "unclean.leader.election.enable": "true"})
+    topic_id = cluster.quorum.metadata.topic_id(OFFSETS_TOPIC)
+    assert topic_id is not None
+    first, second = coordinator(cluster, 0), coordinator(cluster, 1)
+    assert await commit(first, 5) == ErrorCode.NONE
+    # Broker 1 falls out of the ISR, cut off; broker 0 alone takes the second commit.
+    cluster.nodes[0].cut = True
+    cluster.quorum.write(PartitionChange(topic_id, 0, isr=(0,)))
+    assert await commit(first, 10) == ErrorCode.NONE
+    assert await committed(first) == (ErrorCode.NONE, 10)
+    # Unclean election of broker 1, which lacks the second commit; the group commits 12 there.
+    cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=1, isr=(1,))
+    assert await commit(second, 12) == ErrorCode.NONE
+    assert await committed(second) == (ErrorCode.NONE, 12)
+    # Broker 0 follows: it truncates the second commit and fetches the third.
+    old_log = cluster.broker(0).hosts[OFFSETS_TP].partition.log
+    await until(cluster.broker(0), OFFSETS_TP, lambda: old_log.high_watermark == 2 and log_bytes(
+        cluster.broker(0), OFFSETS_TP) == log_bytes(cluster.broker(1), OFFSETS_TP))
+    # Broker 0 leads again, with the same log as broker 1.
+    cluster.nodes[0].cut = False
+    cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=0, isr=(0, 1))
+    assert await committed(first) == (ErrorCode.NONE, 12)
