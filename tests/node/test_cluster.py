@@ -1,6 +1,7 @@
 """Three real node processes on loopback (`tributary-node dev`'s DevCluster), driven by the client
 library: replication to followers, kill -9 of a leader under acks=all load, a stopped follower
-leaving and rejoining the ISR, retention and delete-records followed by every replica."""
+leaving and rejoining the ISR, retention and delete-records followed by every replica, bit rot in
+a leader's log."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from collections.abc import Iterator
 import pytest
 
 from client.admin import Admin, NewTopic
+from client.connection import NodeUnavailableError
 from client.consumer import Consumer
 from client.errors import TributaryError
 from client.metadata import TopicPartition
 from client.producer import Producer
+from node.broker import LOG_DIR_FAILURE_EXIT_CODE
 from node.dev import DevCluster
 from storage.error_codes import ErrorCode
+from storage.records import BATCH_HEADER_SIZE, iter_headers
 from tests.node.cluster_harness import describe, eventually, read_replica, start_cluster, stopped
 
 
@@ -183,3 +187,40 @@ async def test_delete_records_raises_log_start_offset_on_every_replica(cluster: 
         return True
 
     await eventually(everyone_starts_at_12, "every replica serves from offset 12")
+
+
+async def test_bit_rot_in_the_leaders_log_halts_it_and_loses_no_acknowledged_record(cluster: DevCluster) -> None:
+    """A byte of a committed batch changes in the leader's segment file: the leader serves it to
+    nobody, cuts its log there and exits; the others go on with every record, and the restarted
+    node fetches back what it cut."""
+    await create_topic(cluster, "rotting", **{"min.insync.replicas": "2"})
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        for n in range(20):
+            await (await producer.send("rotting", b"value-%d" % n))  # one batch each
+    expected = [(n, b"value-%d" % n) for n in range(20)]
+    await eventually(lambda: replicas_agree(cluster, "rotting", expected), "every replica serves all 20 records")
+    leader, _ = await leader_of(cluster, "rotting")
+    node = cluster.nodes[leader]
+    assert node.process is not None
+    segment = node.directory / "data" / "rotting-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    position = next(position for position, header in iter_headers(data) if header.base_offset == 10)
+    data[position + BATCH_HEADER_SIZE + 2] ^= 0x40
+    with segment.open("r+b") as file:
+        file.write(data)
+
+    with pytest.raises((NodeUnavailableError, AssertionError)):
+        await read_replica(node.address, "rotting", 0)  # offsets 0-9 come back, then the leader halts
+    assert await asyncio.to_thread(node.process.wait, 30) == LOG_DIR_FAILURE_EXIT_CODE
+    log_text = node.log_path.read_text(errors="replace")
+    assert "halting because a log dir failed" in log_text and "offset 10 of rotting-0 is damaged" in log_text
+
+    async def served_elsewhere() -> bool:
+        new_leader, _ = await leader_of(cluster, "rotting")
+        return new_leader not in (-1, leader) and (
+            (await read_replica(cluster.nodes[new_leader].address, "rotting", 0))[0] == expected)
+
+    await eventually(served_elsewhere, "a new leader serves all 20 records")
+    cluster.start_node(leader)
+    await eventually(lambda: replicas_agree(cluster, "rotting", expected),
+                     f"node {leader} fetched back the records it cut at the damaged batch")

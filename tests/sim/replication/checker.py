@@ -436,11 +436,13 @@ class ReplicationChecker:
         """A new incarnation opens a log the checker knows: its logStartOffset may be older than the
         last one (the checkpoint trails memory), bringing back batches deleted below it."""
         topic_partition, broker_id = read.topic_partition, read.broker_id
-        if read.offsets.log_end_offset < image.log_end_offset and read.offsets.log_end_offset in image.rotted:
+        end = read.offsets.log_end_offset
+        if end < image.log_end_offset and (end in image.rotted or end in image.rotted_deleted):
             # Recovery (after a shutdown that was not clean) checks the batches past the recovery
-            # point and cuts the log at the first that fails, as Kafka's does.
-            self._lost(topic_partition, broker_id, image.cut_from(read.offsets.log_end_offset), LossCause.ROTTED,
-                       read.now_ms)
+            # point and cuts the log at the first that fails, as Kafka's does: maybe one deleted
+            # below the logStartOffset, which came back older (its checkpoint trails memory).
+            self._lost(topic_partition, broker_id, image.cut_from(end), LossCause.ROTTED, read.now_ms)
+            self._cut_after_deletion(topic_partition, broker_id, end, LossCause.ROTTED, read.now_ms)
         if read.offsets.log_start_offset > image.log_start_offset:
             deleted = image.delete_below(read.offsets.log_start_offset)
             self._lost(topic_partition, broker_id, deleted, LossCause.DELETED, read.now_ms)

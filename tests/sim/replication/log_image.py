@@ -31,6 +31,7 @@ class LogImage:
         # known, a rotted batch a crash brought back from below logStartOffset).
         self.rotted: dict[int, Batch | None] = {}
         self.rotted_data: set[bytes] = set()  # every rotted batch's bytes (a crash may bring one back)
+        self.rotted_deleted: set[int] = set()  # rotted batches deleted below logStartOffset (ditto)
 
     def get(self, base_offset: int) -> Batch | None:
         return self.batches.get(base_offset)
@@ -106,6 +107,7 @@ class LogImage:
             slot += 1
         removed = [self.batches.pop(base) for base in self.bases[:slot]]
         del self.bases[:slot]
+        self.rotted_deleted.update(base for base in self.rotted if base not in self.batches)
         self._forget_rot()
         self.committed_to = max(self.committed_to, min(self.log_start_offset, self.log_end_offset))
         return removed

@@ -115,9 +115,12 @@ class BrokerObserver:
         (`log_dir_failure`) answered nobody: the process ended before its answers left."""
         folds: dict[TopicPartition, _Fold] = {}
         answered = ready.log_dir_failure is None
+        # A damaged batch found in a call cuts what the call appended before (it all lies above it).
+        damage_cuts = {step.topic_partition: change.end_offset for step in ready.steps
+                       for change in step.ready.log_changes if isinstance(change, TruncatedDamaged)}
         for step in ready.steps:
             self._fold(folds.setdefault(step.topic_partition, _Fold()), step, partitions[step.topic_partition],
-                       answered)
+                       answered, damage_cuts.get(step.topic_partition))
         observations: list[ReplicaLogRead | ReplicaStepped] = []
         for topic_partition, fold in folds.items():
             if topic_partition not in self.opened:
@@ -133,11 +136,12 @@ class BrokerObserver:
             ))
         return observations
 
-    def _fold(self, fold: _Fold, step: PartitionStep, partition: Partition, answered: bool) -> None:
+    def _fold(self, fold: _Fold, step: PartitionStep, partition: Partition, answered: bool,
+              damage_cut: int | None) -> None:
         event, ready = step.event, step.ready
         if isinstance(event, ProduceRequest):
             self.produces[event.request_id] = (event.acks, event.records[TAIL:])
-        fold.edits.extend(self._edits(partition.log, step))
+        fold.edits.extend(self._edits(partition.log, step, damage_cut))
         fold.is_leader = ready.role == Role.LEADER
         fold.leader_epoch = ready.leader_epoch
         for completion in ready.completions if answered else ():
@@ -159,10 +163,13 @@ class BrokerObserver:
         )
 
     @staticmethod
-    def _edits(log: Log, step: PartitionStep) -> list[LogEdit]:
-        """The step's log changes as edits, the appended batches read back from the log."""
+    def _edits(log: Log, step: PartitionStep, damage_cut: int | None) -> list[LogEdit]:
+        """The step's log changes as edits, the appended batches read back from the log (none that a
+        later step of the call cut at a damaged batch: their bytes are gone, and so are they)."""
         edits: list[LogEdit] = []
         for change in step.ready.log_changes:
+            if isinstance(change, Appended) and damage_cut is not None and change.first_offset >= damage_cut:
+                continue
             if isinstance(change, Appended):
                 # From the batch holding the log start, if the same step raised it into this append
                 # (a follower that started at the leader's first batch, then followed its start).
