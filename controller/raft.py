@@ -52,8 +52,11 @@ are committed (after the driver applied them).
 Log repair (leader side, `RaftLog.validate_offset_and_epoch`): a fetch at (offset, epoch) is valid
 if the leader's log has `epoch` ending at or after `offset`; otherwise the answer is the leader's
 end of the largest epoch <= `epoch` (diverging epoch) and the follower truncates to where the two
-logs agree (KRaft's truncateToEndOffset) — never below its high watermark (asserted). A position
-below the leader's log start is answered with the snapshot id to fetch.
+logs agree (KRaft's truncateToEndOffset) — never below its high watermark. A position below the
+leader's log start is answered with the snapshot id to fetch. An answer no correct leader sends (a
+diverging epoch below the high watermark, records that do not continue the log or whose epochs go
+back, a snapshot below the high watermark, a chunk of another download) is ignored and reported in
+`Ready.refused`: a peer's values are checked, not asserted (a bug in a peer, or a forgery).
 
 Check-quorum. A leader that has not received fetches from a majority of voters (itself included)
 within 1.5 x fetch_timeout_ms resigns (becomes UNATTACHED in its epoch, keeping its vote), as
@@ -176,7 +179,8 @@ from controller.raft_messages import (
     VoteResponse,
 )
 from controller.snapshot import CorruptSnapshotError
-from storage.errors import RecordTooLargeError
+from storage.errors import RecordTooLargeError, StorageError
+from storage.records import iter_headers
 
 APPLY_BATCH_MAX = 1000
 NEVER_MS = 2**62
@@ -247,6 +251,7 @@ class _Output:
     committed: list[CommittedEntry] = field(default_factory=list)
     snapshot_request: OffsetAndEpoch | None = None
     completions: list[ProposalCompletion] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
 
 class Raft:
@@ -384,6 +389,7 @@ class Raft:
             committed=tuple(out.committed),
             snapshot_request=out.snapshot_request,
             completions=tuple(out.completions),
+            refused=tuple(out.refused),
             next_tick_ms=self._next_tick_ms(),
         )
 
@@ -936,23 +942,59 @@ class Raft:
             if not self._maybe_adopt_epoch(response.epoch, source_id) and response.epoch == self.epoch:
                 self._become_follower(self.epoch, source_id)
             return
-        assert response.fetch_offset == self.log.log_end_offset, (
-            f"node {self.node_id}: answer for offset {response.fetch_offset}, log ends at {self.log.log_end_offset}"
-        )
+        problem = self._fetch_answer_problem(response)
+        if problem is None and response.records and response.diverging_epoch is None and response.snapshot_id is None:
+            try:
+                self.log.append_as_follower(response.records, self._now_ms)
+                self._out.must_sync = True
+            except StorageError as error:
+                problem = f"its records were refused: {error}"
+        if problem is not None:
+            self._out.refused.append(f"fetch answer from {source_id} in epoch {response.epoch} ignored: {problem}")
+            self._fetch_at_ms = self._now_ms + self.config.retry_backoff_ms
+            return
         self._fetch_succeeded()
         if response.diverging_epoch is not None:
             self.log.truncate_to_end_offset(response.diverging_epoch, self._now_ms)
         elif response.snapshot_id is not None:
             self._download = _SnapshotDownload(response.snapshot_id)
-        elif response.records:
-            self.log.append_as_follower(response.records, self._now_ms)
-            self._out.must_sync = True
         if response.diverging_epoch is None and response.snapshot_id is None:
             moved = self._follow_high_watermark(response.high_watermark)
             if not response.records and not moved and self.config.fetch_max_wait_ms == 0:
                 # Nothing new and the leader does not park fetches: pause rather than spin.
                 self._fetch_at_ms = self._now_ms + self.config.retry_backoff_ms
         self._maybe_send_fetch()
+
+    def _fetch_answer_problem(self, response: FetchResponse) -> str | None:
+        """Why our leader's answer cannot be one (a correct leader's never is), or None. Checked
+        here, against this node's log, because the envelope cannot know it."""
+        log = self.log
+        if response.fetch_offset != log.log_end_offset:
+            return f"it answers offset {response.fetch_offset}, the log ends at {log.log_end_offset}"
+        if response.diverging_epoch is not None:
+            point = log.truncation_point(response.diverging_epoch)
+            if point < log.high_watermark:
+                return (f"its diverging epoch {response.diverging_epoch} would cut committed entries below the "
+                        f"high watermark {log.high_watermark}")
+            return None
+        if response.snapshot_id is not None:
+            if response.snapshot_id.offset < log.high_watermark or response.snapshot_id.epoch > response.epoch:
+                return f"its snapshot {response.snapshot_id} lies below the high watermark or after its epoch"
+            return None
+        previous = log.last_fetched_epoch()
+        expected = log.log_end_offset
+        try:
+            for _, header in iter_headers(response.records):
+                epoch = header.partition_leader_epoch
+                if header.base_offset != expected or not previous <= epoch <= response.epoch:
+                    return (f"a batch at {header.base_offset} of epoch {epoch} does not continue the log at "
+                            f"{expected} (epoch {previous}) in leader epoch {response.epoch}")
+                previous, expected = epoch, header.next_offset
+        except StorageError as error:
+            return f"its records do not parse: {error}"
+        if response.records and expected == log.log_end_offset:
+            return "its records hold no whole batch"
+        return None
 
     def _follow_high_watermark(self, leader_high_watermark: int) -> bool:
         """Take the leader's HW, bounded by our log end; True if ours moved."""
@@ -971,8 +1013,12 @@ class Raft:
             if response.error is not RaftError.NONE:
                 self._on_fetch_error(source_id, response.epoch, response.leader_id)
             return
-        assert response.snapshot_id == download.snapshot_id, f"{response.snapshot_id} != {download.snapshot_id}"
-        assert response.position == len(download.data), f"chunk at {response.position}, have {len(download.data)}"
+        if response.snapshot_id != download.snapshot_id or response.position != len(download.data):
+            self._out.refused.append(
+                f"snapshot chunk from {source_id} ignored: it is of {response.snapshot_id} at byte "
+                f"{response.position}, the download is of {download.snapshot_id} at byte {len(download.data)}")
+            self._fetch_at_ms = self._now_ms + self.config.retry_backoff_ms
+            return
         self._fetch_succeeded()
         download.data += response.data
         if len(download.data) >= response.size or not response.data:

@@ -13,15 +13,19 @@ calls `step` from the one task that owns the quorum, the simulator from its even
 6. takes a requested snapshot and feeds it back to the core as `SnapshotCreated` (whose Ready
    is performed the same way),
 7. collects the proposal completions, which `step` returns.
+Peer messages the core refused (`Ready.refused`) are logged as warnings first.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from controller.quorum_state import ElectionState, QuorumStateStore
 from controller.raft import Raft, StateMachine
 from controller.raft_messages import Event, Message, ProposalCompletion, Ready, SnapshotCreated
+
+log = logging.getLogger(__name__)
 
 FOLLOW_UPS_MAX = 4  # SnapshotCreated is the only follow-up event; one per Ready at most
 
@@ -55,6 +59,8 @@ class RaftDriver:
 
     def perform(self, ready: Ready, now_ms: int) -> Event | None:
         """Do one Ready's work in order; return the follow-up event (a snapshot), if any."""
+        for reason in ready.refused:
+            log.warning("node %s: %s", self.raft.node_id, reason)
         if ready.hard_state is not None:
             self.persist_hard_state(ready.hard_state)
         if ready.must_sync:

@@ -242,14 +242,17 @@ class RaftLog:
                 return
             tail[entries[0].offset] = entries
 
+    def truncation_point(self, diverging: OffsetAndEpoch) -> int:
+        """Where `truncate_to_end_offset(diverging)` would cut the log."""
+        if diverging.epoch == 0:
+            return min(diverging.offset, self.log.log_end_offset)
+        local = self.end_offset_for_epoch(diverging.epoch)
+        return min(local.offset, diverging.offset) if local.epoch == diverging.epoch else local.offset
+
     def truncate_to_end_offset(self, diverging: OffsetAndEpoch, now_ms: int) -> int:
         """KRaft's truncateToEndOffset: cut the log where it stops agreeing with the leader's
         (`diverging`: the leader's end of the largest epoch <= ours). Returns the new end."""
-        if diverging.epoch == 0:
-            offset = min(diverging.offset, self.log.log_end_offset)
-        else:
-            local = self.end_offset_for_epoch(diverging.epoch)
-            offset = min(local.offset, diverging.offset) if local.epoch == diverging.epoch else local.offset
+        offset = self.truncation_point(diverging)
         assert offset >= self.log.high_watermark, (
             f"truncation to {offset} would drop committed entries below the high watermark "
             f"{self.log.high_watermark} (diverging {diverging}, log {self.log})"

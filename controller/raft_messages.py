@@ -306,7 +306,9 @@ class Ready:
        entry below `snapshot_request.offset`) and hand it back as `SnapshotCreated`.
     7. `completions`: answer the proposals (their entries are applied above).
 
-    `next_tick_ms`: the core needs a `Tick` no later than this (it may be ticked earlier)."""
+    `refused`: peer messages this call ignored because no correct peer sends them (a bug in a
+    peer, or a forgery), and why: the driver logs them. `next_tick_ms`: the core needs a `Tick`
+    no later than this (it may be ticked earlier)."""
 
     hard_state: ElectionState | None = None
     must_sync: bool = False
@@ -315,4 +317,5 @@ class Ready:
     committed: tuple[CommittedEntry, ...] = ()
     snapshot_request: OffsetAndEpoch | None = None
     completions: tuple[ProposalCompletion, ...] = ()
+    refused: tuple[str, ...] = ()
     next_tick_ms: int = 0

@@ -36,7 +36,7 @@ from controller.raft_messages import (
     VoteRequest,
     VoteResponse,
 )
-from storage.records import iter_headers
+from storage.records import build_batch, iter_headers
 
 ELECTION_TIMEOUT_MS = 100
 FETCH_TIMEOUT_MS = 200
@@ -754,3 +754,52 @@ def test_a_second_leader_claimed_for_a_known_epoch_is_ignored(tmp_path: Path) ->
         assert ready.hard_state is None and ready.messages == ()
         assert (cluster.nodes[node_id].epoch, cluster.nodes[node_id].leader_id) == (epoch, 1)
     assert cluster.nodes[1].role is Role.LEADER and cluster.nodes[2].role is Role.FOLLOWER
+
+
+def test_a_fetch_answer_no_correct_leader_sends_is_refused_and_the_log_kept(tmp_path: Path) -> None:
+    """A fetch answer from the leader's id that no correct leader sends (a confused or forged peer:
+    a diverging epoch below the high watermark, records that do not continue the log, records of
+    an epoch older than the log's, records that do not parse) changes nothing and is reported in
+    `Ready.refused`; each used to trip an assertion (or rewrite the epoch cache)."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    cluster.handle(1, Propose(1, b"committed"))
+    cluster.run(50)
+    follower = cluster.nodes[2]
+    end, high_watermark = follower.log.log_end_offset, follower.high_watermark
+    assert high_watermark == end == 2
+    epoch = follower.epoch
+    assert epoch == 1
+    good = build_batch([(b"k", b"v")])
+    forged = {
+        "cut committed entries": {"diverging_epoch": OffsetAndEpoch(0, 0)},
+        "does not continue": {"records": bytes(_stamped(good, end + 5, epoch))},
+        "of epoch 0": {"records": bytes(_stamped(good, end, epoch - 1))},
+        "parse": {"records": b"\x00\x00\x00\x00\x00\x00\x00\x02\xff\xff\xff\xff" + b"\x00" * 60},
+    }
+    for problem, fields in forged.items():
+        cluster.outbox.clear()
+        fetches: list[Message] = []
+        for _ in range(10):  # the one in flight times out, then the follower fetches again
+            cluster.tick(2, cluster.now_ms + cluster.config.request_timeout_ms)
+            fetches = cluster.take(FetchRequest, source=2, destination=1)
+            if fetches:
+                break
+        fetch = only(fetches)
+        assert isinstance(fetch, FetchRequest)
+        answer = FetchResponse(epoch, 1, RaftError.NONE, fetch.correlation_id, fetch.fetch_offset,
+                               fetch.last_fetched_epoch, high_watermark, 0, **fields)  # type: ignore[arg-type]
+        ready = cluster.handle(2, Message(1, 2, answer))
+        assert len(ready.refused) == 1 and "fetch answer from 1" in ready.refused[0], (problem, ready.refused)
+        assert problem in ready.refused[0], ready.refused
+        assert (follower.log.log_end_offset, follower.high_watermark) == (end, high_watermark), problem
+        assert follower.role is Role.FOLLOWER and follower.leader_id == 1
+        cluster.run(20)  # the real leader's answers keep the follower attached
+
+
+def _stamped(batch: bytes, base_offset: int, epoch: int) -> bytearray:
+    """`batch` with its base offset and partition leader epoch set (as a leader's append does)."""
+    stamped = bytearray(batch)
+    stamped[0:8] = base_offset.to_bytes(8, "big")
+    stamped[12:16] = epoch.to_bytes(4, "big", signed=True)
+    return stamped
