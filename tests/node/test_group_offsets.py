@@ -7,7 +7,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.group_offsets import coordinator_partition, decode_key, decode_value, encode_key, encode_value
+from replication.group_coordinator import coordinator_partition, decode_key, decode_value, encode_key, encode_value
 
 
 def java_string_hash(text: str) -> int:

@@ -1,0 +1,386 @@
+"""GroupCoordinator: committed consumer offsets in `__consumer_offsets`, as a core.
+
+As in Kafka, a group belongs to partition `abs(java hashCode(group_id)) % offsets.topic.num.partitions`
+and the leader of that partition is its coordinator. A commit is a produce (acks=all) of one record
+per partition to that partition, with Kafka's OffsetCommitKey (version 1) and OffsetCommitValue
+(version 3) encodings, so Kafka's tools can read the topic; compaction keeps the last commit per key.
+An offset fetch replays the partition up to its high watermark into a map, continuing from where the
+previous replay stopped; the log is the only truth, so a new coordinator after failover answers the
+same.
+
+Committed offsets never go backwards (DESIGN §6.10), for two reasons checked here:
+- a new leader's HW may lag the start of its leader epoch until its followers fetch, while the old
+  leader acknowledged commits above it: a load first asks the partition for "latest" (ListOffsets),
+  which the partition refuses with OFFSET_NOT_AVAILABLE in that window; the answer is then
+  COORDINATOR_LOAD_IN_PROGRESS (retriable), as Kafka answers while it loads a partition;
+- a replay belongs to one leader epoch (the epoch "latest" answered with): its reads carry it, so a
+  replay that outlives its epoch is fenced, and a node that leads the partition again replays from
+  the start, as Kafka unloads a group's offsets on resignation and loads them on election.
+Fetches of one partition share one load; a fetch that joins a load in progress is answered only by a
+read issued after it joined (its acknowledged commits are below the HW by then).
+
+Events in, `CoordinatorReady` out: the core never touches the log itself. The owner performs each
+request on its broker core (a produce, a "latest" ListOffsets, a consumer fetch at the replay's
+epoch) and hands the answer back with the request's token. Routing (which node coordinates a group)
+and creating the topic are the owner's (the node forwards a request to the leader's node).
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from dataclasses import dataclass, field
+
+from storage.error_codes import ErrorCode
+from storage.records import build_batch, iter_records
+
+OFFSETS_TOPIC = "__consumer_offsets"
+KEY_VERSION = 1
+VALUE_VERSION = 3
+NO_LEADER_EPOCH = -1
+NO_OFFSET = -1
+
+
+def coordinator_partition(group_id: str, partition_count: int) -> int:
+    """Kafka's `Utils.abs(groupId.hashCode()) % partitionCount` (Java String.hashCode over UTF-16)."""
+    code = 0
+    for unit in struct.unpack(f">{len(group_id.encode('utf-16-be')) // 2}H", group_id.encode("utf-16-be")):
+        code = (31 * code + unit) & 0xFFFFFFFF
+    return (code & 0x7FFFFFFF) % partition_count
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def encode_key(group_id: str, topic: str, partition: int) -> bytes:
+    return struct.pack(">h", KEY_VERSION) + _string(group_id) + _string(topic) + struct.pack(">i", partition)
+
+
+def encode_value(offset: int, metadata: str, commit_timestamp_ms: int) -> bytes:
+    return (struct.pack(">hqi", VALUE_VERSION, offset, NO_LEADER_EPOCH) + _string(metadata)
+            + struct.pack(">q", commit_timestamp_ms))
+
+
+def _read_string(data: bytes, position: int) -> tuple[str, int]:
+    (length,) = struct.unpack_from(">h", data, position)
+    start = position + 2
+    return data[start:start + length].decode(), start + length
+
+
+def decode_key(data: bytes) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of an offset-commit key; None for other key versions (group metadata)."""
+    (version,) = struct.unpack_from(">h", data, 0)
+    if version not in (0, 1):
+        return None
+    group, position = _read_string(data, 2)
+    topic, position = _read_string(data, position)
+    (partition,) = struct.unpack_from(">i", data, position)
+    return group, topic, partition
+
+
+def decode_value(data: bytes) -> tuple[int, str]:
+    """(offset, metadata) of an OffsetCommitValue of version 1 to 3."""
+    (version, offset) = struct.unpack_from(">hq", data, 0)
+    position = 10 + (4 if version >= 3 else 0)
+    metadata, _ = _read_string(data, position)
+    return offset, metadata
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset:
+    """A committed offset of one partition of a group, with its metadata string."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffsets:
+    """An OffsetCommit of group `group_id`, coordinated here on `__consumer_offsets` partition `partition`."""
+
+    request_id: int
+    group_id: str
+    partition: int
+    offsets: tuple[PartitionOffset, ...]
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffsets:
+    """An OffsetFetch of group `group_id` for `topic_partitions` (None: every partition it committed)."""
+
+    request_id: int
+    group_id: str
+    partition: int
+    topic_partitions: tuple[tuple[str, int], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """The answer to `ProduceOffsets` `token`."""
+
+    token: int
+    error: ErrorCode
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LatestListed:
+    """The answer to `ListLatest` `token`: the leader epoch of the partition's "latest" offset."""
+
+    token: int
+    error: ErrorCode
+    leader_epoch: int = NO_LEADER_EPOCH
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The answer to `ReadOffsets` `token`: whole batches from the offset read (none: the replay is
+    at the HW), and the partition's logStartOffset."""
+
+    token: int
+    error: ErrorCode
+    records: bytes = b""
+    log_start_offset: int = NO_OFFSET
+
+
+CoordinatorEvent = CommitOffsets | FetchOffsets | Produced | LatestListed | Read
+
+
+# -- what the owner does ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceOffsets:
+    """Produce `records` to `__consumer_offsets` partition `partition` with acks=all."""
+
+    token: int
+    partition: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ListLatest:
+    """ListOffsets "latest" of `__consumer_offsets` partition `partition` on this broker (leader only)."""
+
+    token: int
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOffsets:
+    """A consumer fetch (max wait 0) of `partition` at `offset`, refused unless the leader is in `leader_epoch`."""
+
+    token: int
+    partition: int
+    offset: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitAnswer:
+    request_id: int
+    error: ErrorCode
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    """The group's offsets (NO_OFFSET for a partition it never committed), or an error."""
+
+    request_id: int
+    error: ErrorCode
+    offsets: tuple[PartitionOffset, ...] = ()
+    message: str = ""
+
+
+CoordinatorRequest = ProduceOffsets | ListLatest | ReadOffsets
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorReady:
+    """The owner performs `requests` (answering each with its token) and sends `answers`."""
+
+    requests: tuple[CoordinatorRequest, ...] = ()
+    answers: tuple[CommitAnswer | FetchAnswer, ...] = ()
+
+
+# -- the core ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Replay:
+    """One partition as read so far by its leader in `leader_epoch`."""
+
+    leader_epoch: int
+    next_offset: int = 0
+    offsets: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Load:
+    """A load of one partition in progress: the fetches waiting for it, each with the number of
+    reads issued when it joined (it is answered only by a later read)."""
+
+    partition: int
+    waiters: list[tuple[FetchOffsets, int]]
+    replay: _Replay | None = None
+    reads_issued: int = 0
+
+
+@dataclass(slots=True)
+class _Output:
+    requests: list[CoordinatorRequest] = field(default_factory=list)
+    answers: list[CommitAnswer | FetchAnswer] = field(default_factory=list)
+
+
+class GroupCoordinator:
+    """The coordinator role of one broker process. One owner, no locks."""
+
+    def __init__(self) -> None:
+        self._tokens = itertools.count(1)
+        self._replays: dict[int, _Replay] = {}
+        self._loads: dict[int, _Load] = {}  # by partition
+        self._load_of: dict[int, _Load] = {}  # by the token of its request in flight
+        self._commits: dict[int, CommitOffsets] = {}  # by the token of its produce
+
+    def handle(self, event: CoordinatorEvent) -> CoordinatorReady:
+        out = _Output()
+        if isinstance(event, CommitOffsets):
+            self._on_commit(event, out)
+        elif isinstance(event, FetchOffsets):
+            self._on_fetch(event, out)
+        elif isinstance(event, Produced):
+            self._on_produced(event, out)
+        elif isinstance(event, LatestListed):
+            self._on_latest(event, out)
+        else:
+            self._on_read(event, out)
+        return CoordinatorReady(tuple(out.requests), tuple(out.answers))
+
+    # -- commits -------------------------------------------------------------------------------------
+
+    def _on_commit(self, event: CommitOffsets, out: _Output) -> None:
+        if not event.offsets:
+            out.answers.append(CommitAnswer(event.request_id, ErrorCode.NONE))
+            return
+        records = [(encode_key(event.group_id, entry.topic, entry.partition),
+                    encode_value(entry.offset, entry.metadata, event.timestamp_ms)) for entry in event.offsets]
+        token = next(self._tokens)
+        self._commits[token] = event
+        out.requests.append(ProduceOffsets(token, event.partition, build_batch(records)))
+
+    def _on_produced(self, event: Produced, out: _Output) -> None:
+        commit = self._commits.pop(event.token, None)
+        if commit is not None:
+            out.answers.append(CommitAnswer(commit.request_id, coordinator_error(event.error), event.message))
+
+    # -- fetches -------------------------------------------------------------------------------------
+
+    def _on_fetch(self, event: FetchOffsets, out: _Output) -> None:
+        load = self._loads.get(event.partition)
+        if load is not None:
+            load.waiters.append((event, load.reads_issued))
+            return
+        load = self._loads[event.partition] = _Load(event.partition, [(event, 0)])
+        self._request(load, None, out)
+
+    def _on_latest(self, event: LatestListed, out: _Output) -> None:
+        load = self._load_of.pop(event.token, None)
+        if load is None:
+            return
+        if event.error != ErrorCode.NONE:
+            self._fail(load, event.error, event.message, out)
+            return
+        replay = self._replays.get(load.partition)
+        if replay is None or replay.leader_epoch != event.leader_epoch:
+            replay = self._replays[load.partition] = _Replay(event.leader_epoch)
+        load.replay = replay
+        self._request(load, replay, out)
+
+    def _on_read(self, event: Read, out: _Output) -> None:
+        load = self._load_of.pop(event.token, None)
+        if load is None:
+            return
+        replay = load.replay
+        assert replay is not None, f"a read of {load.partition} before its latest offset"
+        if event.error == ErrorCode.OFFSET_OUT_OF_RANGE and replay.next_offset < event.log_start_offset:
+            replay.next_offset = event.log_start_offset
+        elif event.error != ErrorCode.NONE:
+            self._fail(load, event.error, "", out)
+            return
+        elif event.records:
+            _apply(replay, event.records)
+        else:
+            read_index = load.reads_issued  # this was the latest read (one at a time)
+            done = [waiter for waiter in load.waiters if waiter[1] < read_index]
+            load.waiters = [waiter for waiter in load.waiters if waiter[1] >= read_index]
+            for request, _ in done:
+                out.answers.append(FetchAnswer(request.request_id, ErrorCode.NONE, _answer(request, replay.offsets)))
+            if not load.waiters:
+                del self._loads[load.partition]
+                return
+        self._request(load, replay, out)
+
+    def _request(self, load: _Load, replay: _Replay | None, out: _Output) -> None:
+        """The load's next request: "latest" first, then reads from where the replay stands."""
+        token = next(self._tokens)
+        self._load_of[token] = load
+        if replay is None:
+            out.requests.append(ListLatest(token, load.partition))
+            return
+        load.reads_issued += 1
+        out.requests.append(ReadOffsets(token, load.partition, replay.next_offset, replay.leader_epoch))
+
+    def _fail(self, load: _Load, error: ErrorCode, message: str, out: _Output) -> None:
+        del self._loads[load.partition]
+        code = coordinator_error(error)
+        for request, _ in load.waiters:
+            out.answers.append(FetchAnswer(request.request_id, code, (), message))
+
+
+def _apply(replay: _Replay, records: bytes) -> None:
+    for header, batch in iter_records(records):
+        for record in batch:
+            if record.offset < replay.next_offset or record.key is None:
+                continue
+            key = decode_key(record.key)
+            if key is None:
+                continue
+            if record.value is None:
+                replay.offsets.pop(key, None)
+            else:
+                replay.offsets[key] = decode_value(record.value)
+        replay.next_offset = max(replay.next_offset, header.last_offset + 1)
+
+
+def _answer(request: FetchOffsets, offsets: dict[tuple[str, str, int], tuple[int, str]]) -> tuple[PartitionOffset, ...]:
+    if request.topic_partitions is None:
+        wanted = sorted((topic, partition) for group, topic, partition in offsets if group == request.group_id)
+    else:
+        wanted = list(request.topic_partitions)
+    answer = []
+    for topic, partition in wanted:
+        offset, metadata = offsets.get((request.group_id, topic, partition), (NO_OFFSET, ""))
+        answer.append(PartitionOffset(topic, partition, offset, metadata))
+    return tuple(answer)
+
+
+def coordinator_error(code: ErrorCode) -> ErrorCode:
+    """Kafka's mapping of a failed offsets-topic write or read to what the group's client sees."""
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return ErrorCode.NOT_COORDINATOR
+    if code == ErrorCode.OFFSET_NOT_AVAILABLE:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # a new leader's HW lags its epoch start
+    if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return code

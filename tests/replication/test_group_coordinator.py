@@ -1,0 +1,114 @@
+"""The group coordinator core: commits as acks=all produces, fetches as replays checked against the
+partition's "latest" offset, one load per partition. Method: the core alone, its requests answered
+by hand."""
+
+from __future__ import annotations
+
+from replication.group_coordinator import (
+    NO_OFFSET,
+    CommitAnswer,
+    CommitOffsets,
+    CoordinatorReady,
+    FetchAnswer,
+    FetchOffsets,
+    GroupCoordinator,
+    LatestListed,
+    ListLatest,
+    PartitionOffset,
+    Produced,
+    ProduceOffsets,
+    Read,
+    ReadOffsets,
+    encode_key,
+    encode_value,
+)
+from storage.error_codes import ErrorCode
+from storage.records import build_batch
+
+GROUP = "billing"
+
+
+def commit_batch(base_offset: int, offset: int, metadata: str = "") -> bytes:
+    batch = bytearray(build_batch([(encode_key(GROUP, "orders", 0), encode_value(offset, metadata, 1_000))]))
+    batch[0:8] = base_offset.to_bytes(8, "big")
+    return bytes(batch)
+
+
+def fetch(request_id: int) -> FetchOffsets:
+    return FetchOffsets(request_id, GROUP, 0, (("orders", 0),))
+
+
+def only(ready: CoordinatorReady, kind: type) -> object:
+    found = [request for request in ready.requests if isinstance(request, kind)]
+    assert len(found) == 1 and len(ready.requests) == 1, ready
+    return found[0]
+
+
+def test_a_commit_is_an_acks_all_produce_answered_with_the_coordinator_error() -> None:
+    core = GroupCoordinator()
+    ready = core.handle(CommitOffsets(1, GROUP, 0, (PartitionOffset("orders", 0, 42, "m"),), 1_000))
+    produce = only(ready, ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets) and produce.partition == 0 and ready.answers == ()
+    assert core.handle(Produced(produce.token, ErrorCode.NONE)).answers == (CommitAnswer(1, ErrorCode.NONE),)
+    produce = only(core.handle(CommitOffsets(2, GROUP, 0, (PartitionOffset("orders", 0, 43),), 1_000)),
+                   ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    answers = core.handle(Produced(produce.token, ErrorCode.NOT_ENOUGH_REPLICAS)).answers
+    assert answers == (CommitAnswer(2, ErrorCode.COORDINATOR_NOT_AVAILABLE),)
+
+
+def test_a_fetch_waits_while_the_new_leaders_hw_lags_its_epoch() -> None:
+    core = GroupCoordinator()
+    latest = only(core.handle(fetch(1)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    answers = core.handle(LatestListed(latest.token, ErrorCode.OFFSET_NOT_AVAILABLE, message="lags")).answers
+    assert answers == (FetchAnswer(1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, (), "lags"),)
+
+
+def test_a_fetch_replays_to_the_hw_and_a_new_epoch_replays_from_the_start() -> None:
+    core = GroupCoordinator()
+    latest = only(core.handle(fetch(1)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=3)), ReadOffsets)
+    assert isinstance(read, ReadOffsets) and (read.offset, read.leader_epoch) == (0, 3)
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, commit_batch(0, 10, "a"))), ReadOffsets)
+    assert isinstance(read, ReadOffsets) and read.offset == 1
+    answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
+    assert answers == (FetchAnswer(1, ErrorCode.NONE, (PartitionOffset("orders", 0, 10, "a"),)),)
+
+    latest = only(core.handle(fetch(2)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=5)), ReadOffsets)
+    assert isinstance(read, ReadOffsets) and (read.offset, read.leader_epoch) == (0, 5), "another epoch: from 0"
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, commit_batch(0, 12, "b"))), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
+    assert answers == (FetchAnswer(2, ErrorCode.NONE, (PartitionOffset("orders", 0, 12, "b"),)),)
+
+
+def test_a_fetch_joining_a_load_is_answered_only_by_a_read_issued_after_it() -> None:
+    """Its commits were acknowledged before it arrived: a read issued earlier may predate them."""
+    core = GroupCoordinator()
+    latest = only(core.handle(fetch(1)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=1)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    assert core.handle(fetch(2)).requests == (), "it joins the load in progress"
+    ready = core.handle(Read(read.token, ErrorCode.NONE))
+    assert ready.answers == (FetchAnswer(1, ErrorCode.NONE, (PartitionOffset("orders", 0, NO_OFFSET),)),)
+    read = only(ready, ReadOffsets)
+    assert isinstance(read, ReadOffsets) and read.offset == 0
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, commit_batch(0, 7))), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
+    assert answers == (FetchAnswer(2, ErrorCode.NONE, (PartitionOffset("orders", 0, 7),)),)
+
+
+def test_a_read_fenced_by_a_new_epoch_answers_not_coordinator() -> None:
+    core = GroupCoordinator()
+    latest = only(core.handle(fetch(1)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=1)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    answers = core.handle(Read(read.token, ErrorCode.FENCED_LEADER_EPOCH)).answers
+    assert answers == (FetchAnswer(1, ErrorCode.NOT_COORDINATOR),)
