@@ -93,8 +93,12 @@ static (controller.quorum.voters), so the voter restores instead (`Restoration` 
   Ready order). An answer counts only from that voter itself and only to a probe of this
   incarnation (its correlation id is drawn at start): an older answer may predate the loss.
 - Until every other voter has answered it grants no vote or pre-vote and does not stand. It follows
-  a leader (fetches, applies, and its fetch offsets count towards commit: they describe its log as
-  it is now), and without one it asks a random voter, as an observer does. Following grants nothing.
+  a leader (fetches and applies), and without one it asks a random voter, as an observer does.
+  Following grants nothing: its fetches say `restoring`, and the leader counts them neither towards
+  commit nor for check-quorum until every other voter has answered and the leader's epoch is at
+  least theirs (`_fetch_counts`): the leader it follows may have been deposed in an epoch this
+  voter had joined before the loss, and its acknowledgement would let it commit over entries
+  committed in that later epoch.
 - Then the epoch bound M (the largest epoch answered) and the log bound R (the most up-to-date log
   end answered) are known. It votes, and stands, only in epochs above M, and only for a log at least
   as up to date as R (its own, to stand; pre-votes alike, for the epoch after). What it learns is in
@@ -770,7 +774,9 @@ class Raft:
             return
         leader = self._leader
         assert leader is not None, f"node {self.node_id} answers a fetch without leading"
-        replica = leader.record_fetch(source_id, self._now_ms)
+        # A restoring voter's fetch is served as an observer's, and counted neither towards commit
+        # nor for check-quorum (`_fetch_counts`).
+        replica = None if request.restoring else leader.record_fetch(source_id, self._now_ms)
         position = self.log.validate_offset_and_epoch(request.fetch_offset, request.last_fetched_epoch)
         if position.kind is FetchValidation.DIVERGING:
             self._send(source_id, self._fetch_response(request, diverging_epoch=position.offset_and_epoch))
@@ -867,7 +873,7 @@ class Raft:
                                                      len(self._download.data), max_bytes, correlation_id)
         else:
             body = FetchRequest(self.epoch, self.node_id, self.log.log_end_offset, self.log.last_fetched_epoch(),
-                                max_bytes, correlation_id, self.log.high_watermark)
+                                max_bytes, correlation_id, self.log.high_watermark, not self._fetch_counts())
         self._send(destination, body)
 
     def _on_unreachable(self, event: Unreachable) -> None:
@@ -995,6 +1001,17 @@ class Raft:
         if response.records and expected == log.log_end_offset:
             return "its records hold no whole batch"
         return None
+
+    def _fetch_counts(self) -> bool:
+        """May the leader count this voter's fetches (towards commit, for check-quorum)? Not while it
+        restores, until every other voter has answered its probe and it follows a leader of an
+        epoch at least the largest they reported: before that it may be following a leader deposed
+        in an epoch it had itself joined, whose entries its acknowledgement would then commit over
+        committed ones (quorum seed 530201574: a wiped voter's fetches let the isolated leader of
+        epoch 1 commit over the LeaderChange epoch 2 had committed with that voter's lost copy)."""
+        restoration = self._state.restoration
+        return restoration is None or (restoration.is_complete(self._other_voters)
+                                       and self.epoch >= restoration.epoch_bound)
 
     def _follow_high_watermark(self, leader_high_watermark: int) -> bool:
         """Take the leader's HW, bounded by our log end; True if ours moved."""

@@ -96,7 +96,10 @@ class FetchRequest:
     follower ignore answers to requests it no longer waits for (duplicates, late replies).
     `high_watermark` is the follower's: the leader parks (long-polls) a fetch that is at the log end
     only while the follower already knows the leader's high watermark (not in Kafka's RPC; it saves
-    a round of waiting when a commit has just happened)."""
+    a round of waiting when a commit has just happened). `restoring`: the voter lost its
+    quorum-state and does not yet know it may count (`Raft._fetch_counts`): the leader serves it as
+    an observer, and counts it neither towards commit nor for check-quorum (KIP-853 has a replica
+    with a new directory id fetch as an observer until it is a voter again)."""
 
     epoch: int
     replica_id: int
@@ -105,6 +108,7 @@ class FetchRequest:
     max_bytes: int
     correlation_id: int
     high_watermark: int = -1
+    restoring: bool = False
 
 
 @dataclass(frozen=True, slots=True)
