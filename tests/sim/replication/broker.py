@@ -47,14 +47,26 @@ from replication.broker_events import (
 )
 from replication.broker_ready import BrokerReady, ClientAnswer
 from replication.config import ReplicaManagerConfig, ReplicationConfig
-from replication.events import DeleteRecords, RunRetention, Tick
+from replication.events import ConsumerFetch, DeleteRecords, ListOffsets, ProduceRequest, RunRetention, Tick
+from replication.group_coordinator import (
+    OFFSETS_TOPIC,
+    CoordinatorEvent,
+    GroupCoordinator,
+    LatestListed,
+    ListLatest,
+    Produced,
+    ProduceOffsets,
+    Read,
+    ReadOffsets,
+)
 from replication.partition import Partition
-from replication.ready import ProduceResult
+from replication.ready import FetchResult, ListOffsetsResult, ProduceResult
 from replication.replica_manager import ReplicaManager
 from storage import meta_properties
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.error_codes import ErrorCode
+from storage.log import LATEST_TIMESTAMP
 from storage.log_manager import LogManager
 from tests.sim.kernel.disk import DiskModel
 from tests.sim.replication import disk
@@ -63,6 +75,8 @@ from tests.sim.replication.messages import (
     ClientDeleteRecords,
     ClientFetch,
     ClientFetchAnswer,
+    ClientGroupAnswer,
+    ClientGroupRequest,
     ClientProduce,
     ClientProduceAnswer,
     ControllerAnswer,
@@ -86,8 +100,8 @@ class Services(Protocol):
     options: ReplicationSimOptions
     disk_model: DiskModel
     replication_config: ReplicationConfig
-    log_config: LogConfig
 
+    def log_config_of(self, topic: str) -> LogConfig: ...
     def send(self, message: Message) -> None: ...
     def schedule_broker_tick(self, broker: SimBroker, at_ms: int) -> None: ...
     def schedule_lifecycle_tick(self, broker: SimBroker, at_ms: int) -> None: ...
@@ -138,7 +152,7 @@ class SimBroker:
         self.held = []
         self.disk.opened()
         self.log_dirs = self.claim_log_dirs()
-        self.manager = LogManager([self.directory], lambda topic: self.services.log_config, self.wall_clock_ms)
+        self.manager = LogManager([self.directory], self.services.log_config_of, self.wall_clock_ms)
         self.services.opened(self)
         options = self.services.options
         config = ReplicaManagerConfig(
@@ -151,6 +165,8 @@ class SimBroker:
             replica_socket_timeout_ms=options.request_timeout_ms,
         )
         self.core = ReplicaManager(config, self.manager, now_ms)
+        self.coordinator = GroupCoordinator()
+        self.group_sources: dict[int, int] = {}  # the group client's request id -> who asked
         self.pending: dict[int, Pending] = {}
         self.controller_requests: dict[int, tuple[Any, Any]] = {}
         self.metadata: ClusterMetadata | None = None
@@ -259,6 +275,8 @@ class SimBroker:
                                       proposal.partition_epoch, proposal.new_isr, proposal.new_isr_broker_epochs)
             self._send_controller(AlterPartitionRequest(self.broker_id, send.broker_epoch, (data,)), send.request_id)
         for answer in ready.answers:
+            if not self.up:
+                return ready  # a request of the coordinator, stepped while answering, halted the broker
             self._answer(answer)
         for fetch in ready.fetches:
             self.services.send(Message(self.broker_id, fetch.leader_id, ReplicaFetchMessage(fetch, self.incarnation)))
@@ -283,6 +301,9 @@ class SimBroker:
             send(Message(self.broker_id, pending.source, body))
             return
         if pending.kind == "delete":
+            return
+        if pending.kind == "coordinator":
+            self._coordinate(coordinator_answer(pending.client_request_id, answer.parts[0].result))
             return
         assert pending.topic_partition is not None
         result = answer.parts[0].result
@@ -416,6 +437,10 @@ class SimBroker:
     # -- clients -----------------------------------------------------------------------------------
 
     def on_client(self, source: int, body: Any) -> None:
+        if isinstance(body, ClientGroupRequest):
+            self.group_sources[body.request.request_id] = source
+            self._coordinate(body.request)
+            return
         topic_partition = body.topic_partition
         request_id = self._id()
         if isinstance(body, ClientProduce):
@@ -428,6 +453,43 @@ class SimBroker:
         elif isinstance(body, ClientDeleteRecords):
             self.pending[request_id] = Pending("delete", source, topic_partition)
             self.step(ClientRequest(request_id, ((topic_partition, DeleteRecords(0, body.offset, 200)),)))
+
+
+    # -- the group coordinator ---------------------------------------------------------------------
+
+    def _coordinate(self, event: CoordinatorEvent) -> None:
+        """One event for the coordinator core, then what its Ready asks: answers to the group's client,
+        requests to this broker's core (as the node carries them out on its broker)."""
+        ready = self.coordinator.handle(event)
+        for answer in ready.answers:
+            source = self.group_sources.pop(answer.request_id, None)
+            if source is not None:
+                self.services.send(Message(self.broker_id, source, ClientGroupAnswer(answer)))
+        for request in ready.requests:
+            if not self.up:
+                return
+            request_id = self._id()
+            topic_partition = TopicPartition(OFFSETS_TOPIC, request.partition)
+            self.pending[request_id] = Pending("coordinator", self.broker_id, topic_partition, request.token)
+            part: Any
+            if isinstance(request, ProduceOffsets):
+                part = ProduceRequest(0, request.records, -1, self.services.options.produce_timeout_ms)
+            elif isinstance(request, ListLatest):
+                part = ListOffsets(0, LATEST_TIMESTAMP)
+            else:
+                assert isinstance(request, ReadOffsets), request
+                part = ConsumerFetch(0, request.offset, 1 << 20, request.leader_epoch, require_leader=True)
+            self.step(ClientRequest(request_id, ((topic_partition, part),)))
+
+
+def coordinator_answer(token: int, result: Any) -> CoordinatorEvent:
+    """The broker core's answer to one of the coordinator's requests, as the coordinator's event."""
+    if isinstance(result, ProduceResult):
+        return Produced(token, result.error, result.error_message)
+    if isinstance(result, ListOffsetsResult):
+        return LatestListed(token, result.error, result.leader_epoch, result.error_message)
+    assert isinstance(result, FetchResult), result
+    return Read(token, result.error, result.records, result.log_start_offset)
 
 
 def replace_id(result: Any, request_id: int) -> Any:

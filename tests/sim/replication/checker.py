@@ -45,7 +45,9 @@ partition, the history of committed batches (`CommittedBatch`). After every obse
     moves to the end of the last one; an out-of-range answer moves it only up to the replica's
     logStartOffset (records deleted by the contract). Nothing is read that definitely failed: a
     produce answered with an error saying nothing was appended (`NOTHING_APPENDED`) appended
-    nothing in that step, so its bytes reach no log below any HW.
+    nothing in that step, so its bytes reach no log below any HW. Committed group offsets never go
+    backwards (`group_rule.py`): an offset fetch answers a commit written at or after the last one
+    acknowledged before it was sent, unless that one's batch was lost and excused.
 At the end (`finish`), every replica's log must equal its image, and no displaced batch may
 still have a copy.
 """
@@ -58,6 +60,7 @@ from dataclasses import dataclass, field
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
 from tests.sim.replication.committed_batch import Ack, CommittedBatch, Fate, LossCause
+from tests.sim.replication.group_rule import GroupOffsetsRule
 from tests.sim.replication.log_image import LogImage
 from tests.sim.replication.observations import (
     AppendedBatches,
@@ -70,6 +73,8 @@ from tests.sim.replication.observations import (
     DeletedBelow,
     EmptiedAt,
     FetchServed,
+    GroupCommitAcked,
+    GroupOffsetsFetched,
     Observation,
     ProduceAnswered,
     ReadReason,
@@ -122,11 +127,17 @@ class CheckerFigures:
     truncations_below_high_watermark: int = 0
     checked_batches: int = 0
     consumed_batches: int = 0
+    group_commits_acked: int = 0
+    group_fetches_checked: int = 0
+    group_regressions_excused: int = 0  # answered before an acknowledged commit whose batch was lost
 
 
 class ReplicationChecker:
-    def __init__(self, partitions: list[TopicPartition]) -> None:
+    def __init__(self, partitions: list[TopicPartition], offsets_partition: TopicPartition | None = None) -> None:
+        """`offsets_partition`: the `__consumer_offsets` partition the group's commits go to."""
         self.histories = {topic_partition: PartitionHistory() for topic_partition in partitions}
+        self.offsets_partition = offsets_partition
+        self.group = GroupOffsetsRule()
         self.images: dict[tuple[int, TopicPartition], LogImage] = {}
         self.leaders: dict[tuple[TopicPartition, int], int] = {}
         self.positions: dict[tuple[int, TopicPartition], int] = {}
@@ -146,6 +157,16 @@ class ReplicationChecker:
             self._wiped(observation)
         elif isinstance(observation, BatchRotted):
             self._rotted(observation)
+        elif isinstance(observation, GroupCommitAcked):
+            self.figures.group_commits_acked += 1
+            problem = self.group.commit_acked(observation)
+            if problem is not None:
+                self.fail(problem)
+        elif isinstance(observation, GroupOffsetsFetched):
+            self.figures.group_fetches_checked += 1
+            problem = self.group.fetched(observation)
+            if problem is not None:
+                self.fail(problem)
         else:
             self._polled(observation)
 
@@ -267,6 +288,8 @@ class ReplicationChecker:
             entry.lose(replica, LossCause.ROTTED, now_ms)
         history.add(entry)
         self.figures.committed += 1
+        if topic_partition == self.offsets_partition:
+            self.group.committed(entry)
 
     def _displace(self, topic_partition: TopicPartition, history: PartitionHistory, earlier: CommittedBatch,
                   batch: Batch) -> None:
@@ -488,4 +511,8 @@ class ReplicationChecker:
                         self.fail(f"{topic_partition}: {entry.describe_loss()}")
                     else:
                         self._count_excuse(entry, kind)
+        problem = self.group.finish()
+        if problem is not None:
+            self.fail(problem)
+        self.figures.group_regressions_excused = self.group.lost_commits
         return self.figures

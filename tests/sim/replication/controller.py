@@ -48,7 +48,10 @@ class ClusterView:
         return topic_id
 
     def partition(self, topic_partition: TopicPartition) -> PartitionRegistration:
-        state = self.metadata.partition(self.topic_id, topic_partition.partition)
+        metadata = self.metadata
+        topic_id = metadata.topic_id(topic_partition.topic)
+        assert topic_id is not None, f"{topic_partition.topic} is not created yet"
+        state = metadata.partition(topic_id, topic_partition.partition)
         assert state is not None, topic_partition
         return state
 

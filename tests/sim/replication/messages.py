@@ -16,12 +16,14 @@ from controller.raft_messages import Message as RaftMessage
 from replication.broker_events import FetchWait, ReplicaFetchAnswer
 from replication.broker_ready import ReplicaFetchSend
 from replication.events import ConsumerFetch, ProduceRequest
+from replication.group_coordinator import CommitAnswer, CommitOffsets, FetchAnswer, FetchOffsets
 from replication.ready import FetchResult, ProduceResult
 from storage.checkpoint import TopicPartition
 
 CONTROLLER_ID = 0  # in a scenario's cut: every controller node (tests/sim/replication/quorum.py)
 PRODUCER_ID = 100
 CONSUMER_ID = 101
+GROUP_CLIENT_ID = 102  # the consumer group's offset commits and fetches
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +123,15 @@ class ClientFetchAnswer:
 class ClientDeleteRecords:
     topic_partition: TopicPartition
     offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientGroupRequest:
+    """An OffsetCommit or OffsetFetch for the coordinator (request_id: the client's)."""
+
+    request: CommitOffsets | FetchOffsets
+
+
+@dataclass(frozen=True, slots=True)
+class ClientGroupAnswer:
+    answer: CommitAnswer | FetchAnswer

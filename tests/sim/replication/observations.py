@@ -12,7 +12,9 @@ what happened into these frozen values, in the order it happened:
 - `BrokerCrashed` / `BrokerWiped` / `BatchRotted`: the fault log — which offsets a crash actually
   cut from each of a broker's logs (what the crash left is what recovery must open: `ReplicaLogRead`
   OPENED is compared with it), that the broker's disk was wiped, or that a batch on it rotted;
-- `ConsumerPolled`: a consumer took a fetch answer, and its position before and after.
+- `ConsumerPolled`: a consumer took a fetch answer, and its position before and after;
+- `GroupCommitAcked` / `GroupOffsetsFetched`: the consumer group's client had an offset commit
+  acknowledged, or an offset fetch answered.
 
 Batches are whole RecordBatch v2 bytes as the log holds them, so "the same record" means the same
 bytes at the same offset.
@@ -218,4 +220,25 @@ class ConsumerPolled:
     position_after: int
 
 
-Observation = ReplicaStepped | ReplicaLogRead | BrokerCrashed | BrokerWiped | BatchRotted | ConsumerPolled
+@dataclass(frozen=True, slots=True)
+class GroupCommitAcked:
+    """The group's client had its offset commit `commit_id` (the metadata of each of its records)
+    acknowledged: `offsets` per partition."""
+
+    now_ms: int
+    commit_id: int
+    offsets: tuple[tuple[TopicPartition, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsetsFetched:
+    """The group's client, having sent an offset fetch at `sent_ms`, was answered: per partition the
+    committed offset and its metadata (the commit id; offset -1 and "": none)."""
+
+    now_ms: int
+    sent_ms: int
+    fetched: tuple[tuple[TopicPartition, int, str], ...]
+
+
+Observation = (ReplicaStepped | ReplicaLogRead | BrokerCrashed | BrokerWiped | BatchRotted | ConsumerPolled
+               | GroupCommitAcked | GroupOffsetsFetched)

@@ -41,6 +41,9 @@ class SeedOutcome:
     excused: tuple[tuple[str, int], ...]  # acks=all batches lost and excused, by kind
     excused_unacked: int
     offsets_reused: int
+    group_commits: int
+    group_fetches: int
+    group_excused: int
     liveness_ms: int | None
 
     @classmethod
@@ -49,6 +52,7 @@ class SeedOutcome:
         return cls(seed, failure, result.steps, result.acked_all, result.acked_all_during_fault, result.crashes,
                    result.truncations, result.wipes, result.rots, result.halts, result.stalls,
                    tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
+                   figures.group_commits_acked, figures.group_fetches_checked, figures.group_regressions_excused,
                    None if failure else result.liveness_ms)
 
 
@@ -93,6 +97,9 @@ class Summary(seed_runner.Tally):
     excused: Counter[str] = field(default_factory=Counter)
     excused_unacked: int = 0
     offsets_reused: int = 0
+    group_commits: int = 0
+    group_fetches: int = 0
+    group_excused: int = 0
     liveness: list[int] = field(default_factory=list)
 
     def add(self, outcome: SeedOutcome) -> None:
@@ -108,6 +115,9 @@ class Summary(seed_runner.Tally):
         self.excused.update(dict(outcome.excused))
         self.excused_unacked += outcome.excused_unacked
         self.offsets_reused += outcome.offsets_reused
+        self.group_commits += outcome.group_commits
+        self.group_fetches += outcome.group_fetches
+        self.group_excused += outcome.group_excused
         if outcome.liveness_ms is not None:
             self.liveness.append(outcome.liveness_ms)
 
@@ -119,7 +129,9 @@ class Summary(seed_runner.Tally):
             f"slow-disk stalls={self.stalls} truncations={self.truncations} "
             f"heal-to-converged p99={percentile(self.liveness, 0.99)} max={max(self.liveness, default=None)} ms\n"
             f"excused acks=all batches: {excuses}; excused other committed batches: {self.excused_unacked}; "
-            f"offsets reused after an excused loss: {self.offsets_reused}"
+            f"offsets reused after an excused loss: {self.offsets_reused}\n"
+            f"group offsets: {self.group_commits} commits acknowledged, {self.group_fetches} fetches checked, "
+            f"{self.group_excused} answered before an acknowledged commit whose batch was lost (excused)"
         )
 
 
@@ -137,7 +149,8 @@ def _ok_line(result: SimResult) -> str:
             f"wipes={result.wipes} rots={result.rots} halts={result.halts} stalls={result.stalls} "
             f"leader_changes={result.leader_changes} truncations={result.truncations} "
             f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "
-            f"liveness_ms={result.liveness_ms}")
+            f"group_commits={figures.group_commits_acked} group_fetches={figures.group_fetches_checked} "
+            f"group_excused={figures.group_regressions_excused} liveness_ms={result.liveness_ms}")
 
 
 def run_one(seed: int, trace: bool) -> int:

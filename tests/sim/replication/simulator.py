@@ -54,6 +54,14 @@ from replication.broker_events import FetchWait
 from replication.broker_ready import BrokerReady
 from replication.config import ReplicationConfig
 from replication.events import ConsumerFetch, ProduceRequest, Tick
+from replication.group_coordinator import (
+    OFFSETS_TOPIC,
+    CommitAnswer,
+    CommitOffsets,
+    FetchAnswer,
+    FetchOffsets,
+    PartitionOffset,
+)
 from replication.ready import FetchResult, ProduceResult, Role
 from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
@@ -67,10 +75,13 @@ from tests.sim.replication.checker import CheckerFigures, InvariantViolation, Re
 from tests.sim.replication.controller import TOPIC, ClusterView
 from tests.sim.replication.messages import (
     CONSUMER_ID,
+    GROUP_CLIENT_ID,
     PRODUCER_ID,
     ClientDeleteRecords,
     ClientFetch,
     ClientFetchAnswer,
+    ClientGroupAnswer,
+    ClientGroupRequest,
     ClientProduce,
     ClientProduceAnswer,
     ControllerAnswer,
@@ -87,6 +98,8 @@ from tests.sim.replication.observations import (
     BrokerCrashed,
     BrokerWiped,
     ConsumerPolled,
+    GroupCommitAcked,
+    GroupOffsetsFetched,
     ReadReason,
     batches_of,
 )
@@ -106,6 +119,7 @@ ADMIN_ATTEMPTS_MAX = 20
 SAFETY_EXTENSIONS_MAX = 2
 CLOCK_STEPS_MS = (-3_600_000, -60_000, -1_000, 1_000, 60_000, 3_600_000)
 PRODUCES_IN_FLIGHT_MAX = 8
+GROUP = "sim-group"  # its coordinator is __consumer_offsets partition 0 (the topic has one)
 
 
 class Kind(IntEnum):
@@ -122,6 +136,7 @@ class Kind(IntEnum):
     HEAL = 8
     PROBE = 9
     RESTART = 12
+    GROUP = 13
 
 
 class LivenessFailure(AssertionError):
@@ -204,7 +219,12 @@ class Simulation:
             "file.delete.delay.ms": "100",
         }
         self.log_config = LogConfig.from_properties(self.topic_configs)
+        # The group's offsets topic: Kafka's configs for it (compacted, never deleted by time).
+        self.offsets_topic_configs = {**self.topic_configs, "retention.ms": "-1", "cleanup.policy": "compact"}
+        self.offsets_log_config = LogConfig.from_properties(self.offsets_topic_configs)
         self.topic_partitions = [TopicPartition(TOPIC, index) for index in range(self.options.partitions)]
+        self.offsets_partition = TopicPartition(OFFSETS_TOPIC, 0)
+        self.all_partitions = [*self.topic_partitions, self.offsets_partition]
         options = self.options
         self.quorum = SimQuorum(
             self.root, tuple(self.rng.getrandbits(63) for _ in CONTROLLER_IDS),
@@ -220,7 +240,7 @@ class Simulation:
         self.admin_answers: dict[int, Any] = {}
         self.admin_attempts = 0  # the token of the next admin request
         self.safety_extensions = 0
-        self.checker = ReplicationChecker(self.topic_partitions)
+        self.checker = ReplicationChecker(self.all_partitions, self.offsets_partition)
         self.observers: dict[int, BrokerObserver] = {}
         self.fault_window = FaultWindow(self.options.session_timeout_ms + self.options.replica_lag_time_max_ms)
         self.produce_sent_ms: dict[int, int] = {}  # client request id -> when the producer sent it (safety phase)
@@ -237,6 +257,12 @@ class Simulation:
         self.last_leader: dict[TopicPartition, int] = {}
         self.parked_metadata: list[tuple[int, MetadataFetch, int]] = []  # (node, fetch, deadline)
         self.produce_results: dict[int, ProduceResult] = {}
+        self.group_rng = random.Random(f"group-{seed}")
+        self.group_commit: tuple[int, int, int, tuple[PartitionOffset, ...]] | None = None  # id, commit, sent, offsets
+        self.group_fetches: dict[int, int] = {}  # request id -> sent at
+        self.group_commits = 0
+        self.group_probed: set[str] = set()  # "commit", "fetch": answered since the heal
+        self.served_partitions = list(self.topic_partitions)  # and the offsets topic's, once created
         self.batch_records_max = 3
 
     # -- services for brokers ------------------------------------------------------------------------
@@ -244,6 +270,9 @@ class Simulation:
     @property
     def topic_id(self) -> str:
         return self.controller.topic_id
+
+    def log_config_of(self, topic: str) -> LogConfig:
+        return self.offsets_log_config if topic == OFFSETS_TOPIC else self.log_config
 
     def trace(self, line: str) -> None:
         if self.trace_sink is not None:
@@ -363,9 +392,13 @@ class Simulation:
         self._create_topic(topic)
         if scripted:
             return
+        self._create_topic(CreatableTopic(OFFSETS_TOPIC, assignments={0: BROKER_IDS},
+                                          configs=self.offsets_topic_configs))
+        self.served_partitions = self.all_partitions
         started_ms = self.now_ms  # the safety phase starts once the cluster is up
         self.schedule(started_ms + 1, Kind.PRODUCE)
         self.schedule(started_ms + 1, Kind.CONSUME)
+        self.schedule(started_ms + 1, Kind.GROUP)
         self.schedule(started_ms + self.options.chaos_interval_ms, Kind.CHAOS)
         self.schedule(started_ms + self.options.safety_duration_ms, Kind.HEAL)
 
@@ -462,6 +495,8 @@ class Simulation:
             self._resume(*payload)
         elif kind == Kind.HEAL:
             self._heal_or_extend()
+        elif kind == Kind.GROUP:
+            self._group()
         elif kind == Kind.RESTART and not self.brokers[payload].up:
             self._restart(self.brokers[payload])
 
@@ -483,7 +518,7 @@ class Simulation:
         if destination in CONTROLLER_IDS:
             self._to_controller(message)
             return
-        if destination in (PRODUCER_ID, CONSUMER_ID):
+        if destination in (PRODUCER_ID, CONSUMER_ID, GROUP_CLIENT_ID):
             self._to_client(body)
             return
         broker = self.brokers[destination]
@@ -649,6 +684,8 @@ class Simulation:
                 self.probes_acked.add(body.topic_partition)
         elif isinstance(body, ClientFetchAnswer):
             self._on_fetch_answer(body.topic_partition, body.broker_id, body.result)
+        elif isinstance(body, ClientGroupAnswer):
+            self._on_group_answer(body.answer)
 
     def _on_fetch_answer(self, topic_partition: TopicPartition, broker_id: int, result: FetchResult) -> None:
         """The consumer takes an answer (a late or duplicated one too): it moves to the end of the
@@ -663,6 +700,63 @@ class Simulation:
             self.now_ms, CONSUMER_ID, topic_partition, broker_id, self.consumer_fetch_offsets[result.request_id],
             result.error, result.log_start_offset, batches, position, self.consumer_positions[topic_partition],
         ))
+
+    # -- the consumer group's offsets ----------------------------------------------------------------
+
+    def _group(self) -> None:
+        """The group's client: commits the consumer's positions (one commit at a time, each with its
+        id as the metadata) and fetches them back, from the coordinator as it sees it."""
+        rng = self.group_rng
+        self.schedule(self.now_ms + rng.randint(5, 60), Kind.GROUP)
+        give_up_ms = self.options.produce_timeout_ms + self.options.request_timeout_ms
+        if self.group_commit is not None and self.group_commit[2] + give_up_ms < self.now_ms:
+            self.group_commit = None  # it may still be written: the checker compares log positions
+            self._view(self.offsets_partition, refresh=True)
+        for request_id, sent_ms in list(self.group_fetches.items()):
+            if sent_ms + give_up_ms < self.now_ms:
+                del self.group_fetches[request_id]
+        leader, _ = self._view(self.offsets_partition)
+        if leader == NO_LEADER:
+            self._view(self.offsets_partition, refresh=True)
+            return
+        self.client_ids += 1
+        request: CommitOffsets | FetchOffsets
+        if self.group_commit is None and rng.random() < 0.5:
+            self.group_commits += 1
+            offsets = tuple(PartitionOffset(topic_partition.topic, topic_partition.partition,
+                                            self.consumer_positions[topic_partition], str(self.group_commits))
+                            for topic_partition in self.topic_partitions)
+            self.group_commit = (self.client_ids, self.group_commits, self.now_ms, offsets)
+            request = CommitOffsets(self.client_ids, GROUP, 0, offsets, WALL_START_MS + self.now_ms)
+        elif len(self.group_fetches) < 2:
+            self.group_fetches[self.client_ids] = self.now_ms
+            request = FetchOffsets(self.client_ids, GROUP, 0,
+                                   tuple((tp.topic, tp.partition) for tp in self.topic_partitions))
+        else:
+            return
+        self.send(Message(GROUP_CLIENT_ID, leader, ClientGroupRequest(request)))
+
+    def _on_group_answer(self, answer: CommitAnswer | FetchAnswer) -> None:
+        if answer.error != ErrorCode.NONE:
+            self._view(self.offsets_partition, refresh=True)
+        if isinstance(answer, CommitAnswer):
+            if self.group_commit is None or self.group_commit[0] != answer.request_id:
+                return  # late: the client gave up on it
+            _, commit_id, _, offsets = self.group_commit
+            self.group_commit = None
+            if answer.error == ErrorCode.NONE:
+                self.checker.observe(GroupCommitAcked(self.now_ms, commit_id, tuple(
+                    (TopicPartition(entry.topic, entry.partition), entry.offset) for entry in offsets)))
+                if self.liveness_started_ms is not None:
+                    self.group_probed.add("commit")
+            return
+        sent_ms = self.group_fetches.pop(answer.request_id, None)
+        if sent_ms is None or answer.error != ErrorCode.NONE:
+            return
+        self.checker.observe(GroupOffsetsFetched(self.now_ms, sent_ms, tuple(
+            (TopicPartition(entry.topic, entry.partition), entry.offset, entry.metadata) for entry in answer.offsets)))
+        if self.liveness_started_ms is not None:
+            self.group_probed.add("fetch")
 
     # -- faults --------------------------------------------------------------------------------------
 
@@ -913,11 +1007,13 @@ class Simulation:
             broker = self.brokers[broker_id]
             if not broker.up or not self.controller.is_active(broker_id):
                 return f"broker {broker_id} is not up and active"
-        for topic_partition in self.topic_partitions:
+        if self.offsets_partition in self.served_partitions and self.group_probed != {"commit", "fetch"}:
+            return f"the group has had no offset commit and fetch answered since healing ({self.group_probed})"
+        for topic_partition in self.served_partitions:
             state = self.controller.partition(topic_partition)
             if state.leader == NO_LEADER or state.isr != state.replicas:
                 return f"{topic_partition}: leader {state.leader}, ISR {state.isr}"
-            if topic_partition not in self.probes_acked:
+            if topic_partition not in self.probes_acked and topic_partition != self.offsets_partition:
                 return f"{topic_partition}: no acks=all record acknowledged since healing"
             ends = set()
             for broker_id in state.replicas:
@@ -938,7 +1034,7 @@ class Simulation:
     def _final_checks(self) -> None:
         """Every replica's log, read whole, for the checker's last verdicts (every acks=all success
         kept unless deleted or excused; no two committed batches at one offset)."""
-        for topic_partition in self.topic_partitions:
+        for topic_partition in self.served_partitions:
             for broker_id in self.controller.partition(topic_partition).replicas:
                 broker = self.brokers[broker_id]
                 self.checker.observe(log_read(self.now_ms, broker_id, broker.incarnation, topic_partition,

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import pytest
 
+from replication.group_coordinator import encode_key, encode_value
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
+from storage.records import build_batch
 from tests.sim.replication.checker import InvariantViolation, ObservationError, ReplicationChecker
+from tests.sim.replication.committed_batch import CommittedBatch, Fate
+from tests.sim.replication.group_rule import GroupOffsetsRule
 from tests.sim.replication.observations import (
     TAIL,
     AppendedBatches,
@@ -23,6 +27,8 @@ from tests.sim.replication.observations import (
     DeletedBelow,
     EmptiedAt,
     FetchServed,
+    GroupCommitAcked,
+    GroupOffsetsFetched,
     LogEdit,
     LogOffsets,
     ProduceAnswered,
@@ -296,3 +302,29 @@ def test_a_restart_must_open_what_the_crash_left() -> None:
     cluster.ends[1] = 0
     with pytest.raises(ObservationError, match="the log is \\[0, 0\\)"):
         cluster.crash(1, None, ())
+
+
+def commit_entry(base_offset: int, commit_id: int, offset: int) -> CommittedBatch:
+    """A committed `__consumer_offsets` batch holding commit `commit_id` of orders-0 at `offset`."""
+    data = bytearray(build_batch([(encode_key("g", "orders", 0), encode_value(offset, str(commit_id), 0))]))
+    data[0:8] = base_offset.to_bytes(8, "big")
+    batch = Batch(base_offset, base_offset + 1, 0, bytes(data))
+    return CommittedBatch(batch, 0, 1, frozenset({1}), {1})
+
+
+def test_group_offsets_answered_before_an_acknowledged_commit_fail_unless_its_batch_was_lost() -> None:
+    orders = TopicPartition("orders", 0)
+    rule = GroupOffsetsRule()
+    first, second = commit_entry(0, 1, 5), commit_entry(1, 2, 9)
+    rule.committed(first)
+    rule.committed(second)
+    assert rule.commit_acked(GroupCommitAcked(10, 1, ((orders, 5),))) is None
+    assert rule.commit_acked(GroupCommitAcked(20, 2, ((orders, 9),))) is None
+    assert rule.fetched(GroupOffsetsFetched(30, 15, ((orders, 5, "1"),))) is None, "sent before commit 2's ack"
+    assert rule.finish() is None
+    assert rule.fetched(GroupOffsetsFetched(40, 25, ((orders, 5, "1"),))) is None
+    problem = rule.finish()
+    assert problem is not None and "went backwards" in problem and "commit 2" in problem
+    second.fate = Fate.LOST
+    assert rule.finish() is None and rule.lost_commits == 1, "commit 2's batch was lost, and excused"
+    assert "no committed batch" in (rule.fetched(GroupOffsetsFetched(50, 45, ((orders, 7, "99"),))) or "")
