@@ -826,7 +826,8 @@ class Raft:
         snapshot_id = request.snapshot_id
         if error is None:
             assert self._leader is not None, f"node {self.node_id} serves a snapshot without leading"
-            self._leader.record_fetch(source_id, self._now_ms)
+            if not request.restoring:
+                self._leader.record_fetch(source_id, self._now_ms)
             if snapshot_id not in self.log.snapshots.ids():
                 error = RaftError.SNAPSHOT_NOT_FOUND
             elif not 0 <= request.position < self.log.snapshots.size(snapshot_id):
@@ -870,7 +871,8 @@ class Raft:
         max_bytes = self.config.fetch_bytes_max
         if self._download is not None:
             body: MessageBody = FetchSnapshotRequest(self.epoch, self.node_id, self._download.snapshot_id,
-                                                     len(self._download.data), max_bytes, correlation_id)
+                                                     len(self._download.data), max_bytes, correlation_id,
+                                                     not self._fetch_counts())
         else:
             body = FetchRequest(self.epoch, self.node_id, self.log.log_end_offset, self.log.last_fetched_epoch(),
                                 max_bytes, correlation_id, self.log.high_watermark, not self._fetch_counts())

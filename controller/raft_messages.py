@@ -134,7 +134,8 @@ class FetchResponse:
 
 @dataclass(frozen=True, slots=True)
 class FetchSnapshotRequest:
-    """KIP-630 FetchSnapshot: up to `max_bytes` of snapshot `snapshot_id` from byte `position`."""
+    """KIP-630 FetchSnapshot: up to `max_bytes` of snapshot `snapshot_id` from byte `position`.
+    `restoring`: as in `FetchRequest` (the leader does not count it for check-quorum)."""
 
     epoch: int
     replica_id: int
@@ -142,6 +143,7 @@ class FetchSnapshotRequest:
     position: int
     max_bytes: int
     correlation_id: int
+    restoring: bool = False
 
 
 @dataclass(frozen=True, slots=True)
