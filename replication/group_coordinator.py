@@ -348,17 +348,23 @@ class GroupCoordinator:
 
 
 def _apply(replay: _Replay, records: bytes) -> None:
+    """Replay commit records; a record that does not decode as one is skipped (anyone may produce
+    to the topic, and one bad record must not stop every group's fetches)."""
     for header, batch in iter_records(records):
         for record in batch:
             if record.offset < replay.next_offset or record.key is None:
                 continue
-            key = decode_key(record.key)
+            try:
+                key = decode_key(record.key)
+                value = None if key is None or record.value is None else decode_value(record.value)
+            except (struct.error, UnicodeDecodeError):
+                continue
             if key is None:
                 continue
-            if record.value is None:
+            if value is None:
                 replay.offsets.pop(key, None)
             else:
-                replay.offsets[key] = decode_value(record.value)
+                replay.offsets[key] = value
         replay.next_offset = max(replay.next_offset, header.last_offset + 1)
 
 
@@ -376,7 +382,8 @@ def _answer(request: FetchOffsets, offsets: dict[tuple[str, str, int], tuple[int
 
 def coordinator_error(code: ErrorCode) -> ErrorCode:
     """Kafka's mapping of a failed offsets-topic write or read to what the group's client sees."""
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                ErrorCode.KAFKA_STORAGE_ERROR):
         return ErrorCode.NOT_COORDINATOR
     if code == ErrorCode.OFFSET_NOT_AVAILABLE:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # a new leader's HW lags its epoch start

@@ -88,7 +88,7 @@ from replication.ready import (
 from replication.replica_log import ReplicaLog
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
-from storage.errors import StorageError
+from storage.errors import CorruptRecordError, StorageError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
 from storage.records import DamagedBatch, find_damaged_batch
@@ -413,8 +413,11 @@ class Partition:
         Every batch is checked (CRC) before it leaves: a damaged one is never served."""
         log = self.log
         bound = log.log_end_offset if isinstance(request, FollowerFetch) else log.high_watermark
-        data = log.read(request.fetch_offset, request.max_bytes, max_offset=bound)
-        damaged = find_damaged_batch(data.records)
+        try:
+            data = log.read(request.fetch_offset, request.max_bytes, max_offset=bound)
+        except CorruptRecordError as error:  # a batch header the log cannot walk past: where is not known
+            return self._take_offline(request.request_id, DamagedBatch(log.log_end_offset, str(error)), out)
+        damaged = find_damaged_batch(data.records, request.fetch_offset)
         if damaged is not None:
             return self._take_offline(request.request_id, damaged, out)
         return FetchResult(request.request_id, ErrorCode.NONE, data.records, log.high_watermark,
@@ -432,10 +435,11 @@ class Partition:
         leaders. Carrying on instead would be unsafe: a replica that lost acknowledged records while
         still in the ISR could be elected. Parked requests get NOT_LEADER_OR_FOLLOWER (a produce
         parked here was appended: its outcome is unknown, not failed)."""
-        reason = f"the batch at offset {damaged.base_offset} of {self.topic_partition} is damaged: {damaged.reason}"
+        cut = self.log.damaged_from(damaged.base_offset)
+        reason = f"the batch at offset {cut} of {self.topic_partition} is damaged: {damaged.reason}"
         self._fail_leader_requests(out, "took its log offline")
         self.offline_reason = reason
-        self.replica_log.truncate_damaged(damaged.base_offset, reason, self.wall_clock_ms, out)
+        self.replica_log.truncate_damaged(cut, reason, self.wall_clock_ms, out)
         out.log_dir_failure = reason
         return self._fetch_error(request_id, ErrorCode.KAFKA_STORAGE_ERROR,
                                  f"the log of {self.topic_partition} on broker {self.broker_id} is offline: {reason}")

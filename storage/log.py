@@ -400,6 +400,13 @@ class Log:
                     break
         return FetchDataInfo(offset, data, self.high_watermark, self.log_start_offset, end)
 
+    def damaged_from(self, offset: int) -> int:
+        """Where to cut the log when a read found a batch it cannot trust at or before `offset`:
+        the end of the sound run from the start of the segment holding `offset` (a scan of that
+        segment), or `offset` if that run reaches it."""
+        segment = self.segments.floor_segment(offset)
+        return offset if segment is None else min(segment.sound_end(self.config.max_message_bytes), offset)
+
     def iter_batches(self, start_offset: int | None = None) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
         """(segment, position, header) of every batch from `start_offset` (tools and cleaner)."""
         start = self.log_start_offset if start_offset is None else start_offset

@@ -178,7 +178,24 @@ class LogSegment:
             expected = header.next_offset
             yield position, header
 
-    def _iter_valid_batches(self, max_message_bytes: int) -> Iterator[tuple[int, BatchHeader]]:
+    def sound_end(self, max_message_bytes: int | None) -> int:
+        """The offset where the sound part of this segment ends (`_sound_run`)."""
+        end = self.base_offset
+        for _, header in self._sound_run(max_message_bytes):
+            end = header.next_offset
+        return end
+
+    def _sound_run(self, max_message_bytes: int | None) -> Iterator[tuple[int, BatchHeader]]:
+        """The batches from the start that are valid (`validate_batch`), with offsets and leader
+        epochs that never go back, up to the first that is not."""
+        end, epoch = self.base_offset, -1
+        for position, header in self._iter_valid_batches(max_message_bytes):
+            if header.base_offset < end or header.partition_leader_epoch < epoch:
+                return
+            end, epoch = header.next_offset, header.partition_leader_epoch
+            yield position, header
+
+    def _iter_valid_batches(self, max_message_bytes: int | None) -> Iterator[tuple[int, BatchHeader]]:
         """Batches from the start that pass `validate_batch`, stopping at the first that fails."""
         position, buffer, buffer_start = 0, b"", 0
         while position < self.size:
@@ -379,7 +396,15 @@ class LogSegment:
         even when nothing is cut (Kafka's truncateTo): a rolled segment whose end lies below
         `offset` (an offset gap of a compacted log) would otherwise keep its trimmed indexes and
         roll at the next append with INDEX_FULL."""
-        found = self.translate_offset(offset)
+        try:
+            found: tuple[int, BatchHeader | None] | None = self.translate_offset(offset)
+        except CorruptRecordError:  # a damaged header before the batch: cut where the sound run ends
+            position = 0
+            for batch_position, header in self._sound_run(None):
+                if header.last_offset >= offset:
+                    break
+                position = batch_position + header.size_in_bytes
+            found = (position, None)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.offset_index.resize_for_append()

@@ -355,25 +355,33 @@ def validate_batch(
 
 @dataclass(frozen=True, slots=True)
 class DamagedBatch:
-    """A batch read back from a log that fails its checks: where it starts, and why."""
+    """A batch read back from a log that fails its checks: the offset where the sound part of the
+    log ends (the batch's start, as far as it can be known), and why."""
 
     base_offset: int
     reason: str
 
 
-def find_damaged_batch(data: Any) -> DamagedBatch | None:
-    """The first batch of `data` (whole batches read from a log) that is not a sound batch with a
-    matching CRC, or None. Its base offset is read from its header (the CRC does not cover it) or,
-    for a batch after the first, is the end of the batch before it."""
-    position, expected = 0, None
+def find_damaged_batch(data: Any, fetch_offset: int) -> DamagedBatch | None:
+    """The first batch of `data` (whole batches read from a log from the one holding `fetch_offset`)
+    that is not sound, or None: its header must parse, its CRC match, its offsets follow the batch
+    before it (the CRC covers neither baseOffset nor partitionLeaderEpoch, so damage there shows
+    only as offsets that go back) and its leader epoch must not fall. The offset it reports is the
+    end of the last sound batch (for the first batch, `fetch_offset`)."""
+    position, expected, epoch = 0, fetch_offset, -1
     while position < len(data):
         try:
             header = validate_batch(data, position, check_records=False)
         except StorageError as error:
-            base_offset = expected if expected is not None else _ASSIGNED_PREFIX.unpack_from(data, position)[0]
-            return DamagedBatch(base_offset, str(error))
+            return DamagedBatch(expected, str(error))
+        if header.base_offset < expected and position > 0:
+            return DamagedBatch(expected, f"batch at position {position} starts at offset {header.base_offset}, "
+                                          f"below the end {expected} of the batch before it")
+        if header.partition_leader_epoch < epoch:
+            return DamagedBatch(expected, f"batch at position {position} has leader epoch "
+                                          f"{header.partition_leader_epoch} after epoch {epoch}")
         position += header.size_in_bytes
-        expected = header.next_offset
+        expected, epoch = header.next_offset, header.partition_leader_epoch
     return None
 
 

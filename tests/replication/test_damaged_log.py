@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from replication.events import ConsumerFetch, FollowerFetch, ProduceRequest
 from replication.ready import FetchResult, ProduceResult, TruncatedDamaged
 from storage.error_codes import ErrorCode
@@ -74,3 +76,30 @@ def test_the_cut_survives_a_restart(brokers: Brokers) -> None:
     assert log.log_end_offset == 1
     assert [header.base_offset for _, header in iter_headers(log.read(0, 1 << 20).records)] == [0]
     reopened.shutdown(now_ms=0)
+
+
+def damage(broker: Broker, offset: int, position_in_batch: int, value: bytes) -> None:
+    """Overwrite bytes of the batch at `offset` in the segment file, at `position_in_batch`."""
+    path = broker.directory / f"{TOPIC_PARTITION.topic}-{TOPIC_PARTITION.partition}" / f"{0:020d}.log"
+    data = bytearray(path.read_bytes())
+    position = next(position for position, header in iter_headers(data) if header.base_offset == offset)
+    data[position + position_in_batch : position + position_in_batch + len(value)] = value
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["magic", "base offset", "leader epoch"])
+def test_damage_the_crc_does_not_cover_is_found_too(brokers: Brokers, where: str) -> None:
+    """A damaged magic byte stops the log's own walk; a damaged baseOffset or partitionLeaderEpoch
+    (outside the CRC) shows as offsets or epochs that go back. Each cuts the log at that batch."""
+    leader = replicated(brokers, 3)[0]
+    if where == "magic":
+        damage(leader, 2, 16, b"\x07")
+    elif where == "base offset":
+        damage(leader, 2, 0, (0).to_bytes(8, "big"))
+    else:  # an epoch that falls needs a later one before it
+        damage(leader, 1, 12, (2).to_bytes(4, "big"))
+        damage(leader, 2, 12, (0).to_bytes(4, "big"))
+    ready = leader.handle(ConsumerFetch(leader.request_id(), 0, 1 << 20), 0)
+    result = only(ready.completions, FetchResult)
+    assert result.error == ErrorCode.KAFKA_STORAGE_ERROR, result
+    assert leader.log.log_end_offset == 2

@@ -112,3 +112,19 @@ def test_a_read_fenced_by_a_new_epoch_answers_not_coordinator() -> None:
     assert isinstance(read, ReadOffsets)
     answers = core.handle(Read(read.token, ErrorCode.FENCED_LEADER_EPOCH)).answers
     assert answers == (FetchAnswer(1, ErrorCode.NOT_COORDINATOR),)
+
+
+def test_a_record_that_is_not_a_commit_is_skipped() -> None:
+    """Anyone may produce to the topic: a record that does not decode must not stop the replay."""
+    core = GroupCoordinator()
+    latest = only(core.handle(fetch(1)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=1)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    garbage = bytearray(build_batch([(b"\x00\x01\xff", b"\x00")]))
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, bytes(garbage))), ReadOffsets)
+    assert isinstance(read, ReadOffsets) and read.offset == 1
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, commit_batch(1, 4))), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
+    assert answers == (FetchAnswer(1, ErrorCode.NONE, (PartitionOffset("orders", 0, 4),)),)
