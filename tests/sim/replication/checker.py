@@ -256,16 +256,23 @@ class ReplicationChecker:
             # damaged bytes; unknown, nothing is claimed (reading the bytes halts the broker).
             original = image.rotted.get(batch.base_offset, batch)
             if original is not None:
-                self._commit(topic_partition, broker_id, original, now_ms)
+                self._commit(topic_partition, broker_id, original, now_ms, image.log_start_offset)
         image.committed_to = min(image.high_watermark, image.log_end_offset)
 
-    def _commit(self, topic_partition: TopicPartition, broker_id: int, batch: Batch, now_ms: int) -> None:
+    def _commit(self, topic_partition: TopicPartition, broker_id: int, batch: Batch, now_ms: int,
+                log_start_offset: int) -> None:
+        """`batch` lies below the replica's HW. A batch its logStartOffset falls inside of commits
+        only its offsets from there on (the ones below are deleted: no consumer is served them as
+        records, and a committed batch that lies wholly below is deleted there, not displaced)."""
         history = self.histories[topic_partition]
         self.figures.checked_batches += 1
         known = history.canonical.get(batch.base_offset)
         if known is not None and known.batch == batch:
             return
         for earlier in history.overlapping(batch):
+            if earlier.batch.next_offset <= log_start_offset:
+                history.remove_canonical(earlier)
+                continue
             self._displace(topic_partition, history, earlier, batch)
         displaced = history.copies_of(batch)
         if displaced:

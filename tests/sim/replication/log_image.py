@@ -109,7 +109,9 @@ class LogImage:
         del self.bases[:slot]
         self.rotted_deleted.update(base for base in self.rotted if base not in self.batches)
         self._forget_rot()
-        self.committed_to = max(self.committed_to, min(self.log_start_offset, self.log_end_offset))
+        # A batch the new start falls inside of is still there and may not be committed yet.
+        first = self.bases[0] if self.bases else self.log_end_offset
+        self.committed_to = max(self.committed_to, min(self.log_start_offset, self.log_end_offset, first))
         return removed
 
     def restore_front(self, batches: list[Batch], log_start_offset: int) -> None:
