@@ -93,7 +93,8 @@ class ReplicaLogEnd:
     """A hosted replica's log end, for a partition with no leader and an empty ISR and ELR (what the
     heartbeat reports for KIP-966's recovery election): the partition's `leader_epoch` the core is
     in, the epoch of its last batch (-1 for an empty log), its log end offset, its log start offset
-    and its leader-epoch cache ((epoch, start offset) pairs, oldest first)."""
+    and its leader-epoch cache ((epoch, start offset) pairs, oldest first). The log is reported as far
+    as it may hold committed records (`ReplicaLog.may_be_committed_end`)."""
 
     topic_id: str
     partition_index: int

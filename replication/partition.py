@@ -91,7 +91,7 @@ from storage.error_codes import ErrorCode
 from storage.errors import CorruptRecordError, StorageError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
-from storage.records import DamagedBatch, find_damaged_batch
+from storage.records import DamagedBatch, find_damaged_batch, iter_headers
 
 ACKS_ALL = -1
 VALID_ACKS = (0, 1, ACKS_ALL)
@@ -420,6 +420,8 @@ class Partition:
         damaged = find_damaged_batch(data.records, request.fetch_offset)
         if damaged is not None:
             return self._take_offline(request.request_id, damaged, out)
+        if isinstance(request, FollowerFetch) and data.records:
+            self.replica_log.served(max(header.next_offset for _, header in iter_headers(data.records)))
         return FetchResult(request.request_id, ErrorCode.NONE, data.records, log.high_watermark,
                            log.log_start_offset, log.log_end_offset)
 

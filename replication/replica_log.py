@@ -32,6 +32,10 @@ class ReplicaLog:
         self.log_manager = log_manager
         self.topic_partition = topic_partition
         self.log: Log = log_manager.get_or_create_log(topic_partition, now_ms)
+        # Records from here to the LEO were appended by this replica as leader and never served to
+        # a follower: no other broker holds them. At start, what an earlier process served is not
+        # known, so the whole log counts as replicated.
+        self.replicated_end = self.log.log_end_offset
 
     @property
     def name(self) -> str:
@@ -42,6 +46,16 @@ class ReplicaLog:
         latest = self.log.leader_epoch_cache.latest_epoch()
         return -1 if latest is None else latest
 
+    def may_be_committed_end(self) -> int:
+        """The end of the records that may be committed: those beyond both the HW and
+        `replicated_end` exist on this broker only, which never counted them committed, so no
+        leader ever did (the recovery election reports this end, `ReplicaManager.offline_log_ends`)."""
+        return min(self.log.log_end_offset, max(self.replicated_end, self.log.high_watermark))
+
+    def served(self, end_offset: int) -> None:
+        """Records below `end_offset` went to a follower."""
+        self.replicated_end = max(self.replicated_end, min(end_offset, self.log.log_end_offset))
+
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int, out: Outbox) -> LogAppendInfo:
         """Validate, assign offsets, stamp `leader_epoch`; raises StorageError with the log unchanged."""
         info = self.log.append_as_leader(records, leader_epoch, now_ms)
@@ -51,6 +65,7 @@ class ReplicaLog:
     def append_as_follower(self, records: bytes, now_ms: int, out: Outbox) -> LogAppendInfo:
         """Append the leader's batches unchanged; raises StorageError with the log unchanged."""
         info = self.log.append_as_follower(records, now_ms)
+        self.replicated_end = self.log.log_end_offset  # the leader holds all of it
         out.log_changes.append(Appended(info.first_offset, info.last_offset, None))
         return info
 
@@ -63,6 +78,7 @@ class ReplicaLog:
         if not self.log_manager.truncate_to(self.topic_partition, offset, now_ms):
             self.log.leader_epoch_cache.truncate_from_end(self.log.log_end_offset)
             return False
+        self.replicated_end = min(self.replicated_end, self.log.log_end_offset)
         out.log_changes.append(Truncated(self.log.log_end_offset, high_watermark_before))
         return True
 
@@ -71,10 +87,12 @@ class ReplicaLog:
         durable), so that no later process of this broker serves or counts what lay from there."""
         high_watermark_before = self.log.high_watermark
         self.log_manager.truncate_to(self.topic_partition, offset, now_ms)
+        self.replicated_end = min(self.replicated_end, self.log.log_end_offset)
         out.log_changes.append(TruncatedDamaged(self.log.log_end_offset, high_watermark_before, reason))
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int, out: Outbox) -> None:
         self.log.truncate_fully_and_start_at(offset, now_ms)
+        self.replicated_end = offset
         out.log_changes.append(TruncatedFully(offset))
 
     def maybe_increment_log_start_offset(self, offset: int, reason: LogStartOffsetIncrementReason,

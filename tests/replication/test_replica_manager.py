@@ -292,6 +292,42 @@ def fence(cluster: CoreCluster, *broker_ids: int) -> None:
     cluster.publish()
 
 
+def test_offline_log_ends_leave_out_records_no_other_broker_was_sent(cluster: CoreCluster) -> None:
+    """A deposed leader's records that it never served to a follower and never counted committed
+    exist on that broker only: its report ends before them, so they do not outrank a log that may
+    hold committed records at those offsets (replication sim seed 532003445, in the regressions).
+    Records it did serve are reported, committed or not."""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    produce(cluster, 1, batch(b"a", b"b"))
+    cluster.pump()
+    fence(cluster, 1)
+    assert cluster.partition(2, P0).role == Role.LEADER
+    produce(cluster, 2, batch(b"c"))
+    cluster.pump()  # broker 3 fetches [2, 3) and its next fetch waits at the leader
+    produce(cluster, 2, batch(b"d"))  # which answers it with [3, 4): served, not yet committed
+    cluster.cut.add(2)
+    cluster.pump()
+    produce(cluster, 2, batch(b"e", b"f"))  # [4, 6) of epoch 1, on broker 2 only
+    cluster.pump()
+    log = cluster.partition(2, P0).log
+    assert (log.high_watermark, log.log_end_offset) == (3, 6)
+    fence(cluster, 2, 3)
+    for broker_id in (1, 2, 3):
+        response = cluster.controller.handle(BrokerRegistrationRequest(
+            broker_id, f"incarnation-{broker_id}-again", {"PLAINTEXT": f"broker-{broker_id}:9092"}, None),
+            cluster.now_ms).response
+        assert response.error_code == ErrorCode.NONE, response
+        cluster.brokers[broker_id].broker_epoch = response.broker_epoch
+    cluster.publish()
+    topic_id = cluster.metadata.topic_id(TOPIC)
+    assert topic_id is not None
+    state = cluster.metadata.partition(topic_id, 0)
+    assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
+    assert cluster.brokers[2].core.offline_log_ends() == (
+        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 4, 0, ((0, 0), (1, 2))),
+    )
+
+
 def test_offline_log_ends_report_the_log_start_and_the_leader_epoch_cache(cluster: CoreCluster) -> None:
     """A partition left without a leader, ISR or ELR (every replica restarted uncleanly): each
     replica reports its log end with its log start offset and its leader-epoch cache, from which the
