@@ -132,6 +132,7 @@ TOPIC_DEFAULT_SYNONYMS: dict[str, str] = {
     "log.flush.interval.ms": "flush.ms",
     "log.message.timestamp.type": "message.timestamp.type",
     "message.max.bytes": "max.message.bytes",
+    "max.decompressed.batch.bytes": "max.decompressed.batch.bytes",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }

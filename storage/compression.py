@@ -26,7 +26,7 @@ import struct
 import zlib
 from enum import IntEnum
 
-from storage.errors import CorruptRecordError, UnsupportedCompressionTypeError
+from storage.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 
 try:
     import snappy
@@ -65,6 +65,7 @@ XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _GZIP_WBITS = 31
 _GZIP_OR_ZLIB_WBITS = 47
 _BLOCK_LENGTH = struct.Struct(">i")
+_ZSTD_STEP = 128  # compressed bytes per decompress call under a limit (`_zstd_decode`)
 
 _PACKAGES = {
     Compression.SNAPPY: ("snappy", "python-snappy"),
@@ -121,21 +122,24 @@ def compress(codec: Compression, data: bytes | memoryview) -> bytes:
     raise UnsupportedCompressionTypeError(f"compression {codec!r} has no encoder")
 
 
-def decompress(codec: Compression, data: bytes | memoryview) -> bytes:
-    """Decompress a records section written by any Kafka client with `codec`."""
+def decompress(codec: Compression, data: bytes | memoryview, max_size: int | None = None) -> bytes:
+    """Decompress a records section written by any Kafka client with `codec`; past `max_size` bytes
+    of output (None: no limit) stop and raise InvalidRecordError, having held little more than
+    `max_size` bytes (a small batch may expand a thousandfold: a decompression bomb)."""
     if codec == Compression.NONE:
         return bytes(data)
     if codec != Compression.GZIP:
         _require(codec)
+    limit = -1 if max_size is None else max_size
     try:
         if codec == Compression.GZIP:
-            return _gzip_decode(data)
+            return _gzip_decode(data, limit)
         if codec == Compression.SNAPPY:
-            return _snappy_decode(bytes(data))
+            return _snappy_decode(bytes(data), limit)
         if codec == Compression.LZ4:
-            return lz4_frame.decompress(bytes(data))
-        return _zstd_decode(data)
-    except CorruptRecordError:
+            return _lz4_decode(data, limit)
+        return _zstd_decode(data, limit)
+    except (CorruptRecordError, InvalidRecordError):
         raise
     except Exception as error:  # each codec library has its own exception types
         raise CorruptRecordError(
@@ -144,19 +148,43 @@ def decompress(codec: Compression, data: bytes | memoryview) -> bytes:
         ) from error
 
 
-def _gzip_decode(data: bytes | memoryview) -> bytes:
+def _check_size(codec: str, size: int, limit: int) -> None:
+    if 0 <= limit < size:
+        raise InvalidRecordError(
+            f"the {codec} records section decompresses to more than {limit} bytes, over "
+            "max.decompressed.batch.bytes; send smaller batches or raise max.decompressed.batch.bytes on the topic"
+        )
+
+
+def _gzip_decode(data: bytes | memoryview, limit: int) -> bytes:
     """Decode one or more concatenated gzip members, as Java's GZIPInputStream does."""
     pieces = []
+    size = 0
     remaining = bytes(data)
     while remaining:
         decoder = zlib.decompressobj(_GZIP_OR_ZLIB_WBITS)
-        pieces.append(decoder.decompress(remaining))
+        piece = decoder.decompress(remaining, 0 if limit < 0 else limit - size + 1)
+        size += len(piece)
+        _check_size("gzip", size, limit)
+        pieces.append(piece)
         if not decoder.eof:
             raise CorruptRecordError(
                 f"gzip records section ends inside a member after {len(data)} bytes; the batch is truncated, resend it"
             )
         remaining = decoder.unused_data
     return b"".join(pieces)
+
+
+def _lz4_decode(data: bytes | memoryview, limit: int) -> bytes:
+    """Decode the one LZ4 frame Kafka writes (bytes after its end are ignored, as before)."""
+    decoder = lz4_frame.LZ4FrameDecompressor()
+    output = decoder.decompress(bytes(data), max_length=-1 if limit < 0 else limit + 1)
+    _check_size("lz4", len(output), limit)
+    if not decoder.eof:
+        raise CorruptRecordError(
+            f"lz4 records section of {len(data)} bytes ends inside its frame; the batch is truncated, resend it"
+        )
+    return output
 
 
 def _xerial_encode(data: bytes | memoryview) -> bytes:
@@ -169,11 +197,13 @@ def _xerial_encode(data: bytes | memoryview) -> bytes:
     return b"".join(pieces)
 
 
-def _snappy_decode(data: bytes) -> bytes:
+def _snappy_decode(data: bytes, limit: int) -> bytes:
     """Decode xerial-framed snappy (what Kafka writes) or a raw snappy block."""
     if not data.startswith(XERIAL_MAGIC):
+        _check_size("snappy", _snappy_length(data), limit)
         return snappy.decompress(data)
     pieces = []
+    size = 0
     position = len(XERIAL_HEADER)
     while position < len(data):
         if position + 4 > len(data):
@@ -188,25 +218,51 @@ def _snappy_decode(data: bytes) -> bytes:
                 f"xerial snappy block at {position - 4} claims {block_length} bytes but "
                 f"{len(data) - position} remain; the batch is damaged, resend it"
             )
-        pieces.append(snappy.decompress(data[position : position + block_length]))
+        block = data[position : position + block_length]
+        size += _snappy_length(block)
+        _check_size("snappy", size, limit)
+        pieces.append(snappy.decompress(block))
         position += block_length
     return b"".join(pieces)
 
 
-def _zstd_decode(data: bytes | memoryview) -> bytes:
+def _snappy_length(block: bytes) -> int:
+    """The length a raw snappy block declares for its output (its leading unsigned varint), read
+    before decompressing it; snappy refuses a block whose output differs."""
+    length = shift = 0
+    for position, byte in enumerate(block[:5]):
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return length
+        shift += 7
+        if position == 4:
+            break
+    raise CorruptRecordError("a snappy block does not start with its length; the batch is damaged, resend it")
+
+
+def _zstd_decode(data: bytes | memoryview, limit: int) -> bytes:
     """Decode one or more zstd frames, with or without a content size in their headers.
 
-    zstd-jni's streaming writer omits the content size, so one-shot decompression cannot
-    size its output; a decompression object per frame can.
-    """
+    zstd-jni's streaming writer omits the content size, so one-shot decompression cannot size its
+    output; a decompression object per frame can. Its output has no bound, so with a limit the
+    input goes in `_ZSTD_STEP` bytes at a time: a step yields at most 128 KiB per 4 bytes (a run
+    length block), so the output checked after each step is never more than 4 MiB past the limit."""
     pieces = []
+    size = 0
     remaining = bytes(data)
+    step = len(remaining) if limit < 0 else _ZSTD_STEP
     while remaining:
         decoder = zstandard.ZstdDecompressor().decompressobj()
-        pieces.append(decoder.decompress(remaining))
+        position = 0
+        while not decoder.eof and position < len(remaining):
+            piece = decoder.decompress(remaining[position : position + step])
+            position += step
+            size += len(piece)
+            _check_size("zstd", size, limit)
+            pieces.append(piece)
         if not decoder.eof:
             raise CorruptRecordError(
                 f"zstd records section of {len(data)} bytes ends inside a frame; the batch is truncated, resend it"
             )
-        remaining = decoder.unused_data
+        remaining = decoder.unused_data + remaining[position:]
     return b"".join(pieces)

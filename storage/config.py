@@ -50,6 +50,8 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
     max_message_bytes: int = 1024 * 1024 + 12
+    # Ours, not Kafka's: how far a produced batch's compressed records may expand (`decompress`).
+    max_decompressed_batch_bytes: int = 8 * 1024 * 1024
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
 
@@ -157,6 +159,7 @@ _SPECS: dict[str, Callable[[str, Any], Any]] = {
     "flush.ms": _integer(0),
     "message.timestamp.type": _timestamp_type,
     "max.message.bytes": _integer(0, INT_MAX),
+    "max.decompressed.batch.bytes": _integer(0, INT_MAX),
     "min.insync.replicas": _integer(1, INT_MAX),
     "unclean.leader.election.enable": _boolean,
 }

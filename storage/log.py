@@ -221,7 +221,8 @@ class Log:
         headers: list[tuple[int, BatchHeader]] = []
         position = 0
         while position < len(records):
-            header = validate_batch(records, position, self.config.max_message_bytes, check_records)
+            header = validate_batch(records, position, self.config.max_message_bytes, check_records,
+                                    self.config.max_decompressed_batch_bytes)
             if header.size_in_bytes > self.config.segment_bytes:
                 raise RecordTooLargeError(
                     f"batch of {header.size_in_bytes} bytes is larger than segment.bytes="

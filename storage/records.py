@@ -313,6 +313,7 @@ def validate_batch(
     position: int = 0,
     max_message_bytes: int | None = None,
     check_records: bool = True,
+    max_decompressed_bytes: int | None = None,
 ) -> BatchHeader:
     """Check the one batch at `position` and return its header.
 
@@ -321,7 +322,8 @@ def validate_batch(
     recordsCount equals the records present, which exactly fill the batch, and offset deltas
     run 0..n-1 with lastOffsetDelta n-1. Uncompressed records are walked by their length and
     offsetDelta varints only. Pass `check_records=False` for compacted batches, whose retained
-    records keep their original offsets and so may have gaps (or be empty).
+    records keep their original offsets and so may have gaps (or be empty). Compressed records
+    that expand past `max_decompressed_bytes` raise InvalidRecordError (`decompress`).
     """
     header = read_header(buffer, position)
     size = header.size_in_bytes
@@ -349,7 +351,7 @@ def validate_batch(
     # The codec is read after the CRC check, so a flipped attribute bit reports as damage.
     codec = Compression.NONE if not header.attributes & _COMPRESSION_MASK else header.compression
     if check_records:
-        _check_records(buffer, position, header, codec)
+        _check_records(buffer, position, header, codec, max_decompressed_bytes)
     return header
 
 
@@ -385,7 +387,8 @@ def find_damaged_batch(data: Any, fetch_offset: int) -> DamagedBatch | None:
     return None
 
 
-def _check_records(buffer: Any, position: int, header: BatchHeader, codec: Compression) -> None:
+def _check_records(buffer: Any, position: int, header: BatchHeader, codec: Compression,
+                   max_decompressed_bytes: int | None) -> None:
     count = header.records_count
     if count < 1:
         raise InvalidRecordError(
@@ -396,7 +399,7 @@ def _check_records(buffer: Any, position: int, header: BatchHeader, codec: Compr
     if codec == Compression.NONE:
         _walk_records(buffer, start, end, count, position)
     else:
-        payload = decompress(codec, buffer[start:end])
+        payload = decompress(codec, buffer[start:end], max_decompressed_bytes)
         _walk_records(payload, 0, len(payload), count, position)
     if header.last_offset_delta != count - 1:
         raise InvalidRecordError(

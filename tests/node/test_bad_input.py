@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import msgpack
@@ -24,7 +25,7 @@ from client.protocol import (
     unpack,
 )
 from node.dev import DevCluster, healthy
-from storage.records import build_batch
+from storage.records import Compression, build_batch
 from tests.node.cluster_harness import describe, start_cluster, stopped
 
 MAX_BYTES = 65536
@@ -149,6 +150,31 @@ async def test_corrupt_batches_are_refused_per_partition_and_change_nothing(
     assert result.error_code in (expected, ErrorCode.INVALID_RECORD), result
     assert result.error_message
     assert await log_end_offset(node) == before
+
+
+def peak_rss_mib(cluster: DevCluster) -> float:
+    process = cluster.nodes[1].process
+    assert process is not None
+    status = (Path("/proc") / str(process.pid) / "status").read_text()
+    (line,) = [line for line in status.splitlines() if line.startswith("VmHWM:")]
+    return int(line.split()[1]) / 1024
+
+
+async def test_a_decompression_bomb_is_refused_without_being_unpacked(node: DevCluster, topic: str) -> None:
+    """256 MiB of zeros in 256 records, zstd-compressed to a few KiB: the node stops unpacking past
+    max.decompressed.batch.bytes (8 MiB), answers INVALID_RECORD and stores nothing; its peak memory
+    grows by little more than that limit (the whole 256 MiB before)."""
+    bomb = build_batch([(None, bytes(1 << 20))] * 256, compression=Compression.ZSTD)
+    assert len(bomb) < MAX_BYTES
+    before, peak_before = await log_end_offset(node), peak_rss_mib(node)
+    request = ProduceRequest(-1, 1000, (ProducePartition(TOPIC, 0, bomb),))
+    status, answer = await post(node, Api.PRODUCE.path, pack(request))
+    assert status == 200 and isinstance(answer, bytes)
+    (result,) = unpack(ProduceResponse, answer).partitions
+    assert isinstance(result, ProducePartitionResponse)
+    assert result.error_code == ErrorCode.INVALID_RECORD and "max.decompressed.batch.bytes" in result.error_message
+    assert await log_end_offset(node) == before
+    assert peak_rss_mib(node) - peak_before < 64
 
 
 async def test_unknown_routes_and_methods_get_named_errors(node: DevCluster) -> None:

@@ -35,10 +35,11 @@ from storage.errors import (
 )
 from storage.log import Log, LogAppendInfo
 from storage.log_segment import RollReason
-from storage.records import build_batch, decode_records
+from storage.records import Compression, build_batch, decode_records
 from tests.storage.conftest import NOW_MS, OpenLog, open_log, records_of, snapshot
 
-PROPERTIES = {"segment.bytes": 600, "index.interval.bytes": 0, "max.message.bytes": 400}
+PROPERTIES = {"segment.bytes": 600, "index.interval.bytes": 0, "max.message.bytes": 400,
+              "max.decompressed.batch.bytes": 4096}
 
 
 def good(count: int = 3, value: bytes = b"value", base_offset: int = 0, epoch: int = -1) -> bytes:
@@ -92,6 +93,13 @@ def last_offset_delta_wrong() -> bytes:
     return with_crc(batch)
 
 
+def decompression_bomb() -> bytes:
+    """Small on the wire (zeros compress well), larger than max.decompressed.batch.bytes unpacked."""
+    batch = build_batch([(None, bytes(2000))] * 3, timestamps=[NOW_MS] * 3, compression=Compression.ZSTD)
+    assert len(batch) <= PROPERTIES["max.message.bytes"]
+    return batch
+
+
 def over_max_message_bytes() -> bytes:
     batch = good(1, b"x" * 400)
     assert len(batch) > PROPERTIES["max.message.bytes"]
@@ -106,6 +114,7 @@ BAD_BATCHES: list[tuple[str, Callable[[], bytes], type[StorageError], str]] = [
     ("count too high", count_too_high, InvalidRecordError, "INVALID_RECORD"),
     ("count too low", count_too_low, InvalidRecordError, "INVALID_RECORD"),
     ("last offset delta", last_offset_delta_wrong, InvalidRecordError, "INVALID_RECORD"),
+    ("decompression bomb", decompression_bomb, InvalidRecordError, "INVALID_RECORD"),
     ("max.message.bytes", over_max_message_bytes, RecordTooLargeError, "MESSAGE_TOO_LARGE"),
     ("empty", lambda: b"", InvalidRecordError, "INVALID_RECORD"),
 ]

@@ -39,16 +39,18 @@ KAFKA_DEFAULTS: dict[str, Any] = {
     "min_insync_replicas": 1,
     "unclean_leader_election_enable": False,
 }
+# Ours: Kafka has no bound on how far a batch's compressed records may expand.
+OWN_DEFAULTS: dict[str, Any] = {"max_decompressed_batch_bytes": 8 * 1024 * 1024}
 
 
-@pytest.mark.parametrize(("field", "value"), sorted(KAFKA_DEFAULTS.items()))
+@pytest.mark.parametrize(("field", "value"), sorted((KAFKA_DEFAULTS | OWN_DEFAULTS).items()))
 def test_defaults_equal_kafkas(field: str, value: Any) -> None:
     assert getattr(LogConfig(), field) == value
     assert getattr(LogConfig.from_properties({}), field) == value
 
 
 def test_every_key_has_a_default_checked_here() -> None:
-    assert set(LogConfig().to_properties()) == {field.replace("_", ".") for field in KAFKA_DEFAULTS}
+    assert set(LogConfig().to_properties()) == {field.replace("_", ".") for field in KAFKA_DEFAULTS | OWN_DEFAULTS}
 
 
 PARSED: list[tuple[str, Any, Any]] = [
@@ -70,6 +72,7 @@ PARSED: list[tuple[str, Any, Any]] = [
     ("message.timestamp.type", "LogAppendTime", TimestampType.LOG_APPEND_TIME),
     ("message.timestamp.type", "CreateTime", TimestampType.CREATE_TIME),
     ("max.message.bytes", "2097152", 2097152),
+    ("max.decompressed.batch.bytes", "1048576", 1048576),
     ("min.insync.replicas", "2", 2),
     ("unclean.leader.election.enable", "true", True),
     ("unclean.leader.election.enable", "FALSE", False),
@@ -159,6 +162,7 @@ BAD_VALUES: list[tuple[str, Any]] = [
     ("message.timestamp.type", "createtime"),
     ("message.timestamp.type", "WallClock"),
     ("max.message.bytes", "-1"),
+    ("max.decompressed.batch.bytes", "-1"),
     ("min.insync.replicas", "0"),
     ("unclean.leader.election.enable", "yes"),
     ("unclean.leader.election.enable", "1"),

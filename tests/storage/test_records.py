@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import struct
+import tracemalloc
 
 import pytest
 from crc32c import crc32c
@@ -365,6 +366,25 @@ def test_truncated_compressed_data_is_corrupt_not_a_crash(compression):
     encoded = compress(compression, bytes(range(256)) * 100)
     with pytest.raises(CorruptRecordError):
         decompress(compression, encoded[: len(encoded) // 2])
+
+
+@pytest.mark.parametrize("compression", [c for c in Compression if c != Compression.NONE])
+def test_decompression_stops_past_its_limit_having_held_little_more(compression):
+    """A decompression bomb: 64 MiB of zeros compress to a few KiB (snappy: 3 MiB). Past the limit
+    the codec stops and raises InvalidRecordError (INVALID_RECORD) having allocated about the limit,
+    not the expansion (it allocated all 64 MiB before); at the limit it decodes."""
+    data = bytes(64 * 1024 * 1024)
+    encoded = compress(compression, data)
+    assert decompress(compression, encoded, max_size=len(data)) == data
+    del data
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidRecordError, match=r"max\.decompressed\.batch\.bytes"):
+            decompress(compression, encoded, max_size=1024 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(encoded) + 6 * 1024 * 1024
 
 
 def test_missing_codec_package_names_the_package(monkeypatch):
