@@ -66,6 +66,9 @@ _GZIP_WBITS = 31
 _GZIP_OR_ZLIB_WBITS = 47
 _BLOCK_LENGTH = struct.Struct(">i")
 _ZSTD_STEP = 128  # compressed bytes per decompress call under a limit (`_zstd_decode`)
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE_MAGIC = 0x184D2A50  # the low four bits vary
+_ZSTD_BLOCK_MAX = 128 * 1024
 
 _PACKAGES = {
     Compression.SNAPPY: ("snappy", "python-snappy"),
@@ -244,13 +247,15 @@ def _zstd_decode(data: bytes | memoryview, limit: int) -> bytes:
     """Decode one or more zstd frames, with or without a content size in their headers.
 
     zstd-jni's streaming writer omits the content size, so one-shot decompression cannot size its
-    output; a decompression object per frame can. Its output has no bound, so with a limit the
-    input goes in `_ZSTD_STEP` bytes at a time: a step yields at most 128 KiB per 4 bytes (a run
-    length block), so the output checked after each step is never more than 4 MiB past the limit."""
+    output; a decompression object per frame can. Its output has no bound, so under a limit the
+    input goes in whole only when its block headers bound the output within the limit
+    (`_zstd_output_bound`); otherwise `_ZSTD_STEP` bytes at a time: a step yields at most 128 KiB
+    per 4 bytes (a run-length block), so the output checked after each step is never more than
+    4 MiB past the limit."""
     pieces = []
     size = 0
     remaining = bytes(data)
-    step = len(remaining) if limit < 0 else _ZSTD_STEP
+    step = len(remaining) if limit < 0 or _zstd_output_bound(remaining, limit) <= limit else _ZSTD_STEP
     while remaining:
         decoder = zstandard.ZstdDecompressor().decompressobj()
         position = 0
@@ -266,3 +271,36 @@ def _zstd_decode(data: bytes | memoryview, limit: int) -> bytes:
             )
         remaining = decoder.unused_data + remaining[position:]
     return b"".join(pieces)
+
+
+def _zstd_output_bound(data: bytes, limit: int) -> int:
+    """An upper bound of what the zstd frames in `data` decompress to, read from their headers
+    (RFC 8878 §3.1): a raw or run-length block regenerates its declared size, a compressed block at
+    most 128 KiB, a skippable frame nothing. Stops once past `limit`; a header it cannot read (the
+    decoder then refuses it) counts as past the limit."""
+    bound = position = 0
+    while position < len(data) and bound <= limit:
+        if len(data) - position < 8:
+            return limit + 1
+        magic = int.from_bytes(data[position : position + 4], "little")
+        if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE_MAGIC:
+            position += 8 + int.from_bytes(data[position + 4 : position + 8], "little")
+            continue
+        if magic != _ZSTD_MAGIC:
+            return limit + 1
+        descriptor = data[position + 4]
+        single_segment = descriptor >> 5 & 1
+        content_size_bytes = (0, 2, 4, 8)[descriptor >> 6] or single_segment
+        position += 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3] + content_size_bytes
+        last = False
+        while not last and bound <= limit:
+            if len(data) - position < 3:
+                return limit + 1
+            header = int.from_bytes(data[position : position + 3], "little")
+            last, block_type, block_size = bool(header & 1), header >> 1 & 3, header >> 3
+            if block_type == 3 or block_size > _ZSTD_BLOCK_MAX:
+                return limit + 1
+            bound += _ZSTD_BLOCK_MAX if block_type == 2 else block_size
+            position += 3 + (1 if block_type == 1 else block_size)
+        position += 4 * (descriptor >> 2 & 1)  # the content checksum
+    return bound

@@ -387,6 +387,26 @@ def test_decompression_stops_past_its_limit_having_held_little_more(compression)
     assert peak < 2 * len(encoded) + 6 * 1024 * 1024
 
 
+@given(
+    frames=st.lists(st.tuples(st.binary(max_size=3000), st.integers(0, 3000), st.booleans(), st.booleans()),
+                    min_size=1, max_size=3),
+)
+@settings(max_examples=200, deadline=None)
+def test_zstd_header_bound_is_never_below_the_output(frames):
+    """The zstd headers' bound decides whether a limited decode goes in whole: it must never be less
+    than what the frames decompress to (with and without content size and checksum, several frames,
+    runs of zeros that make run-length blocks)."""
+    import zstandard
+
+    encoded = b"".join(
+        zstandard.ZstdCompressor(write_content_size=content_size, write_checksum=checksum).compress(data + bytes(zeros))
+        for data, zeros, content_size, checksum in frames
+    )
+    output = decompress(Compression.ZSTD, encoded)
+    assert compression_module._zstd_output_bound(encoded, 1 << 40) >= len(output)
+    assert decompress(Compression.ZSTD, encoded, max_size=len(output)) == output
+
+
 def test_missing_codec_package_names_the_package(monkeypatch):
     monkeypatch.setattr(compression_module, "zstandard", None)
     with pytest.raises(UnsupportedCompressionTypeError, match="pip install zstandard"):
