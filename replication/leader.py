@@ -159,6 +159,13 @@ class Leader:
             reason = "is not a replica" if state is None else f"fetched with an old broker epoch {request.broker_epoch}"
             return self._fetch_error(request, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                      f"broker {request.replica_id} {reason} of {log.name} (replicas {self.replicas})")
+        if registered != NO_BROKER_EPOCH and request.broker_epoch != registered:
+            # KIP-380's check: only the replica's registered process may fetch as it (a fetch with
+            # no epoch or another one would move its LEO, hence the HW). Its own process fetches
+            # again once this leader has its registration. The message does not tell the epoch.
+            return self._fetch_error(request, ErrorCode.STALE_BROKER_EPOCH,
+                                     f"a fetch as broker {request.replica_id} must carry that broker's registered "
+                                     f"broker epoch; {request.broker_epoch} is not it")
         if request.last_fetched_epoch != NO_EPOCH:
             epoch, end_offset = log.leader_epoch_cache.end_offset_for(request.last_fetched_epoch, log.log_end_offset)
             if epoch == UNDEFINED_EPOCH or end_offset == UNDEFINED_EPOCH_OFFSET:

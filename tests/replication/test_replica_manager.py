@@ -261,6 +261,24 @@ def test_shutdown_answers_parked_fetches_and_produces(cluster: CoreCluster) -> N
     assert ready.next_tick_ms is None
 
 
+@pytest.mark.parametrize("forged_epoch", [-1, 1 << 40], ids=["no broker epoch", "another broker epoch"])
+def test_a_fetch_as_a_replica_without_its_registered_broker_epoch_is_refused(cluster: CoreCluster,
+                                                                             forged_epoch: int) -> None:
+    """KIP-380: anyone can send a replica fetch naming replica 2 and 3. Counted, the forged fetches
+    moved their LEOs and the HW, so an acks=all write with min.insync.replicas=3 was acknowledged
+    with one real copy. Only the replica's registered broker epoch is accepted."""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)}, **{"min.insync.replicas": "3"})
+    cluster.cut.update({2, 3})
+    produce_id = produce(cluster, 1, batch(b"a"))
+    for replica in (2, 3):
+        part = FollowerFetch(0, replica, fetch_offset=1, last_fetched_epoch=0, log_start_offset=0,
+                             current_leader_epoch=0, max_bytes=1 << 20, broker_epoch=forged_epoch)
+        answer = cluster.request(1, ClientRequest(next(_ids), ((P0, part),), FetchWait(replica, 0, 0, 1 << 20)))
+        assert only_result(answer).error == ErrorCode.STALE_BROKER_EPOCH
+    assert cluster.partition(1, P0).log.high_watermark == 0
+    assert produce_id not in cluster.brokers[1].answers
+
+
 def test_a_follower_registering_again_resets_its_fetch_state_on_the_leader_first(cluster: CoreCluster) -> None:
     """KIP-903: the metadata that says broker 2 registered again (a new process, a new broker epoch)
     reaches the leader's core as UpdateBrokerEpochs before the partition state of the same metadata,
