@@ -182,7 +182,9 @@ class ReplicaLogInfo:
     leader epoch the replica's core is in; `last_written_leader_epoch` the epoch of its last batch
     (-1 for an empty log). `log_start_offset` and `epoch_start_offsets` (its leader-epoch cache:
     (epoch, start offset) pairs, oldest first) let the controller tell whether one replica's log
-    surely holds another's (`controller/quorum_controller.py`, `_surely_extends`)."""
+    surely holds another's (`controller/quorum_controller.py`, `_surely_extends`). Records from
+    `may_be_committed_end_offset` on (-1: none) only this replica ever held, and no leader counted
+    them committed: a deposed leader's that it never sent to a follower."""
 
     topic_id: str
     partition_index: int
@@ -191,6 +193,7 @@ class ReplicaLogInfo:
     log_end_offset: int
     log_start_offset: int = 0
     epoch_start_offsets: tuple[tuple[int, int], ...] = ()
+    may_be_committed_end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)

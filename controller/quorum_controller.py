@@ -694,6 +694,15 @@ class QuorumController:
         it, so no replica "surely extended" it and it led, truncating the acknowledged [1, 4) that
         the other two held).
 
+        Records a replica reports past its `may_be_committed_end_offset` only it ever held, and no
+        leader counted them committed (a deposed leader's, never sent to a follower): they give way.
+        The members are ranked without them; a candidate whose whole log extends every other
+        candidate's leads first, then one whose log extends what every other may hold committed, and
+        otherwise the ranking leaves them out too (replication sim seed 532003445: broker 2, deposed
+        leader of epoch 1, appended [4, 6) after broker 3 was elected in epoch 2; broker 3 committed
+        its epoch-0 records [4, 6), which broker 1 also held, and lost its log; by its later epoch
+        broker 2 led and broker 1 truncated the committed records).
+
         Waiting for every replica, not only the last known ELR as Kafka's Balanced mode does: the
         members' reports cannot say whether they lost anything, and a replica that is down may hold
         the only copies. When one never comes back, `unclean.leader.election.enable` elects anyway."""
@@ -703,10 +712,11 @@ class QuorumController:
         # Every offset below a log start offset was used, by records deleted there (committed).
         used_below = max(info.log_start_offset for info in reports.values())
         ends = {replica: replace(info, log_start_offset=used_below) for replica, info in reports.items()}
-        _, best = _most_complete(ends, last_known_elr or state.replicas)
-        if _holds_records(ends[best]):
+        shared = {replica: _may_be_committed(info) for replica, info in ends.items()}
+        _, best = _most_complete(shared, last_known_elr or state.replicas)
+        if _holds_records(shared[best]):
             candidates = tuple(replica for replica in state.replicas
-                               if replica == best or _surely_extends(ends[replica], ends[best]))
+                               if replica == best or _surely_extends(ends[replica], shared[best]))
         else:
             candidates = state.replicas
         keeping_offsets = tuple(replica for replica in candidates if ends[replica].log_end_offset >= used_below)
@@ -716,7 +726,13 @@ class QuorumController:
                                                             -state.replicas.index(replica)))
         extending_all = tuple(replica for replica in keeping_offsets
                               if all(_surely_extends(ends[replica], ends[other]) for other in keeping_offsets))
-        return _most_complete(ends, extending_all or keeping_offsets)[1]
+        if extending_all:
+            return _most_complete(ends, extending_all)[1]
+        extending_shared = tuple(replica for replica in keeping_offsets
+                                 if all(_surely_extends(ends[replica], shared[other]) for other in keeping_offsets))
+        if extending_shared:
+            return _most_complete(ends, extending_shared)[1]
+        return _most_complete(shared, keeping_offsets)[1]
 
     def _log_end_reports(self, topic_id: str, index: int, state: PartitionRegistration,
                          acceptable: Callable[[int], bool]) -> dict[int, ReplicaLogInfo] | None:
@@ -984,6 +1000,20 @@ def _most_complete(ends: Mapping[int, ReplicaLogInfo], candidates: tuple[int, ..
     return rank(best), best
 
 
+def _may_be_committed(info: ReplicaLogInfo) -> ReplicaLogInfo:
+    """The report cut where its records stop being possibly committed: past that end only this
+    replica ever held them (`ReplicaLogInfo.may_be_committed_end_offset`)."""
+    end = info.may_be_committed_end_offset
+    if end < 0 or end >= info.log_end_offset:
+        return info
+    end = max(end, info.log_start_offset)
+    if not info.epoch_start_offsets:
+        return replace(info, log_end_offset=end)
+    entries = tuple(entry for entry in info.epoch_start_offsets if entry[1] < end)
+    return replace(info, log_end_offset=end, epoch_start_offsets=entries,
+                   last_written_leader_epoch=entries[-1][0] if entries else NO_VALUE)
+
+
 def _holds_records(info: ReplicaLogInfo) -> bool:
     return info.log_end_offset > info.log_start_offset
 
@@ -1060,8 +1090,10 @@ def _log_info_error(reports: tuple[ReplicaLogInfo, ...]) -> _Rejected | None:
                 f"replica log info {report} has a negative offset or epoch; it must come from the replica's log",
             )
         entries = report.epoch_start_offsets
+        committed_end = report.may_be_committed_end_offset
         if (
             not 0 <= report.log_start_offset <= report.log_end_offset
+            or not (committed_end == NO_VALUE or report.log_start_offset <= committed_end <= report.log_end_offset)
             or any(epoch < 0 or start < 0 for epoch, start in entries)
             or any(earlier[0] >= later[0] or earlier[1] >= later[1] for earlier, later in itertools.pairwise(entries))
         ):

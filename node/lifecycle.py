@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 def replica_log_info(ends: tuple[ReplicaLogEnd, ...]) -> tuple[ReplicaLogInfo, ...]:
     """The broker core's offline log ends in the heartbeat's shape."""
     return tuple(ReplicaLogInfo(end.topic_id, end.partition_index, end.leader_epoch, end.last_written_leader_epoch,
-                                end.log_end_offset, end.log_start_offset, end.epoch_start_offsets) for end in ends)
+                                end.log_end_offset, end.log_start_offset, end.epoch_start_offsets,
+                                end.may_be_committed_end_offset) for end in ends)
 
 
 class Quorum(Protocol):

@@ -93,8 +93,9 @@ class ReplicaLogEnd:
     """A hosted replica's log end, for a partition with no leader and an empty ISR and ELR (what the
     heartbeat reports for KIP-966's recovery election): the partition's `leader_epoch` the core is
     in, the epoch of its last batch (-1 for an empty log), its log end offset, its log start offset
-    and its leader-epoch cache ((epoch, start offset) pairs, oldest first). The log is reported as far
-    as it may hold committed records (`ReplicaLog.may_be_committed_end`)."""
+    and its leader-epoch cache ((epoch, start offset) pairs, oldest first); the end of the records it
+    may hold committed (`ReplicaLog.may_be_committed_end`: past it, records only this broker ever
+    held, never committed)."""
 
     topic_id: str
     partition_index: int
@@ -103,6 +104,7 @@ class ReplicaLogEnd:
     log_end_offset: int
     log_start_offset: int = 0
     epoch_start_offsets: tuple[tuple[int, int], ...] = ()
+    may_be_committed_end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)

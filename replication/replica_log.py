@@ -50,7 +50,8 @@ class ReplicaLog:
         """The end of the records that may be committed: those beyond both the HW and
         `replicated_end` exist on this broker only, which never counted them committed, so no
         leader ever did (the recovery election reports this end, `ReplicaManager.offline_log_ends`)."""
-        return min(self.log.log_end_offset, max(self.replicated_end, self.log.high_watermark))
+        log = self.log
+        return min(log.log_end_offset, max(self.replicated_end, log.high_watermark, log.log_start_offset))
 
     def served(self, end_offset: int) -> None:
         """Records below `end_offset` went to a follower."""

@@ -631,17 +631,9 @@ class ReplicaManager:
 
 
 def _log_end(topic_id: str, index: int, leader_epoch: int, partition: Partition) -> ReplicaLogEnd:
-    """A replica's log as far as it may hold committed records (`ReplicaLog.may_be_committed_end`):
-    records this replica appended as leader and never served nor committed are no reason to elect
-    it, and no record anyone else holds needs to give way to them (replication sim seed 532003445:
-    broker 2, deposed leader of epoch 1, appended [4, 6) after the controller had elected broker 3
-    in epoch 2; broker 3 committed its epoch-0 records [4, 6), which broker 1 also held, then lost
-    its log; ranked by their last epoch, broker 2's unreplicated records won the recovery election
-    and broker 1 truncated the committed ones). Reported whole, a log that ends in an epoch this
-    replica led without appending keeps that epoch as its latest."""
     log = partition.log
-    end = partition.replica_log.may_be_committed_end()
-    entries = tuple((entry.epoch, entry.start_offset) for entry in log.leader_epoch_cache.entries()
-                    if entry.start_offset < end or end == log.log_end_offset)
-    return ReplicaLogEnd(topic_id, index, leader_epoch, entries[-1][0] if entries else NO_EPOCH, end,
-                         log.log_start_offset, entries)
+    latest_epoch = log.leader_epoch_cache.latest_epoch()
+    return ReplicaLogEnd(topic_id, index, leader_epoch, NO_EPOCH if latest_epoch is None else latest_epoch,
+                         log.log_end_offset, log.log_start_offset,
+                         tuple((entry.epoch, entry.start_offset) for entry in log.leader_epoch_cache.entries()),
+                         partition.replica_log.may_be_committed_end())

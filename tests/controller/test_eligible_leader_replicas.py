@@ -259,7 +259,7 @@ def emptied(min_isr: str = "3") -> Harness:
 
 def report(harness: Harness, broker_id: int, last_epoch: int, log_end_offset: int,
            leader_epoch: int | None = None, epochs: tuple[tuple[int, int], ...] | None = None,
-           log_start_offset: int | None = None) -> object:
+           log_start_offset: int | None = None, may_be_committed_end: int = -1) -> object:
     """Broker `broker_id`'s heartbeat with its log end. Without `epochs`, its leader-epoch cache
     is one entry of `last_epoch` at offset 0 (none for an empty log, last_epoch -1, which starts at
     its end unless `log_start_offset` says otherwise)."""
@@ -270,7 +270,7 @@ def report(harness: Harness, broker_id: int, last_epoch: int, log_end_offset: in
         log_start_offset = log_end_offset if last_epoch < 0 else 0
     info = ReplicaLogInfo(harness.committed.topic_id("t"), 0,
                           state_.leader_epoch if leader_epoch is None else leader_epoch, last_epoch, log_end_offset,
-                          log_start_offset, epochs)
+                          log_start_offset, epochs, may_be_committed_end)
     request = BrokerHeartbeatRequest(broker_id, harness.broker_epochs[broker_id], harness.committed.last_applied_offset,
                                      replica_log_info=(info,))
     return harness.run(request)
@@ -344,6 +344,30 @@ def test_recovery_prefers_the_candidate_whose_log_extends_every_other_candidate(
     report(harness, 3, 4, 20, epochs=((0, 0), (4, 20)))
     report(harness, 1, 1, 31, epochs=((0, 0), (1, 30)))
     assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_does_not_let_records_no_other_broker_held_outrank_ones_another_holds() -> None:
+    """Replication sim seed 532003445: broker 2, a deposed leader of epoch 1, appended [4, 6) after
+    the controller had elected broker 3 in epoch 2, and never sent them anywhere (its report says
+    they may not be committed from 4 on); broker 3 committed its epoch-0 records [4, 6), which broker
+    1 also holds, then lost its log. Neither log extends the other, and by last epoch broker 2's
+    would win and truncate the committed records on broker 1; without its unshared records broker
+    1's log extends every other, so broker 1 leads."""
+    harness = emptied(min_isr="2")
+    report(harness, 2, 1, 6, epochs=((0, 0), (1, 4)), may_be_committed_end=4)
+    report(harness, 3, -1, 0)
+    report(harness, 1, 0, 6)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_keeps_unshared_records_that_conflict_with_none() -> None:
+    """Records only the deposed leader held are kept when its log extends every other (acks=1
+    records, say): nothing anyone else holds gives way to them."""
+    harness = emptied(min_isr="2")
+    report(harness, 2, 1, 6, epochs=((0, 0), (1, 4)), may_be_committed_end=4)
+    report(harness, 3, 0, 4)
+    report(harness, 1, 0, 4)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
 
 
 def test_recovery_never_writes_below_a_log_start_offset() -> None:

@@ -312,9 +312,9 @@ def fence(cluster: CoreCluster, *broker_ids: int) -> None:
 
 def test_offline_log_ends_leave_out_records_no_other_broker_was_sent(cluster: CoreCluster) -> None:
     """A deposed leader's records that it never served to a follower and never counted committed
-    exist on that broker only: its report ends before them, so they do not outrank a log that may
-    hold committed records at those offsets (replication sim seed 532003445, in the regressions).
-    Records it did serve are reported, committed or not."""
+    exist on that broker only: its report says its records may be committed only up to them, so the
+    controller does not let them outrank a log that may hold committed records at those offsets
+    (replication sim seed 532003445, in the regressions). Records it did serve may be committed."""
     cluster.create_topic(TOPIC, {0: (1, 2, 3)})
     produce(cluster, 1, batch(b"a", b"b"))
     cluster.pump()
@@ -342,7 +342,7 @@ def test_offline_log_ends_leave_out_records_no_other_broker_was_sent(cluster: Co
     state = cluster.metadata.partition(topic_id, 0)
     assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
     assert cluster.brokers[2].core.offline_log_ends() == (
-        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 4, 0, ((0, 0), (1, 2))),
+        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 6, 0, ((0, 0), (1, 2)), 4),
     )
 
 
@@ -371,8 +371,8 @@ def test_offline_log_ends_report_the_log_start_and_the_leader_epoch_cache(cluste
     state = cluster.metadata.partition(topic_id, 0)
     assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
     assert cluster.brokers[3].core.offline_log_ends() == (
-        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 3, 0, ((0, 0), (1, 2))),
+        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 3, 0, ((0, 0), (1, 2)), 3),
     )
     assert cluster.brokers[1].core.offline_log_ends() == (
-        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 0, 2, 0, ((0, 0),)),
+        ReplicaLogEnd(topic_id, 0, state.leader_epoch, 0, 2, 0, ((0, 0),), 2),
     )
