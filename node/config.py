@@ -143,6 +143,7 @@ _TIME_UNIT_SYNONYMS: dict[str, tuple[tuple[str, int, int], ...]] = {
 }
 _SPECIAL_KEYS = frozenset({
     "node.id", "process.roles", "listeners", "advertised.listeners", "inter.broker.listener.name",
+    "controller.listener.names",
     "controller.quorum.voters", "log.dirs", "log.dir", "cluster.id", "broker.rack", METADATA_LOG_DIR_KEY,
 })
 KNOWN_KEYS = frozenset(
@@ -161,6 +162,7 @@ class NodeConfig:
     listeners: tuple[Endpoint, ...]
     advertised_listeners: tuple[Endpoint, ...]
     inter_broker_listener_name: str
+    controller_listener_names: tuple[str, ...]
     log_dirs: tuple[Path, ...]
     metadata_log_dir: Path
     cluster_id: str
@@ -210,6 +212,7 @@ class NodeConfig:
             listeners=listeners,
             advertised_listeners=advertised,
             inter_broker_listener_name=_parse_inter_broker_listener(properties, listeners, advertised),
+            controller_listener_names=_parse_controller_listeners(properties, listeners),
             log_dirs=log_dirs,
             metadata_log_dir=_parse_metadata_log_dir(properties, log_dirs),
             cluster_id=_parse_cluster_id(properties, quorum),
@@ -282,6 +285,11 @@ class NodeConfig:
             if endpoint.port == port:
                 return endpoint.name
         return self.inter_broker_listener_name
+
+    def serves_node_traffic(self, listener: str) -> bool:
+        """Whether `listener` takes Raft, the broker-to-controller requests and replica fetches: the
+        inter-broker listener and the controller listeners do; any other serves clients only."""
+        return listener == self.inter_broker_listener_name or listener in self.controller_listener_names
 
     def voter_address(self, node_id: int) -> str:
         """`host:port` of voter `node_id` (from `controller.quorum.voters`); KeyError if not a voter."""
@@ -476,6 +484,21 @@ def _parse_inter_broker_listener(properties: Mapping[str, str], listeners: tuple
             f"{', '.join(endpoint.name for endpoint in advertised)}"
         )
     return name
+
+
+def _parse_controller_listeners(properties: Mapping[str, str], listeners: tuple[Endpoint, ...]) -> tuple[str, ...]:
+    """`controller.listener.names`: the listeners `controller.quorum.voters` points at, when they
+    are not the inter-broker one (Kafka's `CONTROLLER://:9093` beside `PLAINTEXT://:9092`)."""
+    raw = properties.get("controller.listener.names", "")
+    names = tuple(name.strip().upper() for name in raw.split(",") if name.strip())
+    known = {endpoint.name for endpoint in listeners}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ConfigException(
+            f"controller.listener.names={raw!r} names {', '.join(unknown)}, not in listeners; use some of "
+            f"{', '.join(sorted(known))}"
+        )
+    return names
 
 
 def _parse_quorum(properties: Mapping[str, str]) -> QuorumConfig:

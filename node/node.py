@@ -39,7 +39,7 @@ from node.config import NodeConfig
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.quorum import QuorumService
-from node.server import NotABroker, NotServingYet, build_app
+from node.server import NotABroker, NotOnThisListener, NotServingYet, build_app
 from storage import meta_properties
 from storage.config import LogConfig
 from storage.dir_lock import DirLock
@@ -144,7 +144,7 @@ class Node:
 
     async def dispatch(self, api: Api, message: Any, listener: str) -> Any:
         """The answer to one decoded request that arrived on `listener`."""
-        self._check_served(api, listener)
+        self._check_served(api, message, listener)
         if api in NODE_TO_NODE_APIS or api in CONTROLLER_ADMIN_APIS:
             return await self._dispatch_to_quorum(api, message)
         broker = self.broker
@@ -175,10 +175,18 @@ class Node:
                 return await self.group_offsets.fetch(message)
         raise AssertionError(f"no handler for {api.value}")
 
-    def _check_served(self, api: Api, listener: str) -> None:
-        """Raise NotABroker or NotServingYet when this node does not serve `api`, or not yet."""
-        if api in NODE_TO_NODE_APIS:
-            return
+    def _check_served(self, api: Api, message: Any, listener: str) -> None:
+        """Raise NotOnThisListener, NotABroker or NotServingYet when this node does not serve `api`
+        on `listener`, or not yet."""
+        if api in NODE_TO_NODE_APIS or (isinstance(message, protocol.FetchRequest) and message.replica_id >= 0):
+            if not self.config.serves_node_traffic(listener):
+                internal = ", ".join((self.config.inter_broker_listener_name, *self.config.controller_listener_names))
+                raise NotOnThisListener(
+                    f"listener {listener} of node {self.config.node_id} serves clients only; Raft, the "
+                    f"broker-to-controller requests and replica fetches go to its listeners {internal} "
+                    "(inter.broker.listener.name, controller.listener.names)")
+            if api in NODE_TO_NODE_APIS:
+                return
         if not self.config.is_broker:
             # A controller-only node: topic admin runs on the active controller, here or forwarded.
             if api in CONTROLLER_ADMIN_APIS:

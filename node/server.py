@@ -49,6 +49,12 @@ class NotServingYet(Exception):
     client takes as an unreachable node (it asks another)."""
 
 
+class NotOnThisListener(Exception):
+    """Node-to-node traffic (Raft, broker-to-controller requests, a replica fetch) on a client
+    listener: refused with 403 CLUSTER_AUTHORIZATION_FAILED (Kafka's answer to a cluster action a
+    client may not take); the message names the listener that serves it."""
+
+
 class NotABroker(Exception):
     """A broker's request on a controller-only node (Kafka's controller listener does not serve
     it): refused with 503 BROKER_NOT_AVAILABLE, so a client whose bootstrap list names controllers
@@ -78,6 +84,10 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         except ProtocolError as error:
             node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
             return _refuse(400, error.code, f"{api.value}: {error}")
+        except NotOnThisListener as error:
+            node.metrics.observe_request(api.value, ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name,
+                                         time.perf_counter() - started)
+            return _refuse(403, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{api.value}: {error}")
         except (NotServingYet, NotABroker) as error:
             node.metrics.observe_request(api.value, ErrorCode.BROKER_NOT_AVAILABLE.name, time.perf_counter() - started)
             return _refuse(503, ErrorCode.BROKER_NOT_AVAILABLE, f"{api.value}: {error}")

@@ -133,6 +133,16 @@ def test_listeners_and_advertised_listeners() -> None:
     assert config.listener_addresses() == ["INTERNAL://0.0.0.0:9092", "EXTERNAL://0.0.0.0:19092"]
     with pytest.raises(KeyError, match="known: INTERNAL, EXTERNAL"):
         config.listener_address("OTHER")
+    assert config.serves_node_traffic("INTERNAL") and not config.serves_node_traffic("EXTERNAL")
+
+
+def test_controller_listener_names_also_take_node_to_node_traffic() -> None:
+    config = config_of(**{
+        "listeners": "PLAINTEXT://h:9092,CONTROLLER://h:9093,CLIENT://h:9094",
+        "controller.listener.names": "controller",
+    })
+    assert config.controller_listener_names == ("CONTROLLER",)
+    assert [config.serves_node_traffic(name) for name in ("PLAINTEXT", "CONTROLLER", "CLIENT")] == [True, True, False]
 
 
 def test_voter_address_and_roles() -> None:
@@ -190,6 +200,7 @@ def test_unknown_keys_are_reported_not_fatal() -> None:
         ({"advertised.listeners": "OTHER://h:1"}, r"listener OTHER is not in listeners \(PLAINTEXT\)"),
         ({"listeners": "PLAINTEXT://0.0.0.0:9092"}, r"PLAINTEXT://0.0.0.0:9092 cannot be reached.*advertised"),
         ({"inter.broker.listener.name": "NOPE"}, r"inter.broker.listener.name='NOPE' is not .* use one of PLAINTEXT"),
+        ({"controller.listener.names": "PLAINTEXT,NOPE"}, r"controller.listener.names='PLAINTEXT,NOPE' names NOPE"),
         ({"controller.quorum.voters": None}, r"controller.quorum.voters is required"),
         ({"controller.quorum.voters": "1@h"}, r"'1@h' is not id@host:port"),
         ({"controller.quorum.election.timeout.ms": "soon"}, r"controller.quorum.election.timeout.ms='soon'"),
