@@ -542,10 +542,12 @@ def pack(message: Any) -> bytes:
     return msgpack.packb(encode(message), use_bin_type=True)
 
 
-def unpack(cls: type[T], body: bytes) -> T:
-    """msgpack bytes as a `cls`; ProtocolError names what is wrong."""
+def unpack(cls: type[T], body: bytes, max_list_length: int = -1) -> T:
+    """msgpack bytes as a `cls`; ProtocolError names what is wrong. A list or map longer than
+    `max_list_length` (-1: as long as the body allows) is refused before it is built."""
     try:
-        data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        data = msgpack.unpackb(body, raw=False, strict_map_key=False, max_array_len=max_list_length,
+                               max_map_len=max_list_length)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
         raise ProtocolError(f"the body is not valid msgpack ({error}); send one msgpack map") from None
     return decode(cls, data)

@@ -357,8 +357,10 @@ class Broker:
                                       max_bytes=part.partition_max_bytes, broker_epoch=request.broker_epoch,
                                       high_watermark=part.high_watermark)
             parts.append((TopicPartition(part.topic, part.partition), event))
-        wait = FetchWait(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
-                         request.rack_id)
+        # A client waits at most its request timeout (Kafka's clients require fetch.max.wait.ms below
+        # it), so a longer long poll only holds a parked-fetch slot for nothing.
+        wait = FetchWait(request.replica_id, min(request.max_wait_ms, self.settings.request_timeout_ms),
+                         request.min_bytes, request.max_bytes, request.rack_id)
         answer = await self._submit(tuple(parts), wait)
         return protocol.FetchResponse(tuple(_fetch_partition_response(part) for part in answer.parts))
 

@@ -100,6 +100,11 @@ _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "replica.fetch.response.max.bytes": _Integer(10 * 1024 * 1024, 1, INT_MAX),
     "replica.high.watermark.checkpoint.interval.ms": _Integer(5000, 1),
     "socket.request.max.bytes": _Integer(100 * 1024 * 1024, 1, INT_MAX),
+    # Ours: the longest list one request may hold (its partitions, mostly); msgpack would otherwise
+    # build a list as long as the body, ~40 bytes of memory for each byte received.
+    "max.request.partitions": _Integer(100_000, 1, INT_MAX),
+    # Ours: long polls parked at once; one more is answered at once with what is there.
+    "max.delayed.fetches": _Integer(10_000, 1, INT_MAX),
     "request.timeout.ms": _Integer(30_000, 1, INT_MAX),
     "num.partitions": _Integer(1, 1, INT_MAX),
     "default.replication.factor": _Integer(1, 1, INT_MAX),
@@ -177,6 +182,8 @@ class NodeConfig:
     replica_fetch_response_max_bytes: int
     replica_high_watermark_checkpoint_interval_ms: int
     socket_request_max_bytes: int
+    max_request_partitions: int
+    max_delayed_fetches: int
     request_timeout_ms: int
     num_partitions: int
     default_replication_factor: int
@@ -302,7 +309,8 @@ class NodeConfig:
 
     def replication_config(self) -> ReplicationConfig:
         return ReplicationConfig(replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                                 replica_fetch_max_bytes=self.replica_fetch_max_bytes)
+                                 replica_fetch_max_bytes=self.replica_fetch_max_bytes,
+                                 delayed_fetch_max=self.max_delayed_fetches)
 
     def quorum_config(self) -> QuorumConfig:
         return self.quorum

@@ -78,7 +78,7 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         started = time.perf_counter()
         body = await request.read()
         try:
-            message = unpack(request_type, body)
+            message = _unpack_request(node, request_type, body)
             _check_non_negative(message, request_type.__name__)
             answer = await node.dispatch(api, message, _listener_of(node, request))
         except ProtocolError as error:
@@ -95,6 +95,17 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
 
     return handle
+
+
+def _unpack_request(node: Node, request_type: type, body: bytes) -> Any:
+    limit = node.config.max_request_partitions
+    try:
+        return unpack(request_type, body, limit)
+    except ProtocolError as error:
+        if "exceeds max_" in str(error):
+            raise ProtocolError(f"a list in the body is longer than max.request.partitions={limit}; "
+                                "split the request") from None
+        raise
 
 
 def _check_non_negative(message: Any, where: str) -> None:

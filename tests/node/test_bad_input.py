@@ -17,6 +17,9 @@ from client.protocol import (
     Api,
     ErrorCode,
     ErrorResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
     ProducePartition,
     ProducePartitionResponse,
     ProduceRequest,
@@ -29,13 +32,16 @@ from storage.records import Compression, build_batch
 from tests.node.cluster_harness import describe, start_cluster, stopped
 
 MAX_BYTES = 65536
+MAX_PARTITIONS = 100
+REQUEST_TIMEOUT_MS = 5000
 TOPIC = "guarded"
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    yield from stopped(start_cluster(tmp_path_factory.mktemp("bad-input"), 1,
-                                     **{"socket.request.max.bytes": str(MAX_BYTES)}))
+    yield from stopped(start_cluster(tmp_path_factory.mktemp("bad-input"), 1, **{
+        "socket.request.max.bytes": str(MAX_BYTES), "max.request.partitions": str(MAX_PARTITIONS),
+        "request.timeout.ms": str(REQUEST_TIMEOUT_MS)}))
 
 
 async def post(cluster: DevCluster, path: str, body: bytes) -> tuple[int, ErrorResponse | bytes]:
@@ -150,6 +156,28 @@ async def test_corrupt_batches_are_refused_per_partition_and_change_nothing(
     assert result.error_code in (expected, ErrorCode.INVALID_RECORD), result
     assert result.error_message
     assert await log_end_offset(node) == before
+
+
+async def test_a_list_longer_than_max_request_partitions_is_refused_before_it_is_built(node: DevCluster,
+                                                                                     topic: str) -> None:
+    parts = tuple(FetchPartition(TOPIC, index, 0) for index in range(MAX_PARTITIONS + 1))
+    status, answer = await post(node, Api.FETCH.path, pack(FetchRequest(parts, max_wait_ms=0)))
+    assert status == 400 and isinstance(answer, ErrorResponse)
+    assert answer.error_code == ErrorCode.INVALID_REQUEST and "max.request.partitions" in answer.message
+    status, answer = await post(node, Api.FETCH.path, pack(FetchRequest(parts[:MAX_PARTITIONS], max_wait_ms=0)))
+    assert status == 200
+
+
+async def test_a_long_poll_waits_at_most_the_request_timeout(node: DevCluster, topic: str) -> None:
+    """A fetch asking to wait ten days at the log end holds a parked-fetch slot only as long as a
+    client could wait for the answer: request.timeout.ms."""
+    end = await log_end_offset(node)
+    request = FetchRequest((FetchPartition(TOPIC, 0, end),), max_wait_ms=10 * 24 * 3600 * 1000, min_bytes=1)
+    status, answer = await asyncio.wait_for(post(node, Api.FETCH.path, pack(request)),
+                                            timeout=REQUEST_TIMEOUT_MS / 1000 + 25)
+    assert status == 200 and isinstance(answer, bytes)
+    (part,) = unpack(FetchResponse, answer).partitions
+    assert part.error_code == ErrorCode.NONE and part.records == b""
 
 
 def peak_rss_mib(cluster: DevCluster) -> float:

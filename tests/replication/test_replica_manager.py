@@ -23,6 +23,7 @@ from replication.broker_events import (
     Shutdown,
 )
 from replication.broker_ready import ClientAnswer, ReplicaLogEnd
+from replication.delayed_fetch import FetchPurgatory
 from replication.events import NO_LEADER, ConsumerFetch, FollowerFetch, ListOffsets, ProduceRequest
 from replication.ready import FetchResult, ProduceResult, Role
 from storage import log_segment
@@ -259,6 +260,18 @@ def test_shutdown_answers_parked_fetches_and_produces(cluster: CoreCluster) -> N
     assert only_result(answers[produce_id]).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert fetch_id in answers or fetch_id in cluster.brokers[1].answers
     assert ready.next_tick_ms is None
+
+
+def test_a_long_poll_past_max_delayed_fetches_is_answered_at_once(cluster: CoreCluster) -> None:
+    """Parked fetches are bounded (max.delayed.fetches): past the bound a long poll is answered at
+    once with what is there, instead of holding memory for as long as it asks."""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    cluster.brokers[1].core.purgatory = FetchPurgatory(1)
+    first, answer = consume(cluster, 1, {P0: 0}, min_bytes=1, max_wait_ms=10_000)
+    assert answer is None, "parked until a record or the wait ends"
+    _, answer = consume(cluster, 1, {P0: 0}, min_bytes=1, max_wait_ms=10_000)
+    assert answer is not None and only_result(answer).error == ErrorCode.NONE and only_result(answer).records == b""
+    assert first not in cluster.brokers[1].answers
 
 
 @pytest.mark.parametrize("forged_epoch", [-1, 1 << 40], ids=["no broker epoch", "another broker epoch"])
