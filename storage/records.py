@@ -411,10 +411,12 @@ def _check_records(buffer: Any, position: int, header: BatchHeader, codec: Compr
 def _walk_records(data: Any, position: int, end: int, count: int, batch_position: int) -> None:
     """Check that data[position:end] holds exactly `count` records with offset deltas 0..n-1.
 
-    Reads only each record's length varint and its offsetDelta (past the attributes byte
-    and the timestampDelta varint): this runs for every produced batch. Batches of records
-    of equal size are proved by `_walk_runs` without a Python step per record; any other
-    batch, and any batch that fails, takes the record-by-record walk, which names the fault.
+    Reads each record's length varint, its offsetDelta (past the attributes byte and the
+    timestampDelta varint) and the lengths of its key, value and headers, which must fill it
+    exactly as a consumer reads them (`_fields_end`): a batch accepted here always decodes. This
+    runs for every produced batch. Batches of records of equal size and layout are proved by
+    `_walk_runs` without a Python step per record; any other batch, and any batch that fails,
+    takes the record-by-record walk, which names the fault.
     """
     if type(data) is bytes and _RUN_RECORDS_MIN <= count <= _RUN_RECORDS_MAX and _walk_runs(data, position, end, count):
         return
@@ -439,14 +441,20 @@ def _walk_records(data: Any, position: int, end: int, count: int, batch_position
                 cursor += 1
             byte = data[cursor + 1]
             if byte < 0x80:
-                offset_delta = (byte >> 1) ^ -(byte & 1)
+                offset_delta, fields = (byte >> 1) ^ -(byte & 1), cursor + 2
             else:
-                offset_delta, _ = decode_varint(data, cursor + 1)
+                offset_delta, fields = decode_varint(data, cursor + 1)
             if offset_delta != found:
                 raise InvalidRecordError(
                     f"batch at position {batch_position}: record {found} has offsetDelta "
                     f"{offset_delta}; deltas must run 0..{count - 1} without gaps, so the "
                     "producer must renumber its records"
+                )
+            if _fields_end(data, fields, record_end) != record_end:
+                raise InvalidRecordError(
+                    f"batch at position {batch_position}: record {found} declares {length} bytes, but its key, "
+                    "value and headers do not fill them (or a header count or header key length is negative); "
+                    "the producer built it wrongly"
                 )
             found += 1
             position = record_end
@@ -458,6 +466,46 @@ def _walk_records(data: Any, position: int, end: int, count: int, batch_position
             f"records, but its {end - start} record bytes hold {found} whole records followed "
             f"by {end - position} bytes that are not one; the producer built it wrongly"
         )
+
+
+def _fields_end(data: Any, position: int, record_end: int) -> int:
+    """Where the key, value and headers of a record end, read from `position` (just past its
+    offsetDelta) as a consumer reads them (`_decode_payload`, Kafka's DefaultRecord.readFrom): a
+    negative key or value length is null; -1 for a negative header count or header key length, or
+    headers that run past `record_end`. Key and value lengths below 8 KiB are read inline."""
+    for _ in (0, 1):  # key, value
+        byte = data[position]
+        if byte < 0x80:
+            length, position = (byte >> 1) ^ -(byte & 1), position + 1
+        elif data[position + 1] < 0x80:
+            zigzag = (byte & 0x7F) | (data[position + 1] << 7)
+            length, position = (zigzag >> 1) ^ -(zigzag & 1), position + 2
+        else:
+            length, position = decode_varint(data, position)
+        if length > 0:
+            position += length
+    if data[position] == 0:  # no headers
+        return position + 1
+    count, position = decode_varint(data, position)
+    if count < 0:
+        return -1
+    for _ in range(count):
+        if position >= record_end:
+            return -1
+        key_length, position = decode_varint(data, position)
+        if key_length < 0:
+            return -1
+        value_length, position = decode_varint(data, position + key_length)
+        if value_length > 0:
+            position += value_length
+    return position
+
+
+def _varint_end(data: bytes, position: int, end: int) -> int:
+    """Where the varint at `position` ends (-1 past `end`)."""
+    while position < end and data[position] & 0x80:
+        position += 1
+    return position + 1 if position < end else -1
 
 
 # Runs: offsetDelta i is the canonical varint of i, one byte for i < 64 and two below 8192,
@@ -522,7 +570,33 @@ def _check_run(data: bytes, position: int, end: int, run: int, width: int, colum
     # offsetDelta: the index of each record.
     if data[cursor + 1 : run_end : size] != columns[0][:run]:
         return -1
-    return run_end if width == 1 or data[cursor + 2 : run_end : size] == columns[1][:run] else -1
+    if width == 2 and data[cursor + 2 : run_end : size] != columns[1][:run]:
+        return -1
+    try:
+        return run_end if _same_layout(data, cursor + 1 + width, record_end, run_end, size, run) else -1
+    except (IndexError, CorruptRecordError):
+        return -1
+
+
+def _same_layout(data: bytes, fields: int, record_end: int, run_end: int, size: int, run: int) -> bool:
+    """The first record's key, value and no headers fill it (`_fields_end`), and every record of
+    the run repeats its key-length and value-length varints and its header count byte for byte, so
+    each has the same layout and fills itself too. A record with headers is not proved here."""
+    key_length_end = _varint_end(data, fields, record_end)
+    if key_length_end < 0 or _fields_end(data, fields, record_end) != record_end or data[record_end - 1] != 0:
+        return False
+    key_length, _ = decode_varint(data, fields)
+    value_length_at = key_length_end + max(key_length, 0)
+    value_length_end = _varint_end(data, value_length_at, record_end)
+    if value_length_end < 0:
+        return False
+    value_length, _ = decode_varint(data, value_length_at)
+    if value_length_end + max(value_length, 0) != record_end - 1:  # a header count, 0, ends it
+        return False
+    for at in (*range(fields, key_length_end), *range(value_length_at, value_length_end), record_end - 1):
+        if data[at:run_end:size].count(data[at]) != run:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,7 +665,8 @@ def _decode_headers(data: bytes, position: int, count: int) -> tuple[tuple[tuple
         if key is None:
             raise CorruptRecordError("record header key is null; Kafka header keys are strings")
         value, position = _read_bytes(data, position)
-        headers.append((key.decode("utf-8"), value))
+        # As Java's String(bytes, UTF_8), which Kafka's reader uses: bad bytes become U+FFFD.
+        headers.append((key.decode("utf-8", errors="replace"), value))
     return tuple(headers), position
 
 

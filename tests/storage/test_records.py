@@ -485,6 +485,50 @@ def test_validate_rejects_extra_bytes_after_the_last_record():
         validate_batch(recrc(grown))
 
 
+def record_bytes(offset_delta: int, fields: bytes, extra: bytes = b"") -> bytes:
+    """A record: attributes 0, timestampDelta 0, `offset_delta`, then `fields` (key, value,
+    headers) and `extra`, its length varint counting both."""
+    body = b"\x00\x00" + encode_varint(offset_delta) + fields + extra
+    return encode_varint(len(body)) + body
+
+
+def batch_of(records: list[bytes]) -> bytes:
+    """`records` under a sound header (count, lastOffsetDelta, length and CRC to match)."""
+    section = b"".join(records)
+    batch = bytearray(sample_batch(count=1)[:BATCH_HEADER_SIZE] + section)
+    struct.pack_into(">i", batch, 8, len(batch) - LOG_OVERHEAD)
+    struct.pack_into(">i", batch, LAST_OFFSET_DELTA_POSITION, len(records) - 1)
+    struct.pack_into(">i", batch, RECORDS_COUNT_POSITION, len(records))
+    return recrc(batch)
+
+
+KEY_A_EMPTY_VALUE = b"\x02a\x00"  # key "a", value b"" (no headers follow)
+
+
+@pytest.mark.parametrize("records", [1, 8], ids=["record by record", "a run of equal records"])
+@pytest.mark.parametrize(
+    ("fields", "extra"),
+    [
+        (KEY_A_EMPTY_VALUE + b"\x00", b"\x02"),  # a byte after the headers, inside the record
+        (KEY_A_EMPTY_VALUE + b"\x01", b""),  # header count -1
+        (KEY_A_EMPTY_VALUE + b"\x02\x01\x00", b""),  # one header whose key length is -1
+        (KEY_A_EMPTY_VALUE + b"\x02\x02k\x7e", b""),  # a header value longer than the record
+    ],
+    ids=["trailing byte", "negative header count", "null header key", "header past the record"],
+)
+def test_validate_refuses_records_whose_fields_do_not_fill_them_as_a_consumer_reads_them(fields, extra, records):
+    """Found by fuzzing (tests/fuzz): the walk read only each record's length and offsetDelta, so a
+    produced batch was accepted and stored that every consumer then failed to decode."""
+    batch = batch_of([record_bytes(index, fields, extra) for index in range(records)])
+    with pytest.raises(StorageError):
+        decode_records(batch)
+    with pytest.raises(InvalidRecordError):
+        validate_batch(batch)
+    sound = batch_of([record_bytes(index, KEY_A_EMPTY_VALUE + b"\x00") for index in range(records)])
+    validate_batch(sound)
+    assert [record.key for record in decode_records(sound)] == [b"a"] * records
+
+
 def test_validate_rejects_wrong_last_offset_delta_and_offset_gaps():
     damaged = patched(sample_batch(), LAST_OFFSET_DELTA_POSITION, ">i", 7)
     with pytest.raises(InvalidRecordError, match="lastOffsetDelta 7"):
