@@ -548,7 +548,8 @@ def unpack(cls: type[T], body: bytes, max_list_length: int = -1) -> T:
     try:
         data = msgpack.unpackb(body, raw=False, strict_map_key=False, max_array_len=max_list_length,
                                max_map_len=max_list_length)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+        # TypeError: a map key msgpack cannot hash (a map or an array)
         raise ProtocolError(f"the body is not valid msgpack ({error}); send one msgpack map") from None
     return decode(cls, data)
 

@@ -78,8 +78,7 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         started = time.perf_counter()
         body = await request.read()
         try:
-            message = _unpack_request(node, request_type, body)
-            _check_non_negative(message, request_type.__name__)
+            message = decode_request(request_type, body, node.config.max_request_partitions)
             answer = await node.dispatch(api, message, _listener_of(node, request))
         except ProtocolError as error:
             node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
@@ -97,15 +96,18 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
     return handle
 
 
-def _unpack_request(node: Node, request_type: type, body: bytes) -> Any:
-    limit = node.config.max_request_partitions
+def decode_request(request_type: type, body: bytes, max_list_length: int) -> Any:
+    """A request body as `request_type`, with what every route checks; ProtocolError names what is
+    wrong (the edge every request passes, and what tests/fuzz feeds)."""
     try:
-        return unpack(request_type, body, limit)
+        message = unpack(request_type, body, max_list_length)
     except ProtocolError as error:
         if "exceeds max_" in str(error):
-            raise ProtocolError(f"a list in the body is longer than max.request.partitions={limit}; "
+            raise ProtocolError(f"a list in the body is longer than max.request.partitions={max_list_length}; "
                                 "split the request") from None
         raise
+    _check_non_negative(message, request_type.__name__)
+    return message
 
 
 def _check_non_negative(message: Any, where: str) -> None:

@@ -529,6 +529,15 @@ def test_validate_refuses_records_whose_fields_do_not_fill_them_as_a_consumer_re
     assert [record.key for record in decode_records(sound)] == [b"a"] * records
 
 
+def test_a_header_key_that_is_not_utf8_decodes_with_replacement_characters():
+    """As Java's String(bytes, UTF_8) in Kafka's reader; it raised UnicodeDecodeError (a consumer
+    crash) before."""
+    batch = batch_of([record_bytes(0, KEY_A_EMPTY_VALUE[:-1] + b"\x00\x02\x02\xff\x00")])
+    validate_batch(batch)
+    (record,) = decode_records(batch)
+    assert record.headers == (("\ufffd", b""),)
+
+
 def test_validate_rejects_wrong_last_offset_delta_and_offset_gaps():
     damaged = patched(sample_batch(), LAST_OFFSET_DELTA_POSITION, ">i", 7)
     with pytest.raises(InvalidRecordError, match="lastOffsetDelta 7"):

@@ -1,0 +1,83 @@
+"""Writes the seed corpus in `tests/fuzz/corpus/` (kept in the repo): well-formed inputs of every
+shape each target takes, for the fuzzer to mutate. `python -m tests.fuzz.seeds` rewrites them."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from client.protocol import (
+    REQUESTS,
+    Api,
+    Envelope,
+    FetchPartition,
+    FetchRequest,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ProducePartition,
+    ProduceRequest,
+    encode,
+    pack,
+)
+from controller import raft_messages as raft
+from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
+from storage.records import Compression, build_batch
+from tests.fuzz.targets import CLUSTER_ID, PEER_ROUTES, ROUTES
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def record_seeds() -> list[bytes]:
+    seeds = []
+    for codec in Compression:
+        seeds.append(build_batch([(b"key", b"value"), (None, b"x" * 300), (b"k", None)], compression=codec,
+                                 base_offset=7, partition_leader_epoch=3))
+    seeds.append(build_batch([(b"a", b"b")]) + build_batch([(b"c", b"d")], base_offset=1))
+    return seeds
+
+
+def request_seeds() -> list[bytes]:
+    batch = build_batch([(b"key", b"value")])
+    examples = [
+        ProduceRequest(-1, 1000, (ProducePartition("orders", 0, batch),)),
+        FetchRequest((FetchPartition("orders", 0, 5, 1024),), replica_id=2, broker_epoch=4),
+        ListOffsetsRequest((ListOffsetsPartition("orders", 0, -1),)),
+    ]
+    routes = {REQUESTS[api]: index for index, api in enumerate(ROUTES)}
+    seeds = [bytes([routes[type(example)]]) + pack(example) for example in examples]
+    seeds.extend(bytes([index]) + pack({}) for index in range(len(ROUTES)))
+    return seeds
+
+
+def peer_seeds() -> list[bytes]:
+    messages = [
+        raft.VoteRequest(5, 2, 4, 100, pre_vote=True),
+        raft.VoteResponse(5, None, vote_granted=True, pre_vote=False),
+        raft.BeginQuorumEpoch(6, 2),
+        raft.FetchRequest(6, 2, 100, 5, 1 << 20, 17, high_watermark=90),
+        raft.FetchResponse(6, 2, raft.RaftError.NONE, 17, 100, 5, 100, 0, b"",
+                           raft.OffsetAndEpoch(4, 80)),
+    ]
+    seeds = [bytes([0]) + pack(Envelope(type(message).__name__, encode(message), 2, "127.0.0.1:9093", CLUSTER_ID))
+             for message in messages]
+    controller_requests = [
+        BrokerRegistrationRequest(4, "incarnation", {"PLAINTEXT": "h:9092"}, None),
+        BrokerHeartbeatRequest(4, 3, 100, replica_log_info=(ReplicaLogInfo("t" * 22, 0, 2, 1, 10, 0, ((0, 0),)),)),
+    ]
+    for route, request in zip((Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT), controller_requests, strict=True):
+        envelope = Envelope(type(request).__name__, encode(request), 4, "h:9092", CLUSTER_ID)
+        seeds.append(bytes([PEER_ROUTES.index(route)]) + pack(envelope))
+    return seeds
+
+
+def main() -> None:
+    for target, seeds in (("records", record_seeds()), ("requests", request_seeds()), ("peers", peer_seeds())):
+        directory = CORPUS / target
+        directory.mkdir(parents=True, exist_ok=True)
+        for seed in seeds:
+            (directory / hashlib.sha1(seed).hexdigest()).write_bytes(seed)
+        print(f"{target}: {len(seeds)} seeds in {directory}")
+
+
+if __name__ == "__main__":
+    main()
