@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed
 .PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
+	@# Debian packages the tests use: faketime (the Jepsen-style test steps node clocks with it)
+	@if ! [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] && command -v apt-get >/dev/null \
+		&& [ "$$(id -u)" = 0 ]; then apt-get install -y -q faketime >/dev/null \
+		|| (apt-get update -q >/dev/null && apt-get install -y -q faketime >/dev/null); fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,spark]'

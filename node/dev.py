@@ -33,6 +33,9 @@ class DevNode:
     port: int
     directory: Path
     process_roles: str  # the node's `process.roles`
+    host: str = "127.0.0.1"
+    wrapper: tuple[str, ...] = ()  # a command the node runs under (`ip netns exec NAME` in tests)
+    environment: Mapping[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -45,7 +48,7 @@ class DevNode:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def config_path(self) -> Path:
@@ -63,14 +66,18 @@ class DevNode:
 class DevCluster:
     """Local node processes: `node_count` combined nodes, or with `controller_count` > 0 that many
     controller-only nodes followed by `node_count` broker-only nodes. `properties` are extra config
-    keys for every node (tests use small timeouts). Methods are synchronous: they are for the CLI
-    and for tests that drive processes."""
+    keys for every node (tests use small timeouts). Tests may give nodes their own `hosts`, a
+    `wrappers` command to run under and `environments`. Methods are synchronous: they are for the
+    CLI and for tests that drive processes."""
 
     data_dir: Path
     node_count: int = 3
     base_port: int = 9092
     properties: Mapping[str, str] = field(default_factory=dict)
     controller_count: int = 0
+    hosts: Mapping[int, str] = field(default_factory=dict)
+    wrappers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    environments: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     nodes: dict[int, DevNode] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -79,7 +86,8 @@ class DevCluster:
         self.data_dir = Path(self.data_dir).resolve()
         self.nodes = {
             node_id: DevNode(node_id, self.base_port + node_id - 1, self.data_dir / f"node-{node_id}",
-                             self._roles_of(node_id))
+                             self._roles_of(node_id), self.hosts.get(node_id, "127.0.0.1"),
+                             self.wrappers.get(node_id, ()), self.environments.get(node_id, {}))
             for node_id in range(1, self.controller_count + self.node_count + 1)
         }
 
@@ -128,9 +136,9 @@ class DevCluster:
         self.write_config(node)
         log = node.log_path.open("ab")
         node.process = subprocess.Popen(
-            [sys.executable, "-m", "node.main", "--config", str(node.config_path)],
+            [*node.wrapper, sys.executable, "-m", "node.main", "--config", str(node.config_path)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **node.environment},
         )
         log.close()
         if wait:
