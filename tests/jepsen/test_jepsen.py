@@ -34,7 +34,7 @@ pytestmark = pytest.mark.jepsen
 TOPIC = "jepsen"
 PARTITIONS = 2
 WRITERS = 3
-PORT = 9092
+PORT = 9092  # node N listens on its own address, port PORT + N - 1
 DURATION_S = float(os.environ.get("JEPSEN_SECONDS", "30"))
 SEED = int(os.environ.get("JEPSEN_SEED", "1"))
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -79,9 +79,6 @@ def cluster(network: netns.Network, tmp_path: Path) -> Iterator[tuple[DevCluster
     dev = DevCluster(tmp_path / "nodes", 3, PORT, properties,
                      hosts={node: network.host(node) for node in (1, 2, 3)},
                      wrappers={node: network.wrapper(node) for node in (1, 2, 3)}, environments=environments)
-    # every node listens on the same port of its own address
-    for node in dev.nodes.values():
-        node.port = PORT
     dev.start()
     try:
         yield dev, clocks if environments else {}
