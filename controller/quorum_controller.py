@@ -1004,7 +1004,7 @@ def _may_be_committed(info: ReplicaLogInfo) -> ReplicaLogInfo:
     """The report cut where its records stop being possibly committed: past that end only this
     replica ever held them (`ReplicaLogInfo.may_be_committed_end_offset`)."""
     end = info.may_be_committed_end_offset
-    if end < 0 or end >= info.log_end_offset:
+    if end < 0 or end >= info.log_end_offset or info.log_start_offset >= info.log_end_offset:
         return info
     end = max(end, info.log_start_offset)
     if not info.epoch_start_offsets:

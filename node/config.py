@@ -44,6 +44,7 @@ METADATA_LOG_DIR_KEY = "metadata.log.dir"  # Kafka's; under a quorum prefix, but
 _LISTENER_PATTERN = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(\d+)")
 _CLUSTER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 _UNROUTABLE_HOSTS = frozenset({"", "0.0.0.0", "[::]"})
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 _MS_PER_MINUTE = 60_000
 _MS_PER_HOUR = 3_600_000
 
@@ -219,7 +220,7 @@ class NodeConfig:
             listeners=listeners,
             advertised_listeners=advertised,
             inter_broker_listener_name=_parse_inter_broker_listener(properties, listeners, advertised),
-            controller_listener_names=_parse_controller_listeners(properties, listeners),
+            controller_listener_names=_parse_controller_listeners(properties, listeners, node_id, quorum),
             log_dirs=log_dirs,
             metadata_log_dir=_parse_metadata_log_dir(properties, log_dirs),
             cluster_id=_parse_cluster_id(properties, quorum),
@@ -285,13 +286,16 @@ class NodeConfig:
         """(host, port) of every listener, to bind the server to."""
         return [(endpoint.host.strip("[]"), endpoint.port) for endpoint in self.listeners]
 
-    def listener_for_port(self, port: int | None) -> str:
-        """The name of the listener bound to local `port`; the inter-broker listener when no
-        configured port matches (an ephemeral port 0, or an unknown socket)."""
+    def listener_for(self, host: str | None, port: int | None) -> str:
+        """The name of the listener bound to local `host`:`port` (two listeners may share a port on
+        different addresses; a wildcard host matches any). A socket no listener matches is the
+        inter-broker listener's only when it is the node's one listener; else the first client
+        listener's, so an unknown socket is never trusted with node-to-node traffic."""
         for endpoint in self.listeners:
-            if endpoint.port == port:
+            if endpoint.port == port and endpoint.host.strip("[]") in (host, *_WILDCARD_HOSTS):
                 return endpoint.name
-        return self.inter_broker_listener_name
+        clients = [endpoint.name for endpoint in self.listeners if not self.serves_node_traffic(endpoint.name)]
+        return clients[0] if clients else self.inter_broker_listener_name
 
     def serves_node_traffic(self, listener: str) -> bool:
         """Whether `listener` takes Raft, the broker-to-controller requests and replica fetches: the
@@ -494,10 +498,16 @@ def _parse_inter_broker_listener(properties: Mapping[str, str], listeners: tuple
     return name
 
 
-def _parse_controller_listeners(properties: Mapping[str, str], listeners: tuple[Endpoint, ...]) -> tuple[str, ...]:
+def _parse_controller_listeners(properties: Mapping[str, str], listeners: tuple[Endpoint, ...], node_id: int,
+                                quorum: QuorumConfig) -> tuple[str, ...]:
     """`controller.listener.names`: the listeners `controller.quorum.voters` points at, when they
-    are not the inter-broker one (Kafka's `CONTROLLER://:9093` beside `PLAINTEXT://:9092`)."""
-    raw = properties.get("controller.listener.names", "")
+    are not the inter-broker one (Kafka's `CONTROLLER://:9093` beside `PLAINTEXT://:9092`). Unset,
+    a voter's is the listener on its own voter port, so a Kafka-style config without the key keeps
+    its quorum."""
+    raw = properties.get("controller.listener.names")
+    if raw is None:
+        voter = quorum.voters.get(node_id)
+        return tuple(endpoint.name for endpoint in listeners if voter is not None and endpoint.port == voter.port)
     names = tuple(name.strip().upper() for name in raw.split(",") if name.strip())
     known = {endpoint.name for endpoint in listeners}
     unknown = [name for name in names if name not in known]

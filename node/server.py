@@ -125,11 +125,10 @@ def _check_non_negative(message: Any, where: str) -> None:
 
 
 def _listener_of(node: Node, request: web.Request) -> str:
-    """The name of the listener the request came in on (by local port), so metadata answers with
+    """The name of the listener the request came in on (by local address), so metadata answers with
     the addresses a client on that network can reach (Kafka's per-listener advertised addresses)."""
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
-    port = sockname[1] if sockname else None
-    return node.config.listener_for_port(port)
+    return node.config.listener_for(sockname[0], sockname[1]) if sockname else node.config.listener_for(None, None)
 
 
 def _refuse(status: int, code: ErrorCode, message: str) -> web.Response:

@@ -153,16 +153,17 @@ class Leader:
         log = self.log
         state = self.remote.get(request.replica_id)
         registered = self.broker_epochs.get(request.replica_id, NO_BROKER_EPOCH)
-        if state is None or state.is_stale_broker_epoch(request.broker_epoch) or (
-            request.broker_epoch != NO_BROKER_EPOCH and request.broker_epoch < registered
-        ):
-            reason = "is not a replica" if state is None else f"fetched with an old broker epoch {request.broker_epoch}"
+        if state is None:
             return self._fetch_error(request, ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                     f"broker {request.replica_id} {reason} of {log.name} (replicas {self.replicas})")
-        if registered != NO_BROKER_EPOCH and request.broker_epoch != registered:
+                                     f"broker {request.replica_id} is not a replica of {log.name} "
+                                     f"(replicas {self.replicas})")
+        if state.is_stale_broker_epoch(request.broker_epoch) or (
+            registered != NO_BROKER_EPOCH and request.broker_epoch != registered
+        ):
             # KIP-380's check: only the replica's registered process may fetch as it (a fetch with
             # no epoch or another one would move its LEO, hence the HW). Its own process fetches
-            # again once this leader has its registration. The message does not tell the epoch.
+            # again once this leader has its registration. One answer for an epoch above or below
+            # it, and none says it, so the answers do not lead a forger to it.
             return self._fetch_error(request, ErrorCode.STALE_BROKER_EPOCH,
                                      f"a fetch as broker {request.replica_id} must carry that broker's registered "
                                      f"broker epoch; {request.broker_epoch} is not it")

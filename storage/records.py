@@ -439,6 +439,8 @@ def _walk_records(data: Any, position: int, end: int, count: int, batch_position
             cursor = body + 1
             while cursor < record_end and data[cursor] & 0x80:
                 cursor += 1
+            if cursor - body > _VARLONG_BYTES_MAX:  # timestampDelta, a varlong a consumer reads
+                break
             byte = data[cursor + 1]
             if byte < 0x80:
                 offset_delta, fields = (byte >> 1) ^ -(byte & 1), cursor + 2
@@ -508,6 +510,9 @@ def _varint_end(data: bytes, position: int, end: int) -> int:
     return position + 1 if position < end else -1
 
 
+_VARLONG_BYTES_MAX = 10  # a longer varint is refused by `decode_varint`, so by every consumer
+
+
 # Runs: offsetDelta i is the canonical varint of i, one byte for i < 64 and two below 8192,
 # so records whose keys and values have equal lengths have equal sizes within each range.
 # Column j of a range is byte j of the varints of every index in it, for strided comparison.
@@ -553,6 +558,8 @@ def _check_run(data: bytes, position: int, end: int, run: int, width: int, colum
     cursor = body + 1
     while cursor < record_end and data[cursor] & 0x80:
         cursor += 1
+    if cursor - body > _VARLONG_BYTES_MAX:
+        return -1
     size = record_end - position
     run_end = position + run * size
     if cursor + 1 + width > record_end or run_end > end:

@@ -128,12 +128,27 @@ def test_listeners_and_advertised_listeners() -> None:
     })
     assert config.listener_address("EXTERNAL") == "0.0.0.0:19092"
     assert config.advertised_address("EXTERNAL") == "localhost:19092"
-    assert config.listener_for_port(19092) == "EXTERNAL"
-    assert config.listener_for_port(None) == "INTERNAL"
+    assert config.listener_for("10.0.0.1", 19092) == "EXTERNAL"
+    assert config.listener_for(None, None) == "EXTERNAL", "an unknown socket is not trusted with node traffic"
     assert config.listener_addresses() == ["INTERNAL://0.0.0.0:9092", "EXTERNAL://0.0.0.0:19092"]
     with pytest.raises(KeyError, match="known: INTERNAL, EXTERNAL"):
         config.listener_address("OTHER")
     assert config.serves_node_traffic("INTERNAL") and not config.serves_node_traffic("EXTERNAL")
+
+
+def test_listeners_sharing_a_port_on_two_addresses_are_told_apart_by_address() -> None:
+    config = config_of(**{"listeners": "EXTERNAL://10.0.0.2:9092,INTERNAL://10.0.0.1:9092",
+                          "inter.broker.listener.name": "INTERNAL"})
+    assert config.listener_for("10.0.0.1", 9092) == "INTERNAL"
+    assert config.listener_for("10.0.0.2", 9092) == "EXTERNAL"
+
+
+def test_a_voters_controller_listener_defaults_to_the_one_on_its_voter_port() -> None:
+    """Found in review: a Kafka-style config without controller.listener.names refused its own Raft
+    traffic on the CONTROLLER listener the voters point at."""
+    config = config_of(**{"listeners": "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:9092"})
+    assert config.controller_listener_names == ("CONTROLLER",)
+    assert config.serves_node_traffic("CONTROLLER")
 
 
 def test_controller_listener_names_also_take_node_to_node_traffic() -> None:

@@ -233,7 +233,7 @@ def test_a_re_registered_follower_no_longer_counts_its_old_process_log_end(broke
     assert produce_results(ready) == []
     stale = FollowerFetch(leader.request_id(), 2, 2, 1, 0, current_leader_epoch=1, max_bytes=100, broker_epoch=10)
     result = only(leader.handle(stale, now_ms=4).completions, FetchResult)
-    assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER, "a fetch of the old process is refused"
+    assert result.error == ErrorCode.STALE_BROKER_EPOCH, "a fetch of the old process is refused"
     assert leader.log.high_watermark == 0
     fresh = FollowerFetch(leader.request_id(), 2, 2, 1, 0, current_leader_epoch=1, max_bytes=100, broker_epoch=11)
     ready = leader.handle(fresh, now_ms=5)
@@ -257,12 +257,13 @@ def test_a_fetch_from_a_newer_broker_epoch_starts_a_fresh_fetch_state(brokers: B
 
 def test_a_follower_joins_the_isr_only_from_its_registered_broker_epoch(brokers: Brokers) -> None:
     """Kafka's isReplicaIsrEligible (KIP-903): a fetch from an epoch older than the metadata's is
-    refused; one from a newer epoch (metadata not yet applied here) is served, but the follower joins
-    only once the metadata registers that epoch."""
+    refused; here one from a newer epoch (metadata not yet applied) is refused too (KIP-380's check:
+    any but the registered epoch), and the follower is served and joins once the metadata registers
+    that epoch."""
     leader, one, _ = setup(brokers, isr=(1,))
     leader.handle(UpdateBrokerEpochs(((1, 1), (2, 20), (3, 30))), now_ms=0)
     old = FollowerFetch(leader.request_id(), 2, 0, -1, 0, current_leader_epoch=1, max_bytes=100, broker_epoch=19)
-    assert only(leader.handle(old, now_ms=1).completions, FetchResult).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert only(leader.handle(old, now_ms=1).completions, FetchResult).error == ErrorCode.STALE_BROKER_EPOCH
     ready, _ = fetch_round(leader, one, now_ms=2, broker_epoch=21)
     assert ready.messages == (), "epoch 21 is not registered yet"
     leader.handle(UpdateBrokerEpochs(((1, 1), (2, 21), (3, 30))), now_ms=3)

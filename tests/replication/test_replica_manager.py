@@ -312,7 +312,7 @@ def test_a_follower_registering_again_resets_its_fetch_state_on_the_leader_first
     part = FollowerFetch(0, 2, fetch_offset=1, last_fetched_epoch=0, log_start_offset=0, current_leader_epoch=0,
                          max_bytes=1 << 20, broker_epoch=old_epoch)
     answer = cluster.request(1, ClientRequest(next(_ids), ((P0, part),), FetchWait(2, 0, 0, 1 << 20)))
-    assert answer is not None and only_result(answer).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert answer is not None and only_result(answer).error == ErrorCode.STALE_BROKER_EPOCH
 
 
 def fence(cluster: CoreCluster, *broker_ids: int) -> None:

@@ -529,6 +529,21 @@ def test_validate_refuses_records_whose_fields_do_not_fill_them_as_a_consumer_re
     assert [record.key for record in decode_records(sound)] == [b"a"] * records
 
 
+@pytest.mark.parametrize("records", [1, 8], ids=["record by record", "a run of equal records"])
+def test_validate_refuses_a_timestamp_delta_longer_than_a_varlong(records):
+    """Found in review: the walk skipped timestampDelta by its continuation bits however long it
+    was; a consumer refuses a varint over 10 bytes."""
+    def record(index: int) -> bytes:
+        body = b"\x00" + b"\x80" * 11 + b"\x00" + encode_varint(index) + KEY_A_EMPTY_VALUE + b"\x00"
+        return encode_varint(len(body)) + body
+
+    batch = batch_of([record(index) for index in range(records)])
+    with pytest.raises(StorageError):
+        decode_records(batch)
+    with pytest.raises(InvalidRecordError):
+        validate_batch(batch)
+
+
 def test_a_header_key_that_is_not_utf8_decodes_with_replacement_characters():
     """As Java's String(bytes, UTF_8) in Kafka's reader; it raised UnicodeDecodeError (a consumer
     crash) before."""
