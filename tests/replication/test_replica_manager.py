@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from controller.metadata import PartitionRegistration
 from replication.broker_events import (
     ClientRequest,
     FetchWait,
@@ -323,6 +324,24 @@ def fence(cluster: CoreCluster, *broker_ids: int) -> None:
     cluster.publish()
 
 
+def leave_without_isr_or_elr(cluster: CoreCluster) -> tuple[str, PartitionRegistration]:
+    """Fence brokers 2 and 3 and restart all three uncleanly (no clean-shutdown marker, so out of
+    the ELR): the partition has no leader, ISR or ELR. Its topic id and state."""
+    fence(cluster, 2, 3)
+    for broker_id in (1, 2, 3):
+        response = cluster.controller.handle(BrokerRegistrationRequest(
+            broker_id, f"incarnation-{broker_id}-again", {"PLAINTEXT": f"broker-{broker_id}:9092"}, None),
+            cluster.now_ms).response
+        assert response.error_code == ErrorCode.NONE, response
+        cluster.brokers[broker_id].broker_epoch = response.broker_epoch
+    cluster.publish()
+    topic_id = cluster.metadata.topic_id(TOPIC)
+    assert topic_id is not None
+    state = cluster.metadata.partition(topic_id, 0)
+    assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
+    return topic_id, state
+
+
 def test_offline_log_ends_leave_out_records_no_other_broker_was_sent(cluster: CoreCluster) -> None:
     """A deposed leader's records that it never served to a follower and never counted committed
     exist on that broker only: its report says its records may be committed only up to them, so the
@@ -342,18 +361,7 @@ def test_offline_log_ends_leave_out_records_no_other_broker_was_sent(cluster: Co
     cluster.pump()
     log = cluster.partition(2, P0).log
     assert (log.high_watermark, log.log_end_offset) == (3, 6)
-    fence(cluster, 2, 3)
-    for broker_id in (1, 2, 3):
-        response = cluster.controller.handle(BrokerRegistrationRequest(
-            broker_id, f"incarnation-{broker_id}-again", {"PLAINTEXT": f"broker-{broker_id}:9092"}, None),
-            cluster.now_ms).response
-        assert response.error_code == ErrorCode.NONE, response
-        cluster.brokers[broker_id].broker_epoch = response.broker_epoch
-    cluster.publish()
-    topic_id = cluster.metadata.topic_id(TOPIC)
-    assert topic_id is not None
-    state = cluster.metadata.partition(topic_id, 0)
-    assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
+    topic_id, state = leave_without_isr_or_elr(cluster)
     assert cluster.brokers[2].core.offline_log_ends() == (
         ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 6, 0, ((0, 0), (1, 2)), 4),
     )
@@ -371,18 +379,7 @@ def test_offline_log_ends_report_the_log_start_and_the_leader_epoch_cache(cluste
     assert cluster.partition(2, P0).role == Role.LEADER
     produce(cluster, 2, batch(b"c"))
     cluster.pump()
-    fence(cluster, 2, 3)
-    for broker_id in (1, 2, 3):  # unclean restarts: no clean-shutdown marker, so out of the ELR
-        response = cluster.controller.handle(BrokerRegistrationRequest(
-            broker_id, f"incarnation-{broker_id}-again", {"PLAINTEXT": f"broker-{broker_id}:9092"}, None),
-            cluster.now_ms).response
-        assert response.error_code == ErrorCode.NONE, response
-        cluster.brokers[broker_id].broker_epoch = response.broker_epoch
-    cluster.publish()
-    topic_id = cluster.metadata.topic_id(TOPIC)
-    assert topic_id is not None
-    state = cluster.metadata.partition(topic_id, 0)
-    assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
+    topic_id, state = leave_without_isr_or_elr(cluster)
     assert cluster.brokers[3].core.offline_log_ends() == (
         ReplicaLogEnd(topic_id, 0, state.leader_epoch, 1, 3, 0, ((0, 0), (1, 2)), 3),
     )
