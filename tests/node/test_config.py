@@ -160,6 +160,12 @@ def test_controller_listener_names_also_take_node_to_node_traffic() -> None:
     assert [config.serves_node_traffic(name) for name in ("PLAINTEXT", "CONTROLLER", "CLIENT")] == [True, True, False]
 
 
+def test_request_bounds_reach_the_parts_that_apply_them() -> None:
+    config = config_of(**{"max.delayed.fetches": "5", "max.request.partitions": "7"})
+    assert config.replication_config().delayed_fetch_max == 5
+    assert config.max_request_partitions == 7
+
+
 def test_voter_address_and_roles() -> None:
     assert config_of().voter_address(3) == "127.0.0.1:9094"
     broker = config_of(**{"node.id": "7", "process.roles": "broker"})
