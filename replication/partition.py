@@ -91,7 +91,7 @@ from storage.error_codes import ErrorCode
 from storage.errors import CorruptRecordError, StorageError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
-from storage.records import DamagedBatch, find_damaged_batch, iter_headers
+from storage.records import DamagedBatch, check_batches
 
 ACKS_ALL = -1
 VALID_ACKS = (0, 1, ACKS_ALL)
@@ -417,11 +417,11 @@ class Partition:
             data = log.read(request.fetch_offset, request.max_bytes, max_offset=bound)
         except CorruptRecordError as error:  # a batch header the log cannot walk past: where is not known
             return self._take_offline(request.request_id, DamagedBatch(log.log_end_offset, str(error)), out)
-        damaged = find_damaged_batch(data.records, request.fetch_offset)
+        end, damaged = check_batches(data.records, request.fetch_offset)
         if damaged is not None:
             return self._take_offline(request.request_id, damaged, out)
-        if isinstance(request, FollowerFetch) and data.records:
-            self.replica_log.served(max(header.next_offset for _, header in iter_headers(data.records)))
+        if isinstance(request, FollowerFetch):
+            self.replica_log.served(end)
         return FetchResult(request.request_id, ErrorCode.NONE, data.records, log.high_watermark,
                            log.log_start_offset, log.log_end_offset)
 

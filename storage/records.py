@@ -364,27 +364,28 @@ class DamagedBatch:
     reason: str
 
 
-def find_damaged_batch(data: Any, fetch_offset: int) -> DamagedBatch | None:
-    """The first batch of `data` (whole batches read from a log from the one holding `fetch_offset`)
-    that is not sound, or None: its header must parse, its CRC match, its offsets follow the batch
-    before it (the CRC covers neither baseOffset nor partitionLeaderEpoch, so damage there shows
-    only as offsets that go back) and its leader epoch must not fall. The offset it reports is the
-    end of the last sound batch (for the first batch, `fetch_offset`)."""
+def check_batches(data: Any, fetch_offset: int) -> tuple[int, DamagedBatch | None]:
+    """Where the sound batches of `data` (whole batches read from a log from the one holding
+    `fetch_offset`) end (`fetch_offset` for none), and the first that is not sound, or None: its
+    header must parse, its CRC match, its offsets follow the batch before it (the CRC covers neither
+    baseOffset nor partitionLeaderEpoch, so damage there shows only as offsets that go back) and its
+    leader epoch must not fall. The damaged batch's offset is that end."""
     position, expected, epoch = 0, fetch_offset, -1
     while position < len(data):
         try:
             header = validate_batch(data, position, check_records=False)
         except StorageError as error:
-            return DamagedBatch(expected, str(error))
+            return expected, DamagedBatch(expected, str(error))
         if header.base_offset < expected and position > 0:
-            return DamagedBatch(expected, f"batch at position {position} starts at offset {header.base_offset}, "
-                                          f"below the end {expected} of the batch before it")
+            return expected, DamagedBatch(expected, f"batch at position {position} starts at offset "
+                                                    f"{header.base_offset}, below the end {expected} of the "
+                                                    "batch before it")
         if header.partition_leader_epoch < epoch:
-            return DamagedBatch(expected, f"batch at position {position} has leader epoch "
-                                          f"{header.partition_leader_epoch} after epoch {epoch}")
+            return expected, DamagedBatch(expected, f"batch at position {position} has leader epoch "
+                                                    f"{header.partition_leader_epoch} after epoch {epoch}")
         position += header.size_in_bytes
         expected, epoch = header.next_offset, header.partition_leader_epoch
-    return None
+    return expected, None
 
 
 def _check_records(buffer: Any, position: int, header: BatchHeader, codec: Compression,

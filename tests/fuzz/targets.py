@@ -21,7 +21,7 @@ from node.controller_channel import request_from_envelope
 from node.raft_transport import from_envelope
 from node.server import decode_request
 from storage.errors import StorageError
-from storage.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, decode_records, find_damaged_batch, validate_batch
+from storage.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, check_batches, decode_records, validate_batch
 
 MAX_MESSAGE_BYTES = 1 << 20
 MAX_DECOMPRESSED_BYTES = 8 << 20
@@ -38,7 +38,7 @@ def records(data: bytes) -> None:
     """The input as it is, then with its CRC made right, so that mutations get past the CRC to the
     framing, the records and the codecs."""
     for batch in (data, _with_crc(data)):
-        find_damaged_batch(batch, 0)
+        check_batches(batch, 0)
         try:
             validate_batch(batch, 0, MAX_MESSAGE_BYTES, True, MAX_DECOMPRESSED_BYTES)
         except StorageError:
