@@ -4,6 +4,8 @@ shape each target takes, for the fuzzer to mutate. `python -m tests.fuzz.seeds` 
 from __future__ import annotations
 
 import hashlib
+import random
+import tempfile
 from pathlib import Path
 
 from client.protocol import (
@@ -21,8 +23,23 @@ from client.protocol import (
 )
 from controller import raft_messages as raft
 from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
+from controller.quorum_state import ElectionState, QuorumStateStore
+from controller.raft import Raft
+from controller.raft_driver import RaftDriver
+from controller.raft_log import RaftLog, metadata_log_config
+from controller.raft_messages import Event, Message, Propose, Tick
 from storage.records import Compression, build_batch
-from tests.fuzz.targets import CLUSTER_ID, PEER_ROUTES, ROUTES
+from tests.fuzz.targets import (
+    CLUSTER_ID,
+    NODE_ID,
+    PEER_ROUTES,
+    RAFT_QUORUM,
+    ROUTES,
+    TICK_STEP_MS,
+    VOTERS,
+    CountingStateMachine,
+    raft_frame,
+)
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -70,8 +87,51 @@ def peer_seeds() -> list[bytes]:
     return seeds
 
 
+def raft_seeds() -> list[bytes]:
+    """Node 1's events in short runs of three cores, each built as the `raft` target builds node 1
+    (so a replay meets the same correlation ids): elections it wins or loses, proposals, fetches
+    and snapshots, from a formatted start and from one without state."""
+    seeds = []
+    for restoring in (False, True):
+        for others_seed, others_start_ms in ((0, 0), (1, 0), (2, 250), (3, 250)):
+            with tempfile.TemporaryDirectory() as root:
+                seeds.append(bytes([int(restoring)]) + _raft_run(Path(root), restoring, others_seed, others_start_ms))
+    return seeds
+
+
+def _raft_run(root: Path, restoring: bool, others_seed: int, others_start_ms: int, duration_ms: int = 600) -> bytes:
+    """Voters 2 and 3 tick from `others_start_ms` on (before it, node 1 alone times out, and leads)."""
+    outbox: list[Message] = []
+    drivers = {}
+    for node_id in sorted(VOTERS):
+        store = QuorumStateStore(root / str(node_id))
+        state = store.read() if restoring else ElectionState(0)
+        rng = random.Random(0 if node_id == NODE_ID else others_seed * 10 + node_id)
+        log = RaftLog.open(root / str(node_id), 0, metadata_log_config(segment_bytes=2048))
+        drivers[node_id] = RaftDriver(Raft(node_id, RAFT_QUORUM, log, state, rng, 0), store,
+                                      CountingStateMachine(), outbox.append)
+    frames = bytearray()
+    for now_ms in range(TICK_STEP_MS, duration_ms, TICK_STEP_MS):
+        events: list[tuple[int, Event]] = [(node_id, Tick()) for node_id in drivers
+                                           if node_id == NODE_ID or now_ms >= others_start_ms]
+        leader = next((driver.raft for driver in drivers.values() if driver.raft.leader_ready), None)
+        if leader is not None and now_ms % 48 == 0:
+            events.append((leader.node_id, Propose(now_ms, b"r%07d" % now_ms)))
+        for _ in range(20):
+            for node_id, event in events:
+                if node_id == NODE_ID:
+                    frames += raft_frame(event, TICK_STEP_MS)
+                drivers[node_id].step(event, now_ms)
+            events = [(message.destination_id, message) for message in outbox]
+            outbox.clear()
+            if not events:
+                break
+    return bytes(frames)
+
+
 def main() -> None:
-    for target, seeds in (("records", record_seeds()), ("requests", request_seeds()), ("peers", peer_seeds())):
+    for target, seeds in (("records", record_seeds()), ("requests", request_seeds()), ("peers", peer_seeds()),
+                          ("raft", raft_seeds())):
         directory = CORPUS / target
         directory.mkdir(parents=True, exist_ok=True)
         for seed in seeds:

@@ -7,16 +7,30 @@ exception it lets out is a bug (the edge may refuse an input only with its named
   and checks it.
 - `peers`: a Raft message or a broker-to-controller request from a peer (the first byte picks the
   route), as the node decodes and validates it before any core sees it.
+- `raft`: a Raft core (voter 1 of 3, over a real log) fed a sequence of events (see `raft_frames`):
+  the Raft messages that pass the edge's validation, ticks, proposals and failed sends. Whatever
+  validated messages say, the core may refuse them but never fail an assertion (its own invariants
+  included) or raise.
 """
 
 from __future__ import annotations
 
+import random
+import shutil
 import struct
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from crc32c import crc32c
 
-from client.protocol import REQUESTS, Api, Envelope, ProtocolError, unpack
+from client.protocol import REQUESTS, Api, Envelope, ProtocolError, encode, pack, unpack
+from controller.quorum_config import QuorumConfig, VoterEndpoint
+from controller.quorum_state import ElectionState, QuorumStateStore
+from controller.raft import Raft
+from controller.raft_driver import RaftDriver
+from controller.raft_log import RaftLog, metadata_log_config
+from controller.raft_messages import Event, Message, Propose, Tick, Unreachable
 from node.controller_channel import request_from_envelope
 from node.raft_transport import from_envelope
 from node.server import decode_request
@@ -79,4 +93,86 @@ def peers(data: bytes) -> None:
         return
 
 
-TARGETS: dict[str, Callable[[bytes], None]] = {"records": records, "requests": requests, "peers": peers}
+RAFT_QUORUM = QuorumConfig(
+    voters={voter: VoterEndpoint(voter, "127.0.0.1", 9090 + voter) for voter in VOTERS}, election_timeout_ms=100,
+    fetch_timeout_ms=200, election_backoff_max_ms=50, request_timeout_ms=100, retry_backoff_ms=10,
+    fetch_max_wait_ms=0, snapshot_interval_records=4)
+RAFT_SCRATCH = Path("/dev/shm") if Path("/dev/shm").is_dir() else None  # a fresh log per input, in memory
+TICK_STEP_MS = 8
+_MESSAGE, _PROPOSE, _UNREACHABLE = 0x80, 0xF0, 0xF8
+
+
+def raft(data: bytes) -> None:
+    """The first byte: bit 0 starts the node as a voter without state (restoring), as a new disk
+    does, else formatted at epoch 0. The rest: `raft_frames`."""
+    if not data:
+        return
+    directory = Path(tempfile.mkdtemp(prefix="fuzz-raft-", dir=RAFT_SCRATCH))
+    try:
+        store = QuorumStateStore(directory)
+        state = store.read() if data[0] & 1 else ElectionState(0)
+        core = Raft(NODE_ID, RAFT_QUORUM, RaftLog.open(directory, 0, metadata_log_config(segment_bytes=2048)),
+                    state, random.Random(0), 0)
+        driver = RaftDriver(core, store, CountingStateMachine(), lambda message: None)
+        now_ms = 0
+        for advance_ms, event in raft_frames(data[1:]):
+            now_ms += advance_ms
+            driver.step(event, now_ms)
+    finally:
+        shutil.rmtree(directory)
+
+
+def raft_frames(data: bytes) -> Iterator[tuple[int, Event]]:
+    """Frames, each (time to advance, event): a byte below 0x80 is a Tick that many `TICK_STEP_MS`
+    later; 0x80-0xEF, a 2-byte length and an `Envelope` from a peer, yielded only if the edge's
+    `from_envelope` accepts it; 0xF0-0xF7 a proposal; 0xF8-0xFF a failed send to voter 2 or 3 (the
+    correlation id of the core's last fetch or probe is not known here, so it is 0 or guessed by
+    the fuzzer in the next 8 bytes)."""
+    position = 0
+    while position < len(data):
+        op = data[position]
+        position += 1
+        if op < _MESSAGE:
+            yield op * TICK_STEP_MS, Tick()
+        elif op < _PROPOSE:
+            length = int.from_bytes(data[position : position + 2], "big")
+            frame, position = data[position + 2 : position + 2 + length], position + 2 + length
+            try:
+                yield 0, from_envelope(unpack(Envelope, frame, MAX_LIST_LENGTH), NODE_ID, VOTERS, CLUSTER_ID)
+            except ProtocolError:
+                continue
+        elif op < _UNREACHABLE:
+            yield 0, Propose(position, data[position : position + 8])
+            position += 8
+        else:
+            yield 0, Unreachable(2 + op % 2, int.from_bytes(data[position : position + 8], "big"))
+            position += 8
+
+
+def raft_frame(event: Event, advance_ms: int = 0) -> bytes:
+    """One frame of `raft_frames` (for the seed corpus); a tick's advance is rounded to the step."""
+    if isinstance(event, Tick):
+        return bytes([min(0x7F, advance_ms // TICK_STEP_MS)])
+    if isinstance(event, Propose):
+        return bytes([_PROPOSE]) + event.data[:8].ljust(8, b"\0")
+    assert isinstance(event, Message), event
+    envelope = pack(Envelope(type(event.body).__name__, encode(event.body), event.source_id, "127.0.0.1:9093",
+                             CLUSTER_ID))
+    return bytes([_MESSAGE]) + len(envelope).to_bytes(2, "big") + envelope
+
+
+class CountingStateMachine:
+    def __init__(self) -> None:
+        self.applied = 0
+
+    def apply(self, offset: int, epoch: int, data: bytes) -> None:
+        self.applied += 1
+
+    def snapshot(self) -> bytes:
+        return self.applied.to_bytes(8, "big")
+
+    def restore(self, offset: int, data: bytes) -> None:
+        self.applied = int.from_bytes(data, "big")
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {"records": records, "requests": requests, "peers": peers, "raft": raft}
