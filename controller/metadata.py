@@ -55,7 +55,8 @@ from controller.metadata_records import (
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
 
-SNAPSHOT_VERSION = 2  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset
+SNAPSHOT_VERSION = 3  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset;
+# 3: brokers: fenced_offset
 TOPIC_NAME_LENGTH_MAX = 249
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -80,7 +81,10 @@ class BrokerRegistration:
     `broker_epoch` is the offset of its latest `RegisterBroker` record; requests from the broker
     carry it, and one from an older process (a lower epoch) is refused. A broker is an eligible
     leader and ISR member only while `active`: unfenced and not in controlled shutdown. `log_dirs`
-    are the directory ids (KIP-858) of its log dirs as of that registration.
+    are the directory ids (KIP-858) of its log dirs as of that registration. `fenced_offset` is the
+    offset of the record that fenced it last (its registration, or a `FenceBroker`): it is unfenced
+    only once it has applied the metadata up to there, so it has seen every leadership that moved
+    away from it while it was fenced (-1 in a snapshot older than version 3).
     """
 
     broker_id: int
@@ -91,6 +95,7 @@ class BrokerRegistration:
     fenced: bool = True
     in_controlled_shutdown: bool = False
     log_dirs: tuple[str, ...] = ()
+    fenced_offset: int = -1
 
     @property
     def active(self) -> bool:
@@ -342,6 +347,7 @@ class ClusterMetadata:
             endpoints=dict(record.endpoints),
             rack=record.rack,
             log_dirs=record.log_dirs,
+            fenced_offset=offset,
         )
 
     def _registered(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
@@ -354,7 +360,7 @@ class ClusterMetadata:
 
     def _apply_fence_broker(self, offset: int, record: FenceBroker) -> None:
         broker = self._registered(record.broker_id, record.broker_epoch)
-        self._brokers[record.broker_id] = replace(broker, fenced=True)
+        self._brokers[record.broker_id] = replace(broker, fenced=True, fenced_offset=offset)
 
     def _apply_unfence_broker(self, offset: int, record: UnfenceBroker) -> None:
         broker = self._registered(record.broker_id, record.broker_epoch)
@@ -487,6 +493,7 @@ _BROKER_FIELDS: list[tuple[str, Any]] = [
     ("fenced", bool),
     ("in_controlled_shutdown", bool),
     ("log_dirs", tuple[str, ...]),
+    ("fenced_offset", int),
 ]
 _TOPIC_FIELDS: list[tuple[str, Any]] = [
     ("topic_id", str),
@@ -504,7 +511,8 @@ _PARTITION_FIELDS: list[tuple[str, Any]] = [
     ("last_known_elr", tuple[int, ...]),
     ("log_start_offset", int),
 ]
-_SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (len(_BROKER_FIELDS), 7), 2: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
+_SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (8, 7), 2: (8, len(_PARTITION_FIELDS)),
+                          3: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
 """Per snapshot version, how many broker and partition fields it has (later fields take defaults)."""
 
 

@@ -23,7 +23,10 @@ Contract with the owner (the node's controller driver):
 
 Broker liveness (Kafka's `BrokerHeartbeatManager`): the last heartbeat time of each broker is
 controller memory, not metadata; a new controller assumes every unfenced broker was just heard
-from. A broker silent for more than `broker.session.timeout.ms` is fenced by `tick`.
+from. A broker silent for more than `broker.session.timeout.ms` is fenced by `tick`. A fenced broker
+is unfenced only once its heartbeat reports metadata applied up to its fencing record
+(`BrokerRegistration.fenced_offset`): so it has seen the leaderships moved away from it, and the
+lease it renews (controller/broker_lifecycle.py) never lets it act on older ones.
 
 Leader, ISR and ELR changes (Kafka's `ReplicationControlManager`, KIP-966). Every change goes
 through `partition_change` (controller/partition_change.py, the rules and why they keep every
@@ -567,7 +570,10 @@ class QuorumController:
         should_shut_down = False
         if broker.fenced:
             should_shut_down = request.want_shutdown
-            if not request.want_shutdown and not request.want_fence and caught_up:
+            # Seen its own fencing, so every leadership moved away from it: only then may it lead
+            # again (a broker back from a partition may still hold metadata older than that).
+            if (not request.want_shutdown and not request.want_fence and caught_up
+                    and request.current_metadata_offset >= broker.fenced_offset):
                 self._unfence(batch, broker)
         elif request.want_fence:
             self._fence(batch, broker)

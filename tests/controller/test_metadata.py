@@ -228,6 +228,7 @@ def test_a_version_0_snapshot_and_records_load_with_empty_elr_and_no_log_dirs() 
     metadata = ClusterMetadata()
     metadata.restore(0, snapshot)
     assert metadata.broker(1).log_dirs == ()
+    assert metadata.broker(1).fenced_offset == -1  # version 3 field: unfencing then waits on nothing
     assert metadata.partition(TOPIC_ID, 0) == PartitionRegistration((1,), (1,), 1, 0, 0)
     metadata.apply(1, 1, msgpack.packb([5, 0, TOPIC_ID, 0, [], -1]))  # PartitionChange version 0
     assert metadata.partition(TOPIC_ID, 0) == PartitionRegistration((1,), (), -1, 1, 1)
@@ -266,7 +267,8 @@ def test_copy_is_independent() -> None:
 @pytest.mark.parametrize(
     "snapshot",
     [
-        msgpack.packb([3, [], []]),  # unknown version
+        msgpack.packb([4, [], []]),  # unknown version
+        msgpack.packb([3, [[1, "i", 0, {}, None, True, False, []]], []]),  # version 3 broker without fenced_offset
         msgpack.packb([1, [[1, "i", 0, {}, None, True, False]], []]),  # version 1 broker without log_dirs
         msgpack.packb([0, []]),  # missing topics
         msgpack.packb([0, [[1, "i", 0, {}, None, True]], []]),  # broker field missing

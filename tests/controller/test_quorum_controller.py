@@ -583,6 +583,24 @@ def test_broker_is_fenced_only_after_more_than_the_session_timeout() -> None:
     assert harness.committed.broker(2).active
 
 
+def test_a_broker_fenced_by_its_session_is_unfenced_only_once_it_has_applied_its_fencing() -> None:
+    """Back from a partition, a broker may still hold metadata from before the leaderships moved
+    away from it; unfenced then, it would renew its lease to lead (controller/broker_lifecycle.py)
+    on partitions the controller gave to others."""
+    harness = cluster(2)
+    harness.create_topic("t", assignments={0: (1, 2)})
+    before = harness.committed.last_applied_offset
+    harness.heartbeat_all(SESSION_MS, except_ids=(1,))
+    assert harness.tick(1).fenced_broker_ids == (1,)
+    fence_offset = harness.committed.broker(1).fenced_offset
+    assert fence_offset > before and harness.partition("t").leader == 2
+    epoch = harness.broker_epochs[1]
+    stale = harness.controller.broker_heartbeat(BrokerHeartbeatRequest(1, epoch, before), harness.now_ms)
+    assert stale.records == () and stale.response.is_fenced
+    seen = harness.controller.broker_heartbeat(BrokerHeartbeatRequest(1, epoch, fence_offset), harness.now_ms)
+    assert seen.records[0] == UnfenceBroker(1, epoch) and not seen.response.is_fenced
+
+
 def test_fencing_moves_leadership_to_the_first_live_isr_member_in_replica_order() -> None:
     harness = cluster(4)
     harness.create_topic("t", assignments={0: (1, 2, 3, 4), 1: (2, 1, 3, 4), 2: (3, 4, 2, 1)})
