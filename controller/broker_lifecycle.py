@@ -18,8 +18,15 @@ monotonic; the incarnation id is drawn by the owner at process start.
   registration (`MetadataApplied(caught_up=True)`: asks at once), and the log ends of replicas of
   partitions without leader, ISR or ELR. STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED (another
   registration moved the controller on) make it register again at once. `unfenced` follows the
-  answers; `is_fenced(now)` is also true when no heartbeat was answered unfenced within a session
-  (the controller has fenced this broker, or will, after a pause or a partition).
+  answers; `is_fenced(now)` is also true once the lease has run out.
+- The lease (`LifecycleReady.lease_until_ms`; not in Kafka): a broker acts as a partition leader
+  only until `broker.session.timeout.ms` after SENDING the last heartbeat (or controlled-shutdown
+  request) answered unfenced. The controller heard that heartbeat no earlier, so it fences the
+  broker, and moves its leaderships, no earlier than the lease ends; and it unfences a fenced
+  broker only once the broker has applied its fencing record (controller/quorum_controller.py), so
+  a new lease never covers a leadership the controller has moved. Without it a broker cut off from
+  the controller, or back from a partition with stale metadata, goes on leading an epoch the
+  controller replaced, and can tell a follower to truncate records the new leader committed.
 - One request in flight at a time; one unanswered for `request.timeout.ms` is given up (a late
   answer is ignored by its id), so a lost message never stalls the lifecycle.
 - Controlled shutdown (`BeginControlledShutdown`): heartbeats end; ControlledShutdown requests are
@@ -138,12 +145,14 @@ class ShutdownOutcome(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class LifecycleReady:
     """Send `request` (if any) to the active controller and hand its answer back as
-    `ControllerAnswer(request_id, ...)`; log `notices` (level, message); `registered` is a new broker
-    epoch; `shutdown` is set once a controlled shutdown ended; tick no later than `next_tick_ms`."""
+    `ControllerAnswer(request_id, ...)`; log `notices` (level, message); `lease_until_ms`: the broker
+    may lead partitions until then (-1: not at all); `registered` is a new broker epoch; `shutdown`
+    is set once a controlled shutdown ended; tick no later than `next_tick_ms`."""
 
     state: BrokerState
     broker_epoch: int
     unfenced: bool
+    lease_until_ms: int = -1
     request: tuple[int, Any] | None = None
     registered: int | None = None
     shutdown: ShutdownOutcome | None = None
@@ -155,6 +164,7 @@ class LifecycleReady:
 class _InFlight:
     request_id: int
     request: Any
+    sent_ms: int
     deadline_ms: int
 
 
@@ -168,7 +178,7 @@ class BrokerLifecycle:
         self.broker_epoch = NO_BROKER_EPOCH
         self.state = BrokerState.NOT_RUNNING
         self.unfenced = False
-        self.last_unfenced_ms = -1
+        self.lease_until_ms = -1
         self.metadata_offset = -1
         self.offline_log_ends: tuple[ReplicaLogInfo, ...] = ()
         self.now_ms = now_ms
@@ -181,8 +191,9 @@ class BrokerLifecycle:
         self._shutdown: ShutdownOutcome | None = None
 
     def is_fenced(self, now_ms: int) -> bool:
-        """Fenced, or as good as: no heartbeat was answered unfenced within a broker session."""
-        return not self.unfenced or now_ms - self.last_unfenced_ms > self.config.session_timeout_ms
+        """Fenced, or as good as: the lease ran out (no heartbeat sent within a session was answered
+        unfenced)."""
+        return not self.unfenced or now_ms > self.lease_until_ms
 
     # -- the entry point ---------------------------------------------------------------------------
 
@@ -214,6 +225,7 @@ class BrokerLifecycle:
             state=self.state,
             broker_epoch=self.broker_epoch,
             unfenced=self.unfenced,
+            lease_until_ms=self.lease_until_ms,
             request=request,
             registered=registered,
             shutdown=shutdown,
@@ -232,7 +244,7 @@ class BrokerLifecycle:
             return None
         request = self._next_request()
         self._next_request_id += 1
-        self._in_flight = _InFlight(self._next_request_id, request, now_ms + self.config.request_timeout_ms)
+        self._in_flight = _InFlight(self._next_request_id, request, now_ms, now_ms + self.config.request_timeout_ms)
         self._next_send_ms = now_ms + self.config.heartbeat_interval_ms
         return self._next_request_id, request
 
@@ -278,6 +290,10 @@ class BrokerLifecycle:
             self._on_controlled_shutdown_answer(response, notices)
         elif self.state != BrokerState.PENDING_CONTROLLED_SHUTDOWN:
             self._on_heartbeat(response, notices)
+        if response.error_code == ErrorCode.NONE and not response.is_fenced and self.state != BrokerState.SHUTTING_DOWN:
+            self.lease_until_ms = max(self.lease_until_ms, in_flight.sent_ms + self.config.session_timeout_ms)
+        elif response.error_code in _REREGISTER_ERRORS or response.error_code == ErrorCode.NONE:
+            self.lease_until_ms = -1  # fenced, or unknown to the controller: lead nothing until unfenced
         return None
 
     def _on_registration(self, response: BrokerRegistrationResponse, notices: list[tuple[str, str]]) -> int | None:
@@ -294,6 +310,7 @@ class BrokerLifecycle:
         self.previous_broker_epoch = response.broker_epoch
         self._ready_to_unfence = False
         self.unfenced = False
+        self.lease_until_ms = -1
         self.state = BrokerState.STARTING
         self._now_please()  # heartbeat at once (Kafka sends the first one right after registering)
         return response.broker_epoch
@@ -318,7 +335,6 @@ class BrokerLifecycle:
         if self.state != BrokerState.RUNNING:
             notices.append(("info", f"broker {broker_id}: unfenced"))
         self.unfenced = True
-        self.last_unfenced_ms = self.now_ms
         self.state = BrokerState.RUNNING
 
     def _on_metadata(self, event: MetadataApplied) -> None:
@@ -335,6 +351,8 @@ class BrokerLifecycle:
     def _stop(self, state: BrokerState) -> None:
         self.state = state
         self.unfenced = False
+        if state == BrokerState.SHUTTING_DOWN:
+            self.lease_until_ms = -1  # a controlled shutdown keeps leading until the handover
         self._in_flight = None
         self._next_send_ms = NEVER_MS
 

@@ -40,6 +40,7 @@ from replication.broker_events import (
     AlterPartitionAnswer,
     ClientRequest,
     FetchWait,
+    LeaseChanged,
     MetadataChanged,
     ReplicaFetchAnswer,
     Shutdown,
@@ -107,7 +108,7 @@ class Broker:
         self._stopped = False
         self._caught_up = False
         self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
-        self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, directory_ids,
+        self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, self._on_lease, directory_ids,
                                                 log_manager.previous_broker_epoch, clock)
         self.log_tasks = LogTasks(settings, log_manager, self.run_retention, wall_clock)
 
@@ -176,6 +177,10 @@ class Broker:
                           self.quorum.metadata_offset)
         self._caught_up = self._caught_up or caught_up
         self.lifecycle.on_metadata(self.quorum.metadata_offset, caught_up, self.core.offline_log_ends())
+
+    def _on_lease(self, until_ms: int) -> None:
+        if not self._stopped:
+            self._step(LeaseChanged(until_ms))
 
     def run_retention(self) -> None:
         """The leaders' retention pass (LogTasks' `kafka-log-retention` job)."""

@@ -59,15 +59,19 @@ class Quorum(Protocol):
 
 class BrokerLifecycleManager:
     """The lifecycle core of one broker process and its I/O. `on_registered` is called after each
-    successful registration (the owner may now apply metadata at or past the new epoch)."""
+    successful registration (the owner may now apply metadata at or past the new epoch), `on_lease`
+    with each new end of the lease to lead (controller/broker_lifecycle.py)."""
 
     def __init__(self, settings: BrokerSettings, quorum: Quorum, on_registered: Callable[[], None],
-                 log_dirs: tuple[str, ...], previous_broker_epoch: int, clock: Callable[[], int]) -> None:
+                 on_lease: Callable[[int], None], log_dirs: tuple[str, ...], previous_broker_epoch: int,
+                 clock: Callable[[], int]) -> None:
         self.settings = settings
         self.incarnation_id = uuid.uuid4().hex  # new for every process start (KIP-631)
         self._previous_broker_epoch = previous_broker_epoch
         self._quorum = quorum
         self._on_registered = on_registered
+        self._on_lease = on_lease
+        self._lease_until_ms = -1
         self._clock = clock
         config = BrokerLifecycleConfig(
             broker_id=settings.node_id,
@@ -141,6 +145,9 @@ class BrokerLifecycleManager:
         if ready.shutdown is not None and self._shutdown is not None and not self._shutdown.done():
             self._shutdown.set_result(ready.shutdown)
         self._schedule(ready.next_tick_ms)
+        if ready.lease_until_ms != self._lease_until_ms:
+            self._lease_until_ms = ready.lease_until_ms
+            self._on_lease(ready.lease_until_ms)
         if ready.registered is not None:
             self._on_registered()
 

@@ -4,7 +4,8 @@ Clients' requests span partitions (`ClientRequest`): each part is the partition 
 (events.py) for one partition; the broker routes it, waits for its completion and answers the
 request once every part is answered (`ClientAnswer`). The replica fetchers' and the controller's
 answers come back as `ReplicaFetchAnswer` and `AlterPartitionAnswer`, paired with what the core
-sent by `request_id`. `MetadataChanged` carries the metadata after a change; `Tick` (events.py)
+sent by `request_id`. `MetadataChanged` carries the metadata after a change, `LeaseChanged` the
+lease to lead (replication/lease.py); `Tick` (events.py)
 says time passed; `RunRetention` (events.py) runs the leaders' retention; `Shutdown` stops it all.
 """
 
@@ -32,6 +33,14 @@ class MetadataChanged:
 
     metadata: MetadataView
     broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseChanged:
+    """The lifecycle granted (or ended) this broker's lease to lead: it holds until `until_ms`
+    (-1: none). See replication/lease.py."""
+
+    until_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,7 @@ from replication.events import (
 )
 from replication.follower import Follower
 from replication.leader import Leader
+from replication.lease import BrokerLease
 from replication.outbox import Outbox, epoch_error
 from replication.purgatory import DelayedDeleteRecords, DelayedList, DelayedProduce, ProducePurgatory
 from replication.ready import (
@@ -106,10 +107,11 @@ class Partition:
     """
 
     def __init__(self, topic_partition: TopicPartition, log_manager: LogManager, broker_id: int,
-                 config: ReplicationConfig, now_ms: int, wall_clock_ms: int) -> None:
+                 config: ReplicationConfig, lease: BrokerLease, now_ms: int, wall_clock_ms: int) -> None:
         self.topic_partition = topic_partition
         self.broker_id = broker_id
         self.config = config
+        self.lease = lease  # the broker's, read only here (replication/lease.py)
         self.replica_log = ReplicaLog(log_manager, topic_partition, wall_clock_ms)
         self.state: Leader | Follower | None = None
         self.broker_epochs: tuple[tuple[int, int], ...] = ()  # the replicas' registered broker epochs (KIP-903)
@@ -321,6 +323,12 @@ class Partition:
         if self.state is None or (require_leader and not isinstance(self.state, Leader)):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, (
                 f"broker {self.broker_id} is not the leader of {self.topic_partition} (leader {self.leader_id}); "
+                "refresh metadata"
+            )
+        if require_leader and not self.lease.holds(self.now_ms):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, (
+                f"broker {self.broker_id} holds no lease to lead {self.topic_partition}: no heartbeat of the last "
+                "broker.session.timeout.ms was answered unfenced, so the controller may have moved the leadership; "
                 "refresh metadata"
             )
         return ErrorCode.NONE, ""

@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from replication.broker_events import (
     AlterPartitionAnswer,
     ClientRequest,
+    LeaseChanged,
     MetadataChanged,
     ReplicaFetchAnswer,
     Shutdown,
@@ -82,6 +83,7 @@ from replication.events import (
     error_result,
 )
 from replication.fetch_session import FetchSession, InFlightFetch, ReplicaFetchers
+from replication.lease import BrokerLease
 from replication.metadata_view import MetadataView, PartitionStateView
 from replication.partition import Partition
 from replication.ready import AlterPartitionProposal, Completion, FetchResult, Ready, Role
@@ -144,6 +146,7 @@ class ReplicaManager:
         self.metadata: MetadataView | None = None
         self.broker_epoch = -1
         self.caught_up = False
+        self.lease = BrokerLease()
         self.stopped = False
         self.now_ms = now_ms
         self.wall_clock_ms = 0
@@ -168,6 +171,8 @@ class ReplicaManager:
             self._on_client_request(event, out)
         elif isinstance(event, MetadataChanged):
             self._on_metadata(event, out)
+        elif isinstance(event, LeaseChanged):
+            self.lease.until_ms = event.until_ms
         elif isinstance(event, ReplicaFetchAnswer):
             self._on_replica_fetch_answer(event, out)
         elif isinstance(event, AlterPartitionAnswer):
@@ -347,7 +352,7 @@ class ReplicaManager:
             # absent); the core then finds it open. A log of another topic id was deleted as a stray.
             self.log_manager.get_or_create_log(topic_partition, self.wall_clock_ms, topic_id)
             partition = Partition(topic_partition, self.log_manager, self.broker_id, self.config.replication,
-                                  self.now_ms, self.wall_clock_ms)
+                                  self.lease, self.now_ms, self.wall_clock_ms)
             hosted = self.hosted[topic_partition] = HostedPartition(partition, topic_id)
         # The replicas' broker epochs first (KIP-903): a leader forgets what the older process of a
         # re-registered follower reported before it counts the ISR of the same metadata.

@@ -153,3 +153,35 @@ def test_an_unregistered_broker_has_nothing_to_hand_over_and_stop_ends_heartbeat
     ready = core.handle(StopLifecycle(), 9)
     assert ready.state == BrokerState.SHUTTING_DOWN and ready.next_tick_ms is None
     assert core.handle(LifecycleTick(), 10_000).request is None
+
+
+def test_the_lease_to_lead_runs_a_session_from_sending_the_last_heartbeat_answered_unfenced() -> None:
+    core, ready = registered()
+    request_id, _ = request_of(ready)
+    core.handle(ControllerAnswer(request_id, BrokerHeartbeatResponse(ErrorCode.NONE, None, False, True)), 6)
+    ready = core.handle(MetadataApplied(12, caught_up=True), 7)
+    assert ready.lease_until_ms == -1, "fenced: no lease"
+    unfenced = BrokerHeartbeatResponse(ErrorCode.NONE, None, True, False)
+    ready = core.handle(ControllerAnswer(request_of(ready)[0], unfenced), 250)
+    assert ready.lease_until_ms == 7 + CONFIG.session_timeout_ms, "from the send: the controller heard it no earlier"
+    lost = request_of(ready)[0]  # sent at 250, never answered
+    ready = core.handle(LifecycleTick(), 250 + CONFIG.request_timeout_ms)
+    assert ready.lease_until_ms == 7 + CONFIG.session_timeout_ms, "a lost answer renews nothing"
+    fenced = BrokerHeartbeatResponse(ErrorCode.NONE, None, True, True)
+    ready = core.handle(ControllerAnswer(request_of(ready)[0], fenced), 600)
+    assert ready.lease_until_ms == -1 and core.is_fenced(600), "fenced by the controller: the lease ends at once"
+    assert core.handle(ControllerAnswer(lost, unfenced), 601).lease_until_ms == -1, "a late answer is ignored"
+
+
+def test_a_controlled_shutdown_keeps_the_lease_until_the_handover() -> None:
+    core, ready = registered()
+    core.handle(ControllerAnswer(request_of(ready)[0], BrokerHeartbeatResponse(ErrorCode.NONE, None, True, False)), 6)
+    ready = core.handle(BeginControlledShutdown(5_000), 20)
+    assert ready.lease_until_ms == 5 + CONFIG.session_timeout_ms, "it leads until the controller moves leadership"
+    request_id, request = request_of(ready)
+    assert isinstance(request, ControlledShutdownRequest)
+    ready = core.handle(ControllerAnswer(request_id, BrokerHeartbeatResponse(ErrorCode.NONE, None, True, False)), 30)
+    assert ready.lease_until_ms == 20 + CONFIG.session_timeout_ms
+    done = BrokerHeartbeatResponse(ErrorCode.NONE, None, True, True, should_shut_down=True)
+    ready = core.handle(ControllerAnswer(request_of(core.handle(LifecycleTick(), 120))[0], done), 130)
+    assert ready.shutdown == ShutdownOutcome.HANDED_OVER and ready.lease_until_ms == -1

@@ -28,6 +28,7 @@ from controller.quorum_controller import ControllerConfig, QuorumController
 from replication.broker_events import (
     AlterPartitionAnswer,
     ClientRequest,
+    LeaseChanged,
     MetadataChanged,
     ReplicaFetchAnswer,
     replica_fetch_request,
@@ -44,6 +45,7 @@ from storage.log_manager import LogManager
 LISTENER = "PLAINTEXT"
 LOG_DEFAULTS = {"segment.index.bytes": "4096", "index.interval.bytes": "64"}
 PUMP_ROUNDS_MAX = 1_000
+LEASE_FOR_EVER_MS = 2**62
 
 
 @dataclass(slots=True)
@@ -86,6 +88,8 @@ class CoreCluster:
                                               self.now_ms).response
             assert response.error_code == ErrorCode.NONE and not response.is_fenced, response
         self.publish()
+        for broker_id in self.brokers:
+            self.step(broker_id, LeaseChanged(LEASE_FOR_EVER_MS))  # the controller never fences here
 
     @property
     def metadata(self) -> ClusterMetadata:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from replication.config import ReplicationConfig
 from replication.events import Event, FetchResponseFromLeader, FollowerFetch, MakeFollower, MakeLeader
+from replication.lease import BrokerLease
 from replication.partition import Partition
 from replication.ready import Completion, FetchResult, ProduceResult, Ready
 from storage.checkpoint import TopicPartition
@@ -20,6 +21,7 @@ from storage.log_manager import LogManager
 from storage.records import build_batch_from_values
 
 TOPIC_PARTITION = TopicPartition("orders", 0)
+LEASE_FOR_EVER_MS = 2**62
 REPLICAS = (1, 2, 3)
 LAG_MS = 1_000
 CONFIG = ReplicationConfig(replica_lag_time_max_ms=LAG_MS, alter_partition_timeout_ms=500,
@@ -38,7 +40,8 @@ class Broker:
         self.directory = root / f"broker-{broker_id}"
         self.log_config = config
         self.manager = LogManager([self.directory], lambda topic: config, now_ms)
-        self.partition = Partition(TOPIC_PARTITION, self.manager, broker_id, CONFIG, now_ms, now_ms)
+        self.lease = BrokerLease(LEASE_FOR_EVER_MS)  # no controller here: the tests decide who leads
+        self.partition = Partition(TOPIC_PARTITION, self.manager, broker_id, CONFIG, self.lease, now_ms, now_ms)
         self.readies: list[Ready] = []
         self.next_request_id = 1
 

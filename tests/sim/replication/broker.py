@@ -41,6 +41,7 @@ from node.lifecycle import replica_log_info
 from replication.broker_events import (
     AlterPartitionAnswer,
     ClientRequest,
+    LeaseChanged,
     MetadataChanged,
     ReplicaFetchAnswer,
     replica_fetch_request,
@@ -179,6 +180,7 @@ class SimBroker:
         self.next_retention_ms = now_ms
         self.tick_at_ms: int | None = None
         self.lifecycle_tick_at_ms: int | None = None
+        self.lease_until_ms = -1
         lifecycle_config = BrokerLifecycleConfig(
             broker_id=self.broker_id, endpoints=tuple(endpoints(self.broker_id).items()), rack=None,
             log_dirs=self.log_dirs, heartbeat_interval_ms=options.heartbeat_interval_ms,
@@ -328,6 +330,11 @@ class SimBroker:
         if ready.next_tick_ms is not None and ready.next_tick_ms != self.lifecycle_tick_at_ms:
             self.lifecycle_tick_at_ms = ready.next_tick_ms
             self.services.schedule_lifecycle_tick(self, ready.next_tick_ms)
+        if ready.lease_until_ms != self.lease_until_ms and self.core is not None:
+            self.lease_until_ms = ready.lease_until_ms
+            self.step(LeaseChanged(ready.lease_until_ms))
+            if not self.up:
+                return  # halted
         if ready.registered is not None and self.metadata is not None:
             self._apply_metadata(self.metadata)  # as node/broker.py does on a registration
 
