@@ -19,14 +19,15 @@ monotonic; the incarnation id is drawn by the owner at process start.
   partitions without leader, ISR or ELR. STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED (another
   registration moved the controller on) make it register again at once. `unfenced` follows the
   answers; `is_fenced(now)` is also true once the lease has run out.
-- The lease (`LifecycleReady.lease_until_ms`; not in Kafka): a broker acts as a partition leader
-  only until `broker.session.timeout.ms` after SENDING the last heartbeat (or controlled-shutdown
-  request) answered unfenced. The controller heard that heartbeat no earlier, so it fences the
-  broker, and moves its leaderships, no earlier than the lease ends; and it unfences a fenced
-  broker only once the broker has applied its fencing record (controller/quorum_controller.py), so
-  a new lease never covers a leadership the controller has moved. Without it a broker cut off from
-  the controller, or back from a partition with stale metadata, goes on leading an epoch the
-  controller replaced, and can tell a follower to truncate records the new leader committed.
+- The lease (`LifecycleReady.lease_until_ms`; not in Kafka): as a partition leader the broker tells
+  followers to truncate only until `broker.session.timeout.ms` after SENDING the last heartbeat
+  (or controlled-shutdown request) answered unfenced (replication/lease.py). The controller heard
+  that heartbeat no earlier, so it fences the broker, and moves its leaderships, no earlier than
+  the lease ends; and it unfences a fenced broker only once the broker has applied its fencing
+  record (controller/quorum_controller.py), so a new lease never covers a leadership the
+  controller has moved. Without it a broker cut off from the controller, or back from a partition
+  with stale metadata, leads an epoch the controller replaced and can make a follower truncate
+  records the new leader committed (replication sim seed 214664264).
 - One request in flight at a time; one unanswered for `request.timeout.ms` is given up (a late
   answer is ignored by its id), so a lost message never stalls the lifecycle.
 - Controlled shutdown (`BeginControlledShutdown`): heartbeats end; ControlledShutdown requests are
@@ -146,7 +147,7 @@ class ShutdownOutcome(enum.Enum):
 class LifecycleReady:
     """Send `request` (if any) to the active controller and hand its answer back as
     `ControllerAnswer(request_id, ...)`; log `notices` (level, message); `lease_until_ms`: the broker
-    may lead partitions until then (-1: not at all); `registered` is a new broker epoch; `shutdown`
+    may tell followers to truncate until then (-1: not at all); `registered` is a new broker epoch; `shutdown`
     is set once a controlled shutdown ended; tick no later than `next_tick_ms`."""
 
     state: BrokerState
@@ -293,7 +294,7 @@ class BrokerLifecycle:
         if response.error_code == ErrorCode.NONE and not response.is_fenced and self.state != BrokerState.SHUTTING_DOWN:
             self.lease_until_ms = max(self.lease_until_ms, in_flight.sent_ms + self.config.session_timeout_ms)
         elif response.error_code in _REREGISTER_ERRORS or response.error_code == ErrorCode.NONE:
-            self.lease_until_ms = -1  # fenced, or unknown to the controller: lead nothing until unfenced
+            self.lease_until_ms = -1  # fenced, or unknown to the controller: no lease until unfenced
         return None
 
     def _on_registration(self, response: BrokerRegistrationResponse, notices: list[tuple[str, str]]) -> int | None:
@@ -352,7 +353,7 @@ class BrokerLifecycle:
         self.state = state
         self.unfenced = False
         if state == BrokerState.SHUTTING_DOWN:
-            self.lease_until_ms = -1  # a controlled shutdown keeps leading until the handover
+            self.lease_until_ms = -1  # a controlled shutdown keeps its lease until the handover
         self._in_flight = None
         self._next_send_ms = NEVER_MS
 

@@ -60,7 +60,7 @@ class Quorum(Protocol):
 class BrokerLifecycleManager:
     """The lifecycle core of one broker process and its I/O. `on_registered` is called after each
     successful registration (the owner may now apply metadata at or past the new epoch), `on_lease`
-    with each new end of the lease to lead (controller/broker_lifecycle.py)."""
+    with each new end of its lease (controller/broker_lifecycle.py)."""
 
     def __init__(self, settings: BrokerSettings, quorum: Quorum, on_registered: Callable[[], None],
                  on_lease: Callable[[int], None], log_dirs: tuple[str, ...], previous_broker_epoch: int,

@@ -5,7 +5,7 @@ Clients' requests span partitions (`ClientRequest`): each part is the partition 
 request once every part is answered (`ClientAnswer`). The replica fetchers' and the controller's
 answers come back as `ReplicaFetchAnswer` and `AlterPartitionAnswer`, paired with what the core
 sent by `request_id`. `MetadataChanged` carries the metadata after a change, `LeaseChanged` the
-lease to lead (replication/lease.py); `Tick` (events.py)
+broker's lease (replication/lease.py); `Tick` (events.py)
 says time passed; `RunRetention` (events.py) runs the leaders' retention; `Shutdown` stops it all.
 """
 
@@ -37,8 +37,8 @@ class MetadataChanged:
 
 @dataclass(frozen=True, slots=True)
 class LeaseChanged:
-    """The lifecycle granted (or ended) this broker's lease to lead: it holds until `until_ms`
-    (-1: none). See replication/lease.py."""
+    """The lifecycle granted (or ended) this broker's lease: it holds until `until_ms` (-1: none).
+    See replication/lease.py."""
 
     until_ms: int
 

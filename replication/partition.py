@@ -111,7 +111,7 @@ class Partition:
         self.topic_partition = topic_partition
         self.broker_id = broker_id
         self.config = config
-        self.lease = lease  # the broker's, read only here (replication/lease.py)
+        self.lease = lease  # the broker's, only read here (replication/lease.py)
         self.replica_log = ReplicaLog(log_manager, topic_partition, wall_clock_ms)
         self.state: Leader | Follower | None = None
         self.broker_epochs: tuple[tuple[int, int], ...] = ()  # the replicas' registered broker epochs (KIP-903)
@@ -325,12 +325,6 @@ class Partition:
                 f"broker {self.broker_id} is not the leader of {self.topic_partition} (leader {self.leader_id}); "
                 "refresh metadata"
             )
-        if require_leader and not self.lease.holds(self.now_ms):
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, (
-                f"broker {self.broker_id} holds no lease to lead {self.topic_partition}: no heartbeat of the last "
-                "broker.session.timeout.ms was answered unfenced, so the controller may have moved the leadership; "
-                "refresh metadata"
-            )
         return ErrorCode.NONE, ""
 
     def _out_of_range(self, offset: int) -> str | None:
@@ -391,6 +385,11 @@ class Partition:
         leader = self.state
         assert isinstance(leader, Leader)
         refused = leader.check_follower_fetch(event)
+        if refused is not None and self._cuts_follower_log(refused) and not self.lease.holds(now_ms):
+            refused = self._fetch_error(event.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER, (
+                f"broker {self.broker_id} holds no lease to lead {self.topic_partition} (no heartbeat of the last "
+                "broker.session.timeout.ms was answered unfenced), so it tells no follower to truncate: the "
+                "controller may have moved the leadership; refresh metadata"))
         if refused is not None:
             out.completions.append(refused)
             return
@@ -400,6 +399,11 @@ class Partition:
             out.messages.append(proposal)
         self._maybe_increment_leader_high_watermark()
         out.completions.append(self._read(event, out))
+
+    @staticmethod
+    def _cuts_follower_log(answer: FetchResult) -> bool:
+        """The answer makes the follower truncate (replication/follower.py)."""
+        return answer.diverging_epoch is not None or answer.error == ErrorCode.OFFSET_OUT_OF_RANGE
 
     def _on_consumer_fetch(self, event: ConsumerFetch, now_ms: int, out: Outbox) -> None:
         error, message = self._request_error(event.current_leader_epoch, event.require_leader)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from replication.events import (
+    NO_EPOCH,
     AlterPartitionResponse,
     FollowerFetch,
     MakeLeader,
@@ -206,23 +207,25 @@ def test_produce_to_a_follower_is_not_leader_or_follower(brokers: Brokers) -> No
     assert results[0].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
-def test_a_leader_whose_lease_ran_out_does_nothing_only_a_leader_does(brokers: Brokers) -> None:
+def test_a_leader_without_a_lease_tells_no_follower_to_truncate(brokers: Brokers) -> None:
     """Replication sim seed 214664264's shape: a leader cut off from the controller, or back with
-    stale metadata, must not acknowledge writes nor tell a follower where to truncate: the
-    controller may have moved its leadership and the new leader committed what it would cut."""
+    stale metadata, must not make a follower cut its log: the controller may have moved the
+    leadership and the new leader committed what the follower would cut. The rest goes on (static
+    stability): writes, and fetches that append."""
     leader, follower, _ = setup(brokers)
-    produce(leader, batch(b"a"), acks=1, now_ms=0)
+    epoch = leader.partition.leader_epoch
+    produce(leader, batch(b"a", b"b"), acks=1, now_ms=0)
     leader.lease.until_ms = 10
-    assert produce(leader, batch(b"b"), acks=1, now_ms=10)[1][0].error == ErrorCode.NONE
-    _, results = produce(leader, batch(b"c"), acks=1, now_ms=11)
-    assert results[0].error == ErrorCode.NOT_LEADER_OR_FOLLOWER and "lease" in results[0].error_message
-    request = FollowerFetch(7, follower.broker_id, 5, 0, 0, current_leader_epoch=leader.partition.leader_epoch,
-                            max_bytes=100)
-    result = only(leader.handle(request, now_ms=12).completions, FetchResult)
-    assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and result.diverging_epoch is None
-    assert leader.log.log_end_offset == 2
-    leader.lease.until_ms = 100  # renewed
-    assert produce(leader, batch(b"c"), acks=1, now_ms=13)[1][0].error == ErrorCode.NONE
+    diverging = FollowerFetch(7, follower.broker_id, 5, epoch - 1, 0, current_leader_epoch=epoch, max_bytes=100)
+    ahead = FollowerFetch(8, follower.broker_id, 5, NO_EPOCH, 0, current_leader_epoch=epoch, max_bytes=100)
+    assert only(leader.handle(diverging, now_ms=10).completions, FetchResult).diverging_epoch is not None
+    for request in (diverging, ahead):
+        result = only(leader.handle(request, now_ms=11).completions, FetchResult)
+        assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and "lease" in result.error_message, result
+    assert produce(leader, batch(b"c"), acks=1, now_ms=12)[1][0].error == ErrorCode.NONE
+    appending = FollowerFetch(9, follower.broker_id, 0, NO_EPOCH, 0, current_leader_epoch=epoch, max_bytes=1000)
+    result = only(leader.handle(appending, now_ms=13).completions, FetchResult)
+    assert result.error == ErrorCode.NONE and result.records
 
 
 def test_follower_fetch_with_stale_or_future_epoch_is_fenced(brokers: Brokers) -> None:
