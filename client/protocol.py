@@ -164,7 +164,9 @@ class FetchPartition:
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     """replica_id -1: a consumer. Any replica serves a consumer up to its own HW (KIP-392); a
-    consumer that sets `rack_id` is also told the preferred replica in its rack."""
+    consumer that sets `rack_id` is also told the preferred replica in its rack. A follower sends
+    its `cluster_id` (Kafka's ClusterId, v12+): a leader refuses a replica fetch from another cluster
+    (INCONSISTENT_CLUSTER_ID)."""
 
     partitions: tuple[FetchPartition, ...]
     replica_id: int = -1
@@ -173,6 +175,7 @@ class FetchRequest:
     min_bytes: int = 1
     max_bytes: int = 52428800
     rack_id: str = ""
+    cluster_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

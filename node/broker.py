@@ -311,7 +311,8 @@ class Broker:
         )
         request = protocol.FetchRequest(partitions=partitions, replica_id=self.settings.node_id,
                                         broker_epoch=send.broker_epoch, max_wait_ms=send.max_wait_ms,
-                                        min_bytes=send.min_bytes, max_bytes=send.max_bytes)
+                                        min_bytes=send.min_bytes, max_bytes=send.max_bytes,
+                                        cluster_id=self.settings.cluster_id)
         try:
             response = await self._connections.call(send.address, protocol.Api.FETCH, request,
                                                     protocol.FetchResponse, self.core.config.replica_fetch_timeout_ms)

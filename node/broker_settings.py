@@ -16,7 +16,8 @@ from replication.config import ReplicaManagerConfig, ReplicationConfig
 class BrokerSettings:
     """The broker's settings.
 
-    - `node_id` (`node.id`), `broker_rack` (`broker.rack`, None: no rack).
+    - `node_id` (`node.id`), `broker_rack` (`broker.rack`, None: no rack), `cluster_id` (sent with
+      replica fetches; the leader refuses another cluster's).
     - `advertised_endpoints`: listener name -> "host:port" (`advertised.listeners`), registered
       with the controller; `inter_broker_listener_name` picks the one followers fetch from.
     - `replication`: the replication core's settings (`replica.lag.time.max.ms`, `replica.fetch.max.bytes`).
@@ -42,6 +43,7 @@ class BrokerSettings:
     node_id: int
     advertised_endpoints: Mapping[str, str]
     inter_broker_listener_name: str
+    cluster_id: str
     broker_rack: str | None = None
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     broker_heartbeat_interval_ms: int = 2_000

@@ -331,6 +331,7 @@ class NodeConfig:
             node_id=self.node_id,
             advertised_endpoints={endpoint.name: endpoint.address for endpoint in self.advertised_listeners},
             inter_broker_listener_name=self.inter_broker_listener_name,
+            cluster_id=self.cluster_id,
             broker_rack=self.broker_rack,
             replication=self.replication_config(),
             broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms,

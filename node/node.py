@@ -31,7 +31,7 @@ from aiohttp import web
 
 from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.protocol import Api, Envelope, ErrorCode
+from client.protocol import Api, Envelope, ErrorCode, ProtocolError
 from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node import admin
 from node.broker import Broker
@@ -177,7 +177,8 @@ class Node:
 
     def _check_served(self, api: Api, message: Any, listener: str) -> None:
         """Raise NotOnThisListener, NotABroker or NotServingYet when this node does not serve `api`
-        on `listener`, or not yet."""
+        on `listener`, or not yet; ProtocolError (INCONSISTENT_CLUSTER_ID) for another cluster's
+        replica fetch."""
         if api in NODE_TO_NODE_APIS or (isinstance(message, protocol.FetchRequest) and message.replica_id >= 0):
             if not self.config.serves_node_traffic(listener):
                 internal = ", ".join((self.config.inter_broker_listener_name, *self.config.controller_listener_names))
@@ -187,6 +188,10 @@ class Node:
                     "(inter.broker.listener.name, controller.listener.names)")
             if api in NODE_TO_NODE_APIS:
                 return
+            if message.cluster_id != self.config.cluster_id:
+                raise ProtocolError(f"a replica fetch from broker {message.replica_id} of cluster "
+                                    f"{message.cluster_id!r}; this node is in cluster {self.config.cluster_id!r}: "
+                                    "check controller.quorum.voters on both nodes", ErrorCode.INCONSISTENT_CLUSTER_ID)
         if not self.config.is_broker:
             # A controller-only node: topic admin runs on the active controller, here or forwarded.
             if api in CONTROLLER_ADMIN_APIS:

@@ -237,7 +237,8 @@ class Cluster:
 
     async def _start_broker(self, node: BrokerNode) -> None:
         settings = BrokerSettings(node_id=node.broker_id, advertised_endpoints={LISTENER: node.address},
-                                  inter_broker_listener_name=LISTENER, broker_rack=f"rack-{node.broker_id}",
+                                  inter_broker_listener_name=LISTENER, cluster_id=CLUSTER_ID,
+                                  broker_rack=f"rack-{node.broker_id}",
                                   **self.settings)
         claimed = meta_properties.ensure(node.directory, node.broker_id, CLUSTER_ID, random.Random())
         assert claimed.directory_id is not None

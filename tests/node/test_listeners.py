@@ -1,9 +1,11 @@
 """Listeners by purpose, in a real node process: node-to-node traffic (Raft, the broker-to-controller
 requests, replica fetches) only on the inter-broker listener; a client listener refuses it with
-CLUSTER_AUTHORIZATION_FAILED and serves clients."""
+CLUSTER_AUTHORIZATION_FAILED and serves clients. A replica fetch from another cluster is refused
+with INCONSISTENT_CLUSTER_ID."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import aiohttp
@@ -20,6 +22,8 @@ from client.protocol import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
+    MetadataRequest,
+    MetadataResponse,
     pack,
     unpack,
 )
@@ -65,10 +69,23 @@ async def test_node_to_node_requests_on_a_client_listener_are_refused(node: tupl
 
 async def test_a_replica_fetch_on_the_inter_broker_listener_reaches_the_broker(node: tuple[DevCluster, str]) -> None:
     cluster, _ = node
-    status, body = await post(cluster.nodes[1].address, Api.FETCH, pack(REPLICA_FETCH))
+    internal = cluster.nodes[1].address
+    status, body = await post(internal, Api.METADATA, pack(MetadataRequest()))
+    cluster_id = unpack(MetadataResponse, body).cluster_id
+    status, body = await post(internal, Api.FETCH, pack(dataclasses.replace(REPLICA_FETCH, cluster_id=cluster_id)))
     assert status == 200
     (part,) = unpack(FetchResponse, body).partitions
     assert part.error_code != ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+@pytest.mark.parametrize("cluster_id", [None, "another-cluster"])
+async def test_a_replica_fetch_from_another_cluster_is_refused(node: tuple[DevCluster, str],
+                                                               cluster_id: str | None) -> None:
+    cluster, _ = node
+    status, body = await post(cluster.nodes[1].address, Api.FETCH,
+                              pack(dataclasses.replace(REPLICA_FETCH, cluster_id=cluster_id)))
+    assert status == 400
+    assert unpack(ErrorResponse, body).error_code == ErrorCode.INCONSISTENT_CLUSTER_ID
 
 
 async def test_clients_produce_and_consume_through_the_client_listener(node: tuple[DevCluster, str]) -> None:
