@@ -58,9 +58,11 @@ class ReplicaLog:
         self.replicated_end = max(self.replicated_end, min(end_offset, self.log.log_end_offset))
 
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int, out: Outbox) -> LogAppendInfo:
-        """Validate, assign offsets, stamp `leader_epoch`; raises StorageError with the log unchanged."""
+        """Validate, assign offsets, stamp `leader_epoch`; raises StorageError with the log unchanged.
+        An idempotent producer's retry of a batch in the log appends nothing (`info.duplicate`)."""
         info = self.log.append_as_leader(records, leader_epoch, now_ms)
-        out.log_changes.append(Appended(info.first_offset, info.last_offset, leader_epoch))
+        if not info.duplicate:
+            out.log_changes.append(Appended(info.first_offset, info.last_offset, leader_epoch))
         return info
 
     def append_as_follower(self, records: bytes, now_ms: int, out: Outbox) -> LogAppendInfo:

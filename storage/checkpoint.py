@@ -87,8 +87,8 @@ class EpochEntry:
     start_offset: int
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that a crash leaves either the old or the new file.
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Replace `path` with `text` (UTF-8 if a str) so that a crash leaves either the old or the new file.
 
     Write `<path>.tmp`, fsync it, rename it over `path`, then fsync the directory so that the
     rename itself survives a crash (Kafka's `Utils.atomicMoveWithFallback`). If writing or
@@ -97,7 +97,7 @@ def write_atomically(path: Path, text: str) -> None:
     temporary_path = path.with_name(path.name + TEMPORARY_SUFFIX)
     try:
         with open(temporary_path, "wb") as file:
-            file.write(text.encode("utf-8"))
+            file.write(text.encode("utf-8") if isinstance(text, str) else text)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary_path, path)

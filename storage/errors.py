@@ -27,6 +27,18 @@ class InvalidRecordError(StorageError):
     error_name = "INVALID_RECORD"
 
 
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch does not follow its last sequence on this partition."""
+
+    error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(StorageError):
+    """An idempotent producer's batch carries an epoch older than the partition has seen."""
+
+    error_name = "INVALID_PRODUCER_EPOCH"
+
+
 class RecordTooLargeError(StorageError):
     """A batch is larger than `max.message.bytes` or a segment (Kafka code 10, MESSAGE_TOO_LARGE)."""
 

@@ -37,7 +37,9 @@ from storage.log_segment import (
     file_name,
 )
 from storage.log_segments import LogSegments
+from storage.producer_state import ProducerStateManager, snapshot_file_name
 from storage.records import (
+    NO_PRODUCER_ID,
     BatchHeader,
     assign_offsets,
     decode_records,
@@ -71,6 +73,7 @@ class LogAppendInfo:
     records_count: int
     valid_bytes: int
     rolled: RollReason | None
+    duplicate: bool = False  # an idempotent producer's retry of a batch in the log: nothing was appended
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,7 @@ class Log:
         recovery_point: int,
         high_watermark: int,
         leader_epoch_cache: LeaderEpochCache,
+        producer_state: ProducerStateManager,
         now_ms: int,
     ) -> None:
         self.directory = directory
@@ -106,6 +110,7 @@ class Log:
         self.recovery_point = recovery_point
         self.high_watermark = high_watermark
         self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state = producer_state
         self.last_flush_ms = now_ms
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._check_offsets()
@@ -190,6 +195,9 @@ class Log:
         the log unchanged. Only headers are rewritten; records are never decoded or copied
         (except for LogAppendTime topics, whose batches get a new maxTimestamp and CRC)."""
         headers = self._validate(records, check_records=True)
+        duplicate = self._check_producers(headers)
+        if duplicate is not None:
+            return duplicate
         assigned: list[tuple[Sequence[bytes | memoryview], BatchHeader]] = []
         next_offset = self.log_end_offset
         log_append_time = self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
@@ -201,6 +209,23 @@ class Log:
                 assigned.append(assign_offsets(records, position, header, next_offset, leader_epoch))
             next_offset += header.last_offset_delta + 1
         return self._append(assigned, now_ms, now_ms if log_append_time else -1, leader_epoch)
+
+    def _check_producers(self, headers: list[tuple[int, BatchHeader]]) -> LogAppendInfo | None:
+        """Idempotent producers' batches (storage/producer_state.py): the answer for a retry of a
+        batch in the log (its offsets; nothing is appended), else None; raises on an epoch or
+        sequence the producer's state refuses."""
+        for _, header in headers:
+            if header.producer_id == NO_PRODUCER_ID:
+                continue
+            if len(headers) > 1:
+                raise InvalidRecordError(
+                    f"a batch of idempotent producer {header.producer_id} must come alone in the records for "
+                    f"{self.name} (Kafka's rule since produce v3)")
+            kept = self.producer_state.check(header)
+            if kept is not None:
+                return LogAppendInfo(kept.first_offset, kept.last_offset, kept.timestamp, -1, header.records_count,
+                                     0, None, duplicate=True)
+        return None
 
     def append_as_follower(self, records: bytes, now_ms: int) -> LogAppendInfo:
         """Append batches fetched from the leader unchanged (offsets and epochs kept)."""
@@ -285,6 +310,11 @@ class Log:
                 f"writing to the log of {self.name} failed ({failure}); nothing was appended. "
                 f"Check the log dir's disk (space, permissions); the request may be retried"
             ) from failure
+        producer_state = self.producer_state
+        for _, header in batches:
+            if header.producer_id != NO_PRODUCER_ID:
+                producer_state.update(header)
+        producer_state.map_end_offset = batches[-1][1].next_offset
         if active.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms)
         return LogAppendInfo(
@@ -332,6 +362,7 @@ class Log:
         self._check_offsets()
         for later in rolled_to:
             later.delete_files()
+            (self.directory / snapshot_file_name(later.base_offset)).unlink(missing_ok=True)  # the roll's
         if replacement is None:
             first_active.undo_appends(size, offset_entries, time_entries)
             if fsynced_by_roll:
@@ -358,6 +389,8 @@ class Log:
             self.recovery_point = max(self.recovery_point, active.next_offset)
         segment = self.new_segment(new_base, now_ms)
         self.segments.add(segment)
+        if new_base == self.producer_state.map_end_offset:
+            self.producer_state.take_snapshot()  # the state of every batch below the new segment
         return segment
 
     def new_segment(self, base_offset: int, now_ms: int, suffix: str = "") -> LogSegment:
@@ -472,6 +505,7 @@ class Log:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.high_watermark)
+        self.reload_producer_state()
         self._check_offsets()
         return True
 
@@ -486,7 +520,14 @@ class Log:
         self.log_start_offset = offset
         self.recovery_point = offset
         self.high_watermark = offset
+        self.producer_state.delete_snapshots_below(2**63)
+        self.reload_producer_state()
         self._check_offsets()
+
+    def reload_producer_state(self) -> None:
+        """Rebuild the producers' state for the log as it is now (load, truncation)."""
+        self.producer_state.load(self.log_start_offset, self.log_end_offset,
+                                 lambda start: (header for _, _, header in self.iter_batches(start)))
 
     # -- retention ----------------------------------------------------------------------
 
@@ -521,8 +562,10 @@ class Log:
         return deleted
 
     def _remove_segment(self, segment: LogSegment, now_ms: int) -> None:
-        """Take a segment out of the map now; rename its files `.deleted` for a delayed delete."""
+        """Take a segment out of the map now; rename its files `.deleted` for a delayed delete.
+        The producer snapshot taken at its base goes with it."""
         self.segments.remove(segment.base_offset)
+        (self.directory / snapshot_file_name(segment.base_offset)).unlink(missing_ok=True)
         # A segment at the same base may already wait for deletion (two cleans within
         # file.delete.delay.ms): delete that one now so the rename cannot overwrite it.
         for pending in [s for _, s in self._pending_deletes if s.base_offset == segment.base_offset]:
@@ -556,7 +599,9 @@ class Log:
         return True
 
     def close(self) -> None:
-        """Flush-free close: trims indexes. The owner flushes first for a clean shutdown."""
+        """Flush-free close: trims indexes and snapshots the producers' state at the log end (the
+        next load replays nothing). The owner flushes first for a clean shutdown."""
+        self.producer_state.take_snapshot()
         for segment in self.segments:
             segment.close()
         for _, segment in self._pending_deletes:

@@ -13,6 +13,8 @@ Passes, in order (Kafka's LogLoader.load):
    after it, later segments included, are dropped: what remains is a prefix of what was
    appended.
 6. No segment left: start an empty one at the log start offset.
+7. The idempotent producers' state: the latest producer snapshot at or below the log end, then
+   the batches after it (storage/producer_state.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from storage.log_segment import (
     LogSegment,
 )
 from storage.log_segments import LogSegments
+from storage.producer_state import ProducerStateManager
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)(\.deleted|\.cleaned|\.swap)?$")
 
@@ -91,7 +94,7 @@ class LogLoader:
             # say which epoch wrote them: rebuild the cache from them.
             self._rebuild_leader_epoch_cache(epoch_cache, segments)
         epoch_cache.truncate_from_start(start)
-        return Log(
+        log = Log(
             self.directory,
             self.config,
             segments,
@@ -100,8 +103,11 @@ class LogLoader:
                 recovery_point, log_end_offset, segments.active_segment.base_offset),
             high_watermark=min(max(high_watermark, start), log_end_offset),
             leader_epoch_cache=epoch_cache,
+            producer_state=ProducerStateManager(self.directory, self.directory.name),
             now_ms=self.now_ms,
         )
+        log.reload_producer_state()
+        return log
 
     def _leader_epoch_cache(self, segments: LogSegments) -> LeaderEpochCache:
         """The partition's epoch cache; a damaged checkpoint is rebuilt from the batches.

@@ -38,6 +38,7 @@ from storage.cleaner import (
 from storage.config import LogConfig
 from storage.log import Log
 from storage.log_loader import LogLoader
+from storage.producer_state import snapshot_file_name
 from storage.records import Compression, build_batch, decode_records, read_header
 
 NOW_MS = 1_000_000
@@ -547,7 +548,9 @@ def test_file_names_between_cleaner_steps(tmp_path: Path) -> None:
     # Once the old segments' delayed delete has run, only final names remain: the map's segments.
     log.delete_expired_files(CRASH_NOW_MS + log.config.file_delete_delay_ms)
     names = {p.name for p in log.directory.iterdir()} - {LEADER_EPOCH_CHECKPOINT}
-    assert names == set().union(*(_segment_files(segment.base_offset, "") for segment in log.segments))
+    snapshots = {name for name in names if name.endswith(".snapshot")}  # producer state, at segment bases
+    assert snapshots <= {snapshot_file_name(segment.base_offset) for segment in log.segments}
+    assert names - snapshots == set().union(*(_segment_files(segment.base_offset, "") for segment in log.segments))
     assert set(swapped) <= {segment.base_offset for segment in log.segments}
 
 
