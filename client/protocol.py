@@ -78,12 +78,14 @@ class Api(enum.Enum):
     INCREMENTAL_ALTER_CONFIGS = "incremental_alter_configs"
     OFFSET_COMMIT = "offset_commit"
     OFFSET_FETCH = "offset_fetch"
+    INIT_PRODUCER_ID = "init_producer_id"
     # node to node
     RAFT = "raft"
     BROKER_REGISTRATION = "broker_registration"
     BROKER_HEARTBEAT = "broker_heartbeat"
     CONTROLLED_SHUTDOWN = "controlled_shutdown"
     ALTER_PARTITION = "alter_partition"
+    ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
 
     @property
     def path(self) -> str:
@@ -469,6 +471,28 @@ class OffsetFetchResponse:
     error_message: str = ""
 
 
+# ---- InitProducerId (KIP-98) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest:
+    """An idempotent producer's id and epoch, from any broker. Transactions (`transactional_id`)
+    are not supported: such a request is refused with INVALID_REQUEST."""
+
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse:
+    error_code: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+    error_message: str = ""
+
+
 # ---- node to node: the cores' own shapes travel in an envelope -------------------------------
 
 
@@ -509,11 +533,13 @@ REQUESTS: dict[Api, type] = {
     Api.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsRequest,
     Api.OFFSET_COMMIT: OffsetCommitRequest,
     Api.OFFSET_FETCH: OffsetFetchRequest,
+    Api.INIT_PRODUCER_ID: InitProducerIdRequest,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,
     Api.CONTROLLED_SHUTDOWN: Envelope,
     Api.ALTER_PARTITION: Envelope,
+    Api.ALLOCATE_PRODUCER_IDS: Envelope,
 }
 RESPONSES: dict[Api, type] = {
     Api.PRODUCE: ProduceResponse,
@@ -529,11 +555,13 @@ RESPONSES: dict[Api, type] = {
     Api.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsResponse,
     Api.OFFSET_COMMIT: OffsetCommitResponse,
     Api.OFFSET_FETCH: OffsetFetchResponse,
+    Api.INIT_PRODUCER_ID: InitProducerIdResponse,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,
     Api.CONTROLLED_SHUTDOWN: Envelope,
     Api.ALTER_PARTITION: Envelope,
+    Api.ALLOCATE_PRODUCER_IDS: Envelope,
 }
 
 

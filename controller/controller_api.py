@@ -232,6 +232,30 @@ class BrokerHeartbeatResponse:
     should_shut_down: bool = False
 
 
+# ---- AllocateProducerIds ----------------------------------------------------------------------------
+
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+PRODUCER_ID_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIdsRequest:
+    """A broker asks for a block of producer ids to hand out in InitProducerId (KIP-730)."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIdsResponse:
+    """The ids [producer_id_start, producer_id_start + producer_id_len) are this broker's alone."""
+
+    error_code: ErrorCode
+    error_message: str | None = None
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+
+
 # ---- AlterPartition ---------------------------------------------------------------------------------
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from controller.controller_api import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterConfigsResourceResult,
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -41,6 +43,8 @@ def error_response(request: Any, code: ErrorCode, message: str) -> Any:
         return BrokerHeartbeatResponse(code, message)
     if isinstance(request, AlterPartitionRequest):
         return AlterPartitionResponse(code, message)
+    if isinstance(request, AllocateProducerIdsRequest):
+        return AllocateProducerIdsResponse(code, message)
     if isinstance(request, CreateTopicsRequest):
         return CreateTopicsResponse(tuple(CreatableTopicResult(topic.name, code, message) for topic in request.topics))
     if isinstance(request, DeleteTopicsRequest):

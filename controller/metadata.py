@@ -43,6 +43,7 @@ from controller.metadata_records import (
     MetadataRecord,
     Partition,
     PartitionChange,
+    ProducerIds,
     RegisterBroker,
     RemoveTopic,
     Topic,
@@ -55,8 +56,8 @@ from controller.metadata_records import (
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
 
-SNAPSHOT_VERSION = 3  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset;
-# 3: brokers: fenced_offset
+SNAPSHOT_VERSION = 4  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset;
+# 3: brokers: fenced_offset; 4: the next producer id
 TOPIC_NAME_LENGTH_MAX = 249
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -197,6 +198,7 @@ class ClusterMetadata:
         self._partitions: dict[str, dict[int, PartitionRegistration]] = {}  # topic id -> index -> state
         self._configs: dict[str, dict[str, str]] = {}  # topic name -> key -> value
         self._leaderless: set[tuple[str, int]] = set()  # derived: partitions with leader -1
+        self.next_producer_id = 0  # the first producer id not yet given to a broker (ProducerIds)
 
     # ---- StateMachine --------------------------------------------------------------------------
 
@@ -230,7 +232,7 @@ class ClusterMetadata:
                 for _, p in sorted(self._partitions[topic_id].items())
             ]
             topics.append([topic_id, name, to_wire(self._configs[name]), partitions])
-        return msgpack.packb([SNAPSHOT_VERSION, brokers, topics], use_bin_type=True)
+        return msgpack.packb([SNAPSHOT_VERSION, brokers, topics, self.next_producer_id], use_bin_type=True)
 
     def restore(self, offset: int, data: bytes) -> None:
         """Replace the whole state by the snapshot `data`, taken after applying `offset`."""
@@ -253,6 +255,7 @@ class ClusterMetadata:
         self._partitions = {topic_id: dict(parts) for topic_id, parts in source._partitions.items()}
         self._configs = {name: dict(configs) for name, configs in source._configs.items()}
         self._leaderless = set(source._leaderless)
+        self.next_producer_id = source.next_producer_id
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ClusterMetadata):
@@ -263,6 +266,7 @@ class ClusterMetadata:
             and self._topic_names == other._topic_names
             and self._partitions == other._partitions
             and self._configs == other._configs
+            and self.next_producer_id == other.next_producer_id
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable
@@ -370,6 +374,13 @@ class ClusterMetadata:
         broker = self._registered(record.broker_id, record.broker_epoch)
         self._brokers[record.broker_id] = replace(broker, in_controlled_shutdown=record.in_controlled_shutdown)
 
+    def _apply_producer_ids(self, offset: int, record: ProducerIds) -> None:
+        self._registered(record.broker_id, record.broker_epoch)
+        if record.next_producer_id <= self.next_producer_id:
+            raise MetadataApplyError(f"next producer id {record.next_producer_id} is not above "
+                                     f"{self.next_producer_id}: producer ids would be given twice")
+        self.next_producer_id = record.next_producer_id
+
     def _apply_topic(self, offset: int, record: Topic) -> None:
         error = topic_name_error(record.name)
         if error is not None:
@@ -463,6 +474,7 @@ _APPLY = {
     PartitionChange: ClusterMetadata._apply_partition_change,
     ConfigChange: ClusterMetadata._apply_config_change,
     RemoveTopic: ClusterMetadata._apply_remove_topic,
+    ProducerIds: ClusterMetadata._apply_producer_ids,
 }
 
 
@@ -470,9 +482,10 @@ def _load_snapshot(data: bytes) -> ClusterMetadata:
     """Parse and check a snapshot; raises `MetadataRecordError` if it is malformed or inconsistent."""
     value = unpack(data, what="metadata snapshot")
     check_wire_type(value, tuple[Any, ...], "snapshot")
-    if len(value) != 3 or value[0] not in _SNAPSHOT_FIELD_COUNTS:
-        raise MetadataRecordError(f"snapshot must be [version 0..{SNAPSHOT_VERSION}, brokers, topics]")
-    version, brokers, topics = value
+    if len(value) not in (3, 4) or value[0] not in _SNAPSHOT_FIELD_COUNTS or (len(value) == 4) != (value[0] >= 4):
+        raise MetadataRecordError(f"snapshot must be [version 0..{SNAPSHOT_VERSION}, brokers, topics] "
+                                  "(and the next producer id from version 4)")
+    version, brokers, topics, *rest = value
     broker_count, partition_count = _SNAPSHOT_FIELD_COUNTS[version]
     loaded = ClusterMetadata()
     check_wire_type(brokers, tuple[tuple[Any, ...], ...], "snapshot brokers")
@@ -481,6 +494,11 @@ def _load_snapshot(data: bytes) -> ClusterMetadata:
     check_wire_type(topics, tuple[tuple[Any, ...], ...], "snapshot topics")
     for entry in topics:
         _topic_from_snapshot(loaded, entry, _PARTITION_FIELDS[:partition_count])
+    for next_producer_id in rest:
+        check_wire_type(next_producer_id, int, "snapshot next_producer_id")
+        if next_producer_id < 0:
+            raise MetadataRecordError(f"snapshot next_producer_id {next_producer_id} is negative")
+        loaded.next_producer_id = next_producer_id
     return loaded
 
 
@@ -512,7 +530,8 @@ _PARTITION_FIELDS: list[tuple[str, Any]] = [
     ("log_start_offset", int),
 ]
 _SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (8, 7), 2: (8, len(_PARTITION_FIELDS)),
-                          3: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
+                          3: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS)),
+                          4: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
 """Per snapshot version, how many broker and partition fields it has (later fields take defaults)."""
 
 

@@ -56,6 +56,7 @@ class MetadataRecordType(IntEnum):
     FENCE_BROKER = 7
     UNFENCE_BROKER = 8
     REMOVE_TOPIC = 9
+    PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
 
 
@@ -74,6 +75,17 @@ class RegisterBroker:
     endpoints: Mapping[str, str]
     rack: str | None
     log_dirs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIds:
+    """The controller gave broker `broker_id` (at `broker_epoch`) the producer ids below
+    `next_producer_id` not yet given to anyone (Kafka's ProducerIdsRecord, KIP-730): ids are unique
+    across the cluster's life, since the next block starts where this one ends."""
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +187,7 @@ MetadataRecord = Union[  # noqa: UP007 - a runtime alias, used in isinstance che
     PartitionChange,
     ConfigChange,
     RemoveTopic,
+    ProducerIds,
 ]
 
 RECORD_CLASSES: dict[MetadataRecordType, type] = {
@@ -186,6 +199,7 @@ RECORD_CLASSES: dict[MetadataRecordType, type] = {
     MetadataRecordType.FENCE_BROKER: FenceBroker,
     MetadataRecordType.UNFENCE_BROKER: UnfenceBroker,
     MetadataRecordType.REMOVE_TOPIC: RemoveTopic,
+    MetadataRecordType.PRODUCER_IDS: ProducerIds,
     MetadataRecordType.BROKER_REGISTRATION_CHANGE: BrokerRegistrationChange,
 }
 RECORD_TYPES: dict[type, MetadataRecordType] = {cls: tag for tag, cls in RECORD_CLASSES.items()}

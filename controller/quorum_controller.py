@@ -93,6 +93,10 @@ from typing import Any, Generic, TypeVar
 
 from controller.controller_api import (
     NO_VALUE,
+    PRODUCER_ID_BLOCK_SIZE,
+    PRODUCER_ID_MAX,
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
@@ -129,6 +133,7 @@ from controller.metadata_records import (
     MetadataRecord,
     Partition,
     PartitionChange,
+    ProducerIds,
     RegisterBroker,
     RemoveTopic,
     Topic,
@@ -591,6 +596,23 @@ class QuorumController:
         assert after is not None
         response = BrokerHeartbeatResponse(ErrorCode.NONE, None, caught_up, after.fenced, should_shut_down)
         return self._finish(batch, response)
+
+    def allocate_producer_ids(
+        self, request: AllocateProducerIdsRequest, now_ms: int
+    ) -> ControllerResult[AllocateProducerIdsResponse]:
+        """The next block of producer ids, recorded before it is answered (Kafka's
+        ProducerIdControlManager): a block is never given twice, across controller failovers too."""
+        batch = self._begin(now_ms)
+        broker = self._metadata.broker(request.broker_id)
+        rejected = self._check_broker_epoch(broker, request.broker_id, request.broker_epoch)
+        if rejected is not None:
+            return self._finish(batch, AllocateProducerIdsResponse(rejected.code, rejected.message))
+        start = self._metadata.next_producer_id
+        if start > PRODUCER_ID_MAX - PRODUCER_ID_BLOCK_SIZE:
+            return self._finish(batch, AllocateProducerIdsResponse(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"producer ids are exhausted (next {start})"))
+        batch.append(ProducerIds(request.broker_id, request.broker_epoch, start + PRODUCER_ID_BLOCK_SIZE))
+        return self._finish(batch, AllocateProducerIdsResponse(ErrorCode.NONE, None, start, PRODUCER_ID_BLOCK_SIZE))
 
     def controlled_shutdown(
         self, request: ControlledShutdownRequest, now_ms: int
@@ -1204,5 +1226,6 @@ _HANDLERS: dict[type, Callable[[QuorumController, Any, int], ControllerResult[An
     BrokerHeartbeatRequest: QuorumController.broker_heartbeat,
     ControlledShutdownRequest: QuorumController.controlled_shutdown,
     AlterPartitionRequest: QuorumController.alter_partition,
+    AllocateProducerIdsRequest: QuorumController.allocate_producer_ids,
     ControllerTick: lambda controller, request, now_ms: controller.tick(now_ms),
 }

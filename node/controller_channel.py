@@ -1,7 +1,7 @@
 """The controller channel: controller requests between nodes, their routes and their error answers.
 
 Kafka's forwarding (KIP-590) in our protocol. Broker requests (BrokerRegistration, BrokerHeartbeat,
-ControlledShutdown, AlterPartition) travel in an `Envelope(type=<controller_api class name>, body)`
+ControlledShutdown, AlterPartition, AllocateProducerIds) travel in an `Envelope(type=<controller_api class name>, body)`
 on their node-to-node route, and are answered with an Envelope of the response. Topic admin
 requests (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are forwarded on their public route,
 as a client would send them to the active controller (their wire shape is the controller's own),
@@ -21,6 +21,8 @@ from typing import Any
 from client.connection import Connections, RequestRejectedError
 from client.protocol import Api, Envelope, ProtocolError, decode, encode
 from controller.controller_api import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -54,6 +56,7 @@ CONTROLLER_APIS: dict[type, ControllerApi] = {
     BrokerHeartbeatRequest: ControllerApi(Api.BROKER_HEARTBEAT, BrokerHeartbeatResponse),
     ControlledShutdownRequest: ControllerApi(Api.CONTROLLED_SHUTDOWN, BrokerHeartbeatResponse),
     AlterPartitionRequest: ControllerApi(Api.ALTER_PARTITION, AlterPartitionResponse),
+    AllocateProducerIdsRequest: ControllerApi(Api.ALLOCATE_PRODUCER_IDS, AllocateProducerIdsResponse),
     CreateTopicsRequest: ControllerApi(Api.CREATE_TOPICS, CreateTopicsResponse, wire=True),
     DeleteTopicsRequest: ControllerApi(Api.DELETE_TOPICS, DeleteTopicsResponse, wire=True),
     IncrementalAlterConfigsRequest: ControllerApi(Api.INCREMENTAL_ALTER_CONFIGS, IncrementalAlterConfigsResponse,

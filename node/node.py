@@ -38,6 +38,7 @@ from node.broker import Broker
 from node.config import NodeConfig
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
+from node.producer_ids import ProducerIdManager
 from node.quorum import QuorumService
 from node.server import NotABroker, NotOnThisListener, NotServingYet, build_app
 from storage import meta_properties
@@ -51,7 +52,8 @@ METADATA_TOPIC = "__cluster_metadata"
 # Served while the broker catches up: Raft, and controller requests another node forwards here
 # (the active controller may be a node whose broker is still starting).
 NODE_TO_NODE_APIS = frozenset(
-    {Api.RAFT, Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION}
+    {Api.RAFT, Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION,
+     Api.ALLOCATE_PRODUCER_IDS}
 )
 # Topic admin is forwarded to the active controller on these public routes; it answers them from
 # the quorum's state, so they are served there even while its own broker catches up.
@@ -83,6 +85,7 @@ class Node:
         self.log_manager: LogManager | None = None
         self.broker: Broker | None = None
         self.group_offsets: GroupOffsets | None = None
+        self.producer_ids: ProducerIdManager | None = None
         self._runner: web.AppRunner | None = None
         self._dir_locks: list[DirLock] = []
 
@@ -122,6 +125,9 @@ class Node:
             self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self.broker.list_offsets,
             self._forward, self._create_offsets_topic, self.clock, self.config.request_timeout_ms,
         )
+        broker = self.broker
+        self.producer_ids = ProducerIdManager(self.config.node_id, lambda: broker.lifecycle.broker_epoch,
+                                              self.quorum.controller_request, self.config.request_timeout_ms)
 
     async def stop(self, controlled: bool) -> None:
         if self.broker is not None:
@@ -173,6 +179,9 @@ class Node:
             case Api.OFFSET_FETCH:
                 assert self.group_offsets is not None
                 return await self.group_offsets.fetch(message)
+            case Api.INIT_PRODUCER_ID:
+                assert self.producer_ids is not None
+                return await self.producer_ids.init_producer_id(message)
         raise AssertionError(f"no handler for {api.value}")
 
     def _check_served(self, api: Api, message: Any, listener: str) -> None:

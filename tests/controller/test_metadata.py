@@ -267,7 +267,9 @@ def test_copy_is_independent() -> None:
 @pytest.mark.parametrize(
     "snapshot",
     [
-        msgpack.packb([4, [], []]),  # unknown version
+        msgpack.packb([5, [], [], 0]),  # unknown version
+        msgpack.packb([4, [], []]),  # version 4 without the next producer id
+        msgpack.packb([4, [], [], -1]),  # a negative next producer id
         msgpack.packb([3, [[1, "i", 0, {}, None, True, False, []]], []]),  # version 3 broker without fenced_offset
         msgpack.packb([1, [[1, "i", 0, {}, None, True, False]], []]),  # version 1 broker without log_dirs
         msgpack.packb([0, []]),  # missing topics

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from controller.controller_api import (
+    AllocateProducerIdsRequest,
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
@@ -888,3 +889,20 @@ def test_same_seed_and_requests_give_identical_records() -> None:
         return list(harness.controller.tick(harness.now_ms + 1).records)
 
     assert records(11) == records(11)
+
+
+# ---- AllocateProducerIds ---------------------------------------------------------------------------
+
+
+def test_producer_id_blocks_are_recorded_and_never_given_twice() -> None:
+    harness = cluster(2)
+    first = harness.run(AllocateProducerIdsRequest(1, harness.broker_epochs[1]))
+    second = harness.run(AllocateProducerIdsRequest(2, harness.broker_epochs[2]))
+    assert (first.error_code, first.producer_id_start, first.producer_id_len) == (ErrorCode.NONE, 0, 1000)
+    assert (second.producer_id_start, second.producer_id_len) == (1000, 1000)
+    assert harness.committed.next_producer_id == 2000
+    restored = ClusterMetadata()
+    restored.restore(harness.committed.last_applied_offset, harness.committed.snapshot())
+    assert restored.next_producer_id == 2000, "a new controller goes on from the snapshot"
+    stale = harness.run(AllocateProducerIdsRequest(1, harness.broker_epochs[1] + 1))
+    assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH and harness.committed.next_producer_id == 2000

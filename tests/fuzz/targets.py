@@ -45,7 +45,8 @@ VOTERS = frozenset({1, 2, 3})
 CLUSTER_ID = "fuzz-cluster"
 ROUTES = tuple(REQUESTS)
 _CRC_POSITION = 17  # the CRC-32C covers the batch from the attributes (byte 21) on
-PEER_ROUTES = (Api.RAFT, Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION)
+PEER_ROUTES = (Api.RAFT, Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION,
+               Api.ALLOCATE_PRODUCER_IDS)
 
 
 def records(data: bytes) -> None:
