@@ -22,12 +22,14 @@ from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordM
 
 
 class RecordAccumulator:
-    def __init__(self, batch_size: int, linger_ms: int, max_request_size: int = 1048576) -> None:
+    def __init__(self, batch_size: int, linger_ms: int, max_request_size: int = 1048576,
+                 one_batch_per_partition: bool = False) -> None:
         assert batch_size > 0, f"batch_size={batch_size}"
         assert linger_ms >= 0, f"linger_ms={linger_ms}"
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.max_request_size = max_request_size
+        self.one_batch_per_partition = one_batch_per_partition  # idempotent: a batch comes alone
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.muted: set[TopicPartition] = set()
         self.buffered_bytes = 0
@@ -135,6 +137,8 @@ class RecordAccumulator:
             while queue and (queue[0].closed or len(queue) == 1):
                 batch = queue[0]
                 if taken and size + batch.size_in_bytes > self.max_request_size:
+                    break
+                if self.one_batch_per_partition and len(taken) > count:
                     break
                 queue.popleft()
                 batch.closed = True

@@ -6,6 +6,16 @@ partition's answer, and retries retriable errors after `retry.backoff.ms`, refre
 when the error says it is stale (NOT_LEADER_OR_FOLLOWER, a node down, ...). A batch fails when
 its error is not retriable, after `retries` attempts, or `delivery.timeout.ms` after it was
 created; its futures then raise the `TributaryError` named by the code.
+
+Idempotence (KIP-98, on by default with acks=all as in Kafka's Java client since 3.0): the producer
+gets a producer id (InitProducerId) at start and numbers each partition's batches by record; a
+batch keeps its id, epoch and sequence across retries, so a retry of a write the leader already has
+(its answer was lost, or it timed out during a failover) is answered with the original offsets
+instead of being written twice. One request per partition is in flight and a partition's batch
+goes alone, so order holds across retries. A batch that fails for good after it was numbered (its
+outcome unknown) bumps that partition's epoch and starts its sequence again at 0: the brokers keep
+producer state per partition, so the epoch can be per partition too (Kafka bumps one epoch for
+all, after draining every partition).
 """
 
 from __future__ import annotations
@@ -21,13 +31,23 @@ from client.errors import TributaryError, error_for
 from client.metadata import Metadata, TopicPartition
 from client.partitioner import StickyPartitioner, partition_for_key
 from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordMetadata, record_size
-from client.protocol import Api, ErrorCode, ProducePartition, ProduceRequest, ProduceResponse
+from client.protocol import (
+    Api,
+    ErrorCode,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+)
 from storage.errors import StorageError
-from storage.records import Compression
+from storage.producer_state import last_sequence
+from storage.records import NO_PRODUCER_ID, Compression
 
 COMPRESSION_TYPES = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
                      "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 # A topic just created may be unknown to the broker asked, or have no leader yet.
+SEQUENCE_MASK = 2**31 - 1  # sequences wrap from 2^31-1 to 0
 METADATA_RETRIABLE = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NONE})
 
 
@@ -59,6 +79,7 @@ class Producer:
         max_in_flight_requests_per_connection: int = 5,
         max_request_size: int = 1048576,
         buffer_memory: int = 33554432,
+        enable_idempotence: bool | None = None,
         connections: Connections | None = None,
         clock: Callable[[], int] = monotonic_ms,
         wall_clock: Callable[[], int] = wall_clock_ms,
@@ -69,6 +90,11 @@ class Producer:
         if compression_type not in COMPRESSION_TYPES:
             raise ValueError(f"compression_type={compression_type!r}: use one of {', '.join(COMPRESSION_TYPES)}")
         self.compression = COMPRESSION_TYPES[compression_type]
+        if enable_idempotence and self.acks != -1:
+            raise ValueError(f"enable_idempotence needs acks=all, not acks={acks!r} (Kafka's rule)")
+        self.idempotent = self.acks == -1 if enable_idempotence is None else enable_idempotence
+        self.producer_id = NO_PRODUCER_ID
+        self._sequences: dict[TopicPartition, tuple[int, int]] = {}  # idempotent: (epoch, next sequence)
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -79,7 +105,8 @@ class Producer:
         self._own_connections = connections is None
         self.connections = connections or Connections()
         self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
-        self.accumulator = RecordAccumulator(batch_size, linger_ms, max_request_size)
+        self.accumulator = RecordAccumulator(batch_size, linger_ms, max_request_size,
+                                             one_batch_per_partition=self.idempotent)
         self.partitioner = StickyPartitioner()
         self._clock = clock
         self._wall_clock = wall_clock
@@ -98,14 +125,49 @@ class Producer:
         await self.close()
 
     async def start(self) -> None:
-        """Fetch metadata once (failing fast if no node answers) and start the sender."""
+        """Fetch metadata once (failing fast if no node answers), get a producer id if idempotent,
+        and start the sender."""
         try:
             await self.metadata.refresh()
+            if self.idempotent:
+                await self._init_producer_id()
         except BaseException:
             if self._own_connections:
                 await self.connections.close()
             raise
         self._sender = asyncio.create_task(self._run_sender(), name="tributary-producer-sender")
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId from any broker, retried on retriable errors for up to `max_block_ms`."""
+        deadline = self._clock() + self.max_block_ms
+        while True:
+            try:
+                response = await self.metadata.request(Api.INIT_PRODUCER_ID, InitProducerIdRequest(),
+                                                       InitProducerIdResponse)
+                if response.error_code is ErrorCode.NONE:
+                    self.producer_id = response.producer_id
+                    return
+                error = error_for(response.error_code, response.error_message or "InitProducerId failed")
+            except TributaryError as raised:
+                error = raised
+            if not error.retriable or self._clock() >= deadline:
+                raise error
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+    def _number(self, batch: ProducerBatch) -> None:
+        """Give a batch its producer id, epoch and first sequence when it is first sent."""
+        if batch.producer is not None:
+            return
+        epoch, sequence = self._sequences.get(batch.tp, (0, 0))
+        batch.producer = (self.producer_id, epoch, sequence)
+        self._sequences[batch.tp] = (epoch, last_sequence(sequence, batch.record_count - 1) + 1 & SEQUENCE_MASK)
+
+    def _forget_sequence(self, batch: ProducerBatch) -> None:
+        """A numbered batch failed for good, maybe written, maybe not: the partition starts a new
+        epoch at sequence 0, so later batches are not refused as out of order behind it."""
+        if batch.producer is not None:
+            epoch, _ = self._sequences.get(batch.tp, (0, 0))
+            self._sequences[batch.tp] = (epoch + 1, 0)
 
     # -- sending ------------------------------------------------------------------------
 
@@ -278,6 +340,8 @@ class Producer:
         by_tp: dict[TopicPartition, list[ProducerBatch]] = {}
         for batch in batches:
             batch.attempts += 1
+            if self.idempotent:
+                self._number(batch)
             by_tp.setdefault(batch.tp, []).append(batch)
         address = self.metadata.address_of(node)
         try:
@@ -344,6 +408,7 @@ class Producer:
     def _finish(self, batch: ProducerBatch, error: BaseException | None) -> None:
         if error is not None:
             batch.fail(error)
+            self._forget_sequence(batch)
         self.accumulator.release(batch)
         if self.accumulator.buffered_bytes < self.buffer_memory:
             self._space.set()

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from client.metadata import TopicPartition
-from storage.records import BATCH_HEADER_SIZE, Compression, build_batch, build_batch_from_values
+from storage.records import (
+    BATCH_HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    Compression,
+    build_batch,
+    build_batch_from_values,
+)
 
 # Upper bound of a record's framing: length (5), attributes (1), timestampDelta (10),
 # offsetDelta (5), key and value lengths (5 each), header count (5).
@@ -69,6 +77,7 @@ class ProducerBatch:
         self.retry_at_ms = 0
         self.record_futures: list[tuple[int, asyncio.Future[RecordMetadata]]] = []
         self.run_futures: list[tuple[int, int, asyncio.Future[BatchMetadata]]] = []
+        self.producer: tuple[int, int, int] | None = None  # idempotent: (id, epoch, base sequence), set once
         self._encoded: bytes | None = None
 
     @property
@@ -138,16 +147,20 @@ class ProducerBatch:
         if self._encoded is None:
             assert self.values, f"empty batch for {self.tp}"
             keys = None if self.keys.count(None) == len(self.keys) else self.keys
+            producer_id, producer_epoch, base_sequence = self.producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+                                                                           NO_SEQUENCE)
             if self.headers is None:
                 self._encoded = build_batch_from_values(
                     self.values, keys=keys, timestamp_ms=self.timestamps[0],
                     timestamps=None if self.uniform_timestamp else self.timestamps, compression=compression,
+                    producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
                 )
             else:
                 headers = self.headers or [()] * len(self.values)
                 self._encoded = build_batch(
                     list(zip(self.keys, self.values, headers, strict=True)), timestamps=self.timestamps,
-                    compression=compression,
+                    compression=compression, producer_id=producer_id, producer_epoch=producer_epoch,
+                    base_sequence=base_sequence,
                 )
         return self._encoded
 

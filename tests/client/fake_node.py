@@ -49,6 +49,8 @@ from client.protocol import (
     FetchResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -98,7 +100,9 @@ class FakeState:
     committed: dict[str, dict[tuple[str, int], int]] = field(default_factory=lambda: defaultdict(dict))
     injected: dict[tuple[Api, str, int], list[ErrorCode]] = field(default_factory=lambda: defaultdict(list))
     disconnects: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
+    lost_answers: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
     follower_lag: int = 0
+    next_producer_id: int = 0
     requests: list[tuple[int, Api, object]] = field(default_factory=list)
     appended: asyncio.Condition = field(default_factory=asyncio.Condition)
     fetch_parked: asyncio.Event = field(default_factory=asyncio.Event)  # a fetch is long-polling
@@ -171,6 +175,11 @@ class FakeCluster:
         """The next `times` requests of `api` lose their connection with no answer."""
         self.state.disconnects[api] += times
 
+    def lose_answers(self, api: Api, times: int = 1) -> None:
+        """The next `times` requests of `api` are carried out, then lose their connection: the
+        sender cannot tell whether they were (a timeout during a failover, seen from the client)."""
+        self.state.lost_answers[api] += times
+
     def log(self, topic: str, partition: int) -> Log:
         return self.state.partitions[(topic, partition)].log
 
@@ -193,6 +202,11 @@ class FakeCluster:
                                     content_type=CONTENT_TYPE)
             self.state.requests.append((node_id, api, message))
             answer = await getattr(self, f"_{api.value}")(node_id, message)
+            if self.state.lost_answers[api] > 0:
+                self.state.lost_answers[api] -= 1
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response(status=500)
             return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
 
         return handle
@@ -408,6 +422,10 @@ class FakeCluster:
         return OffsetCommitResponse(tuple(
             OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.NONE) for p in request.partitions
         ))
+
+    async def _init_producer_id(self, node_id: int, request: InitProducerIdRequest) -> InitProducerIdResponse:
+        self.state.next_producer_id += 1
+        return InitProducerIdResponse(ErrorCode.NONE, self.state.next_producer_id - 1, 0)
 
     async def _offset_fetch(self, node_id: int, request: OffsetFetchRequest) -> OffsetFetchResponse:
         code = self._injected(Api.OFFSET_FETCH, request.group_id, -1)

@@ -90,6 +90,24 @@ async def test_a_lost_connection_is_retried(cluster: FakeCluster) -> None:
     assert values_in(cluster, "t", 0) == [b"again"]
 
 
+@pytest.mark.parametrize(("enable_idempotence", "copies"), [(None, 1), (False, 3)])
+async def test_a_produce_whose_answers_were_lost_is_in_the_log_once_when_idempotent(
+        cluster: FakeCluster, enable_idempotence: bool | None, copies: int) -> None:
+    """Idempotence is on by default (acks=all): the retries of a written batch get its offsets back."""
+    async with Producer(cluster.bootstrap, retry_backoff_ms=10, enable_idempotence=enable_idempotence) as producer:
+        cluster.lose_answers(Api.PRODUCE, 2)
+        metadata = await producer.send_and_wait("t", b"written", partition=0)
+        assert (await producer.send_and_wait("t", b"next", partition=0)).offset == copies
+    assert metadata.offset == copies - 1, "idempotent: the first write's offset; else the last copy's"
+    assert values_in(cluster, "t", 0) == [b"written"] * copies + [b"next"]
+
+
+def test_idempotence_needs_acks_all() -> None:
+    with pytest.raises(ValueError, match="acks=all"):
+        Producer("localhost:1", acks=1, enable_idempotence=True)
+    assert not Producer("localhost:1", acks=1).idempotent and Producer("localhost:1").idempotent
+
+
 async def test_a_non_retriable_error_raises_its_named_exception(cluster: FakeCluster) -> None:
     cluster.inject(Api.PRODUCE, "t", 0, ErrorCode.MESSAGE_TOO_LARGE)
     async with Producer(cluster.bootstrap) as producer:
