@@ -8,6 +8,7 @@ same `handle` call that moved the HW (or LEO, or time), and the answers leave in
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 
@@ -23,8 +24,10 @@ class DelayedProduce:
 
 
 class ProducePurgatory:
-    """Delayed acks=all produces of one leadership, in append order (so in `required_offset` order:
-    the leader's log only grows). Invariant: `required_offset` never decreases along the list."""
+    """Delayed acks=all produces of one leadership, by `required_offset`: in append order, as the
+    leader's log only grows, except an idempotent producer's retry answered with the offsets of a
+    batch appended earlier, which goes in its place. Invariant: `required_offset` never decreases
+    along the list."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -39,9 +42,7 @@ class ProducePurgatory:
 
     def add(self, delayed: DelayedProduce) -> None:
         assert not self.is_full, f"purgatory holds {len(self._waiting)} >= {self.capacity}"
-        last = self._waiting[-1].required_offset if self._waiting else -1
-        assert delayed.required_offset >= last, f"required_offset={delayed.required_offset} after {last}"
-        self._waiting.append(delayed)
+        bisect.insort_right(self._waiting, delayed, key=lambda waiting: waiting.required_offset)
 
     def pop_reached(self, high_watermark: int) -> list[DelayedProduce]:
         """The produces whose records are all below `high_watermark`, oldest first."""

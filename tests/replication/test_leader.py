@@ -24,6 +24,7 @@ from replication.ready import AlterPartitionProposal, FetchResult, LogStartOffse
 from storage import log_segment
 from storage.error_codes import ErrorCode
 from storage.log import LogStartOffsetIncrementReason
+from storage.records import build_batch
 from tests.replication.harness import (
     LAG_MS,
     REPLICAS,
@@ -226,6 +227,21 @@ def test_a_leader_without_a_lease_tells_no_follower_to_truncate(brokers: Brokers
     appending = FollowerFetch(9, follower.broker_id, 0, NO_EPOCH, 0, current_leader_epoch=epoch, max_bytes=1000)
     result = only(leader.handle(appending, now_ms=13).completions, FetchResult)
     assert result.error == ErrorCode.NONE and result.records
+
+
+def test_an_idempotent_retry_waits_for_the_first_write_and_gets_its_offsets(brokers: Brokers) -> None:
+    """Replication sim seed 6's shape: the retry of a parked acks=all batch, behind a later one."""
+    leader, *followers = setup(brokers)
+    first = build_batch([(None, b"a"), (None, b"b")], producer_id=9, producer_epoch=0, base_sequence=0)
+    later = build_batch([(None, b"c")], producer_id=9, producer_epoch=0, base_sequence=2)
+    first_id, _ = produce(leader, first, acks=-1)
+    later_id, _ = produce(leader, later, acks=-1)
+    retry_id, results = produce(leader, first, acks=-1)
+    assert results == [] and leader.log.log_end_offset == 3, "the retry waits, and appends nothing"
+    catch_up(leader, followers, now_ms=1)
+    answers = {result.request_id: result for ready in leader.readies for result in produce_results(ready)}
+    assert {request_id: answers[request_id].base_offset for request_id in (first_id, later_id, retry_id)} == {
+        first_id: 0, later_id: 2, retry_id: 0}
 
 
 def test_follower_fetch_with_stale_or_future_epoch_is_fenced(brokers: Brokers) -> None:
