@@ -1,4 +1,4 @@
-"""ReplicationChecker: DESIGN §6 invariants 1, 2, 3, 4, 6, 8 and 10, judged from observations only.
+"""ReplicationChecker: DESIGN §6 invariants 1, 2, 3, 4, 6, 8, 9 and 10, judged from observations only.
 
 It reads the stream of `observations.py` and nothing else, so it does not care what drives the
 brokers. From that stream it keeps a `LogImage` of every replica (down ones too: a crash cuts the
@@ -37,6 +37,9 @@ partition, the history of committed batches (`CommittedBatch`). After every obse
     batch (below logStartOffset) counts as held by a replica until a fault cuts that replica's log
     below it: a replica that still knows the offset was used must not see it reused. Reuses after
     excused losses are counted.
+(9) An idempotent producer's batch (its producer id, epoch and first sequence) is committed at one
+    offset only: a retry the leader answers from its producer state is never written again, on
+    any leader, while the first copy is kept.
 (3) A consumer is served only batches below the serving replica's HW, and they are committed
     batches; the HW served to a consumer by one replica incarnation never falls (unless that
     replica truncated below it, which rules 1 and 8 judge).
@@ -116,6 +119,7 @@ class CheckerFigures:
     """What the checker counted over a run."""
 
     committed: int = 0
+    idempotent_committed: int = 0
     acked_all: int = 0
     acked_below_min_isr: int = 0
     excused: Counter[str] = field(default_factory=Counter)  # acks=all batches, by kind of excuse
@@ -293,10 +297,23 @@ class ReplicationChecker:
         entry = CommittedBatch(batch, now_ms, broker_id, holders | rotted, set(holders))
         for replica in rotted:
             entry.lose(replica, LossCause.ROTTED, now_ms)
+        self._commit_once(topic_partition, history, entry)
         history.add(entry)
         self.figures.committed += 1
         if topic_partition == self.offsets_partition:
             self.group.committed(entry)
+
+    def _commit_once(self, topic_partition: TopicPartition, history: PartitionHistory, entry: CommittedBatch) -> None:
+        """(9): an idempotent producer's batch is committed at one offset only, while it is kept."""
+        producer = entry.batch.producer
+        if producer is None:
+            return
+        first = history.idempotent.get(producer)
+        if first is not None and first.fate is Fate.KEPT and first.batch.base_offset != entry.batch.base_offset:
+            self.fail(f"{topic_partition}: the idempotent batch (producer, epoch, sequence) {producer} is committed "
+                      f"at {entry.batch.base_offset} and still at {first.batch.base_offset}: written twice")
+        history.idempotent[producer] = entry
+        self.figures.idempotent_committed += 1
 
     def _displace(self, topic_partition: TopicPartition, history: PartitionHistory, earlier: CommittedBatch,
                   batch: Batch) -> None:
@@ -353,6 +370,15 @@ class ReplicationChecker:
             self.fail(f"{topic_partition}: broker {step.broker_id} answered a produce {answer.error.name} (nothing "
                       f"appended) but appended its batch")
         if answer.error != ErrorCode.NONE or answer.acks != ACKS_ALL:
+            return
+        if answer.base_offset < image.log_start_offset:
+            # An idempotent producer's retry answered from the producer state with the offsets of its
+            # first write, which retention or DeleteRecords has deleted since (Kafka answers the same).
+            deleted = self.histories[topic_partition].canonical.get(answer.base_offset)
+            if deleted is None or deleted.batch.tail != answer.tail or deleted.fate is not Fate.KEPT:
+                self.fail(f"{topic_partition}: acks=all success at {answer.base_offset}, below broker "
+                          f"{step.broker_id}'s logStartOffset {image.log_start_offset}, is not the batch committed "
+                          "there")
             return
         batch = image.rotted.get(answer.base_offset) or image.get(answer.base_offset)
         if batch is None or batch.tail != answer.tail:

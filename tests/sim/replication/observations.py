@@ -22,16 +22,19 @@ bytes at the same offset.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import Enum
 
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
-from storage.records import iter_headers
+from storage.records import NO_PRODUCER_ID, iter_headers
 
 # A produced batch's bytes from the magic byte on: what a leader does not rewrite (it sets
 # baseOffset, and partitionLeaderEpoch, which come first; batchLength stays).
 TAIL = 16
+_PRODUCER = struct.Struct(">qhi")
+_PRODUCER_POSITION = 43  # producerId, producerEpoch, baseSequence (storage/records.py BatchHeader)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,15 @@ class Batch:
     @property
     def tail(self) -> bytes:
         return self.data[TAIL:]
+
+    @property
+    def producer(self) -> tuple[int, int, int] | None:
+        """An idempotent producer's (id, epoch, first sequence), None for any other batch (and for
+        the checker tests' short stand-ins)."""
+        if len(self.data) < _PRODUCER_POSITION + _PRODUCER.size:
+            return None
+        producer_id, epoch, sequence = _PRODUCER.unpack_from(self.data, _PRODUCER_POSITION)
+        return None if producer_id == NO_PRODUCER_ID else (producer_id, epoch, sequence)
 
 
 def batches_of(data: bytes) -> tuple[Batch, ...]:

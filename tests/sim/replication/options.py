@@ -71,6 +71,7 @@ class ReplicationSimOptions(FaultOptions):
     rot_probability: float = 0.0
     slow_disk_probability: float = 0.0
     slow_fsync_max_ms: int = 0
+    idempotent_producer: bool = False
 
     FAULTS_AFTER: ClassVar[str] = "checkpoint_interval_ms"
 
@@ -153,4 +154,7 @@ class ReplicationSimOptions(FaultOptions):
             rot_probability=0.0 if calm else rot_probability,
             slow_disk_probability=0.0 if calm else slow_disk_probability,
             slow_fsync_max_ms=slow_fsync_max_ms,
+            # A second producer, idempotent, retrying each batch until it is answered (in half the
+            # seeds, from a generator of its own: the others run as before it existed).
+            idempotent_producer=random.Random(f"idempotent-{seed}").random() < 0.5,
         )

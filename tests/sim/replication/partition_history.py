@@ -19,12 +19,14 @@ from tests.sim.replication.observations import Batch
 @dataclass(slots=True)
 class PartitionHistory:
     """One partition's committed batches: `canonical` (the committed batch at each base offset,
-    whatever its fate) and `tracked` (those not yet decided: they still have copies)."""
+    whatever its fate), `tracked` (those not yet decided: they still have copies) and
+    `idempotent` (the last committed batch of each idempotent producer's (id, epoch, sequence))."""
 
     canonical: dict[int, CommittedBatch] = field(default_factory=dict)
     bases: list[int] = field(default_factory=list)
     tracked: dict[int, list[CommittedBatch]] = field(default_factory=dict)
     max_leader_log_start: int = 0
+    idempotent: dict[tuple[int, int, int], CommittedBatch] = field(default_factory=dict)
 
     def overlapping(self, batch: Batch) -> list[CommittedBatch]:
         slot = bisect.bisect_left(self.bases, batch.base_offset)

@@ -44,6 +44,7 @@ class SeedOutcome:
     group_commits: int
     group_fetches: int
     group_excused: int
+    idempotent: tuple[int, int, int, int]  # sends, acknowledged, given up, committed batches
     liveness_ms: int | None
 
     @classmethod
@@ -53,6 +54,8 @@ class SeedOutcome:
                    result.truncations, result.wipes, result.rots, result.halts, result.stalls,
                    tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
                    figures.group_commits_acked, figures.group_fetches_checked, figures.group_regressions_excused,
+                   (result.idempotent_sends, result.idempotent_acked, result.idempotent_given_up,
+                    figures.idempotent_committed),
                    None if failure else result.liveness_ms)
 
 
@@ -100,6 +103,7 @@ class Summary(seed_runner.Tally):
     group_commits: int = 0
     group_fetches: int = 0
     group_excused: int = 0
+    idempotent: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     liveness: list[int] = field(default_factory=list)
 
     def add(self, outcome: SeedOutcome) -> None:
@@ -118,6 +122,7 @@ class Summary(seed_runner.Tally):
         self.group_commits += outcome.group_commits
         self.group_fetches += outcome.group_fetches
         self.group_excused += outcome.group_excused
+        self.idempotent = [total + part for total, part in zip(self.idempotent, outcome.idempotent, strict=True)]
         if outcome.liveness_ms is not None:
             self.liveness.append(outcome.liveness_ms)
 
@@ -131,7 +136,9 @@ class Summary(seed_runner.Tally):
             f"excused acks=all batches: {excuses}; excused other committed batches: {self.excused_unacked}; "
             f"offsets reused after an excused loss: {self.offsets_reused}\n"
             f"group offsets: {self.group_commits} commits acknowledged, {self.group_fetches} fetches checked, "
-            f"{self.group_excused} answered before an acknowledged commit whose batch was lost (excused)"
+            f"{self.group_excused} answered before an acknowledged commit whose batch was lost (excused)\n"
+            f"idempotent producer: {self.idempotent[0]} sends of {self.idempotent[1]} acknowledged batches "
+            f"({self.idempotent[2]} given up), {self.idempotent[3]} batches committed, none twice"
         )
 
 
@@ -150,7 +157,9 @@ def _ok_line(result: SimResult) -> str:
             f"leader_changes={result.leader_changes} truncations={result.truncations} "
             f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "
             f"group_commits={figures.group_commits_acked} group_fetches={figures.group_fetches_checked} "
-            f"group_excused={figures.group_regressions_excused} liveness_ms={result.liveness_ms}")
+            f"group_excused={figures.group_regressions_excused} idempotent_sends={result.idempotent_sends} "
+            f"idempotent_acked={result.idempotent_acked} idempotent_given_up={result.idempotent_given_up} "
+            f"idempotent_committed={figures.idempotent_committed} liveness_ms={result.liveness_ms}")
 
 
 def run_one(seed: int, trace: bool) -> int:

@@ -119,6 +119,8 @@ ADMIN_ATTEMPTS_MAX = 20
 SAFETY_EXTENSIONS_MAX = 2
 CLOCK_STEPS_MS = (-3_600_000, -60_000, -1_000, 1_000, 60_000, 3_600_000)
 PRODUCES_IN_FLIGHT_MAX = 8
+IDEMPOTENT_PRODUCER_ID = 4242  # the sim's idempotent producer (its id is not drawn from a controller)
+SEQUENCE_MASK = 2**31 - 1
 GROUP = "sim-group"  # its coordinator is __consumer_offsets partition 0 (the topic has one)
 
 
@@ -137,6 +139,21 @@ class Kind(IntEnum):
     PROBE = 9
     RESTART = 12
     GROUP = 13
+    IDEMPOTENT = 14
+
+
+@dataclass(slots=True)
+class IdempotentStream:
+    """The idempotent producer on one partition: its epoch and next sequence, and the batch it
+    sends (the same bytes every time) until it is answered, or given up after `give_up_ms`."""
+
+    epoch: int = 0
+    sequence: int = 0
+    batches: int = 0
+    records: bytes | None = None
+    count: int = 0
+    created_ms: int = 0
+    resend_at_ms: int = 0
 
 
 class LivenessFailure(AssertionError):
@@ -151,6 +168,9 @@ class SimResult:
     produced: int = 0
     acked_all: int = 0
     acked_all_during_fault: int = 0
+    idempotent_sends: int = 0
+    idempotent_acked: int = 0
+    idempotent_given_up: int = 0
     crashes: int = 0
     wipes: int = 0
     rots: int = 0
@@ -258,6 +278,9 @@ class Simulation:
         self.parked_metadata: list[tuple[int, MetadataFetch, int]] = []  # (node, fetch, deadline)
         self.produce_results: dict[int, ProduceResult] = {}
         self.group_rng = random.Random(f"group-{seed}")
+        self.idempotent_rng = random.Random(f"idempotent-workload-{seed}")
+        self.idempotent = {topic_partition: IdempotentStream() for topic_partition in self.topic_partitions}
+        self.idempotent_requests: dict[int, tuple[TopicPartition, int]] = {}  # request id -> (partition, batch)
         self.group_commit: tuple[int, int, int, tuple[PartitionOffset, ...]] | None = None  # id, commit, sent, offsets
         self.group_fetches: dict[int, int] = {}  # request id -> sent at
         self.group_commits = 0
@@ -399,6 +422,8 @@ class Simulation:
         self.schedule(started_ms + 1, Kind.PRODUCE)
         self.schedule(started_ms + 1, Kind.CONSUME)
         self.schedule(started_ms + 1, Kind.GROUP)
+        if self.options.idempotent_producer:
+            self.schedule(started_ms + 1, Kind.IDEMPOTENT)
         self.schedule(started_ms + self.options.chaos_interval_ms, Kind.CHAOS)
         self.schedule(started_ms + self.options.safety_duration_ms, Kind.HEAL)
 
@@ -497,6 +522,8 @@ class Simulation:
             self._heal_or_extend()
         elif kind == Kind.GROUP:
             self._group()
+        elif kind == Kind.IDEMPOTENT:
+            self._idempotent()
         elif kind == Kind.RESTART and not self.brokers[payload].up:
             self._restart(self.brokers[payload])
 
@@ -674,8 +701,65 @@ class Simulation:
                          max_bytes=max_bytes)
         self.send(Message(CONSUMER_ID, replica, ClientFetch(topic_partition, request, wait)))
 
+    def _idempotent(self) -> None:
+        """The idempotent producer (client/producer.py's rules): one batch in flight per partition,
+        numbered by record, sent again with the same bytes after a retriable error or no answer, to
+        the leader as it sees it, until answered; given up (the partition's epoch bumped, its
+        sequence back to 0) after a non-retriable error or `give_up_ms`. Checker rule (9) holds each
+        batch to one offset."""
+        rng = self.idempotent_rng
+        self.schedule(self.now_ms + rng.randint(2, 20), Kind.IDEMPOTENT)
+        topic_partition = rng.choice(self.topic_partitions)
+        stream = self.idempotent[topic_partition]
+        if stream.records is None:
+            stream.count = rng.randint(1, self.batch_records_max)
+            values = [b"i%d:%d:%d:%d" % (topic_partition.partition, stream.epoch, stream.batches, index)
+                      for index in range(stream.count)]
+            stream.records = build_batch_from_values(
+                values, timestamp_ms=WALL_START_MS + self.now_ms, producer_id=IDEMPOTENT_PRODUCER_ID,
+                producer_epoch=stream.epoch, base_sequence=stream.sequence)
+            stream.batches += 1
+            stream.created_ms = stream.resend_at_ms = self.now_ms
+        give_up_ms = 4 * (self.options.produce_timeout_ms + self.options.request_timeout_ms)
+        if self.now_ms - stream.created_ms > give_up_ms:
+            self._give_up(stream)
+            return
+        if self.now_ms < stream.resend_at_ms:
+            return
+        leader, _ = self._view(topic_partition)
+        if leader == NO_LEADER:
+            self._view(topic_partition, refresh=True)
+            return
+        self.client_ids += 1
+        self.idempotent_requests[self.client_ids] = (topic_partition, stream.batches)
+        stream.resend_at_ms = self.now_ms + self.options.produce_timeout_ms + self.options.request_timeout_ms
+        self.result.idempotent_sends += 1
+        request = ProduceRequest(self.client_ids, stream.records, -1, self.options.produce_timeout_ms, -1)
+        self.send(Message(PRODUCER_ID, leader, ClientProduce(topic_partition, request)))
+
+    def _give_up(self, stream: IdempotentStream) -> None:
+        stream.records = None
+        stream.epoch, stream.sequence = stream.epoch + 1, 0
+        self.result.idempotent_given_up += 1
+
+    def _on_idempotent_answer(self, topic_partition: TopicPartition, batch: int, result: ProduceResult) -> None:
+        stream = self.idempotent[topic_partition]
+        if stream.records is None or batch != stream.batches:
+            return  # an answer to an attempt of a batch already answered (or given up)
+        if result.error == ErrorCode.NONE:
+            stream.records = None
+            stream.sequence = (stream.sequence + stream.count) & SEQUENCE_MASK
+            self.result.idempotent_acked += 1
+        elif result.error.retriable:
+            stream.resend_at_ms = self.now_ms + self.options.fetch_backoff_ms
+            self._view(topic_partition, refresh=True)
+        else:
+            self._give_up(stream)
+
     def _to_client(self, body: Any) -> None:
-        if isinstance(body, ClientProduceAnswer):
+        if isinstance(body, ClientProduceAnswer) and body.result.request_id in self.idempotent_requests:
+            self._on_idempotent_answer(*self.idempotent_requests.pop(body.result.request_id), body.result)
+        elif isinstance(body, ClientProduceAnswer):
             self.produce_results[body.result.request_id] = body.result
             self.produces_in_flight.pop(body.result.request_id, None)
             if body.result.error != ErrorCode.NONE:
