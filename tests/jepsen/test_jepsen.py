@@ -2,9 +2,10 @@
 with acks=all and unique values and consumers from leaders and followers, while a nemesis kills
 (-9) and restarts nodes, pauses them (SIGSTOP), partitions the network between them (two way and
 one way, by blackhole routes) and steps a node's wall clock (libfaketime). Then it heals and
-checks: no acknowledged value lost, no offset holding two values, every replica identical below
-the high watermark, every consumer's reads in order. Duplicates of retried sends are counted, not
-failed (no idempotent producer yet). `JEPSEN_SECONDS` (default 30) sets the faults' duration,
+checks: no acknowledged value lost, no value twice in the log (the writers' producers are
+idempotent, as by default with acks=all: a retried send is never written twice), no offset holding
+two values, every replica identical below the high watermark, every consumer's reads in order.
+`JEPSEN_SECONDS` (default 30) sets the faults' duration,
 `JEPSEN_SEED` the nemesis' choices. It prints the figures."""
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def cluster(network: netns.Network, tmp_path: Path) -> Iterator[tuple[DevCluster
 
 async def writer(bootstrap: str, number: int, history: History, stop: asyncio.Event) -> None:
     async with Producer(bootstrap, acks="all", linger_ms=1, request_timeout_ms=2000, retry_backoff_ms=100,
-                        delivery_timeout_ms=15000) as producer:
+                        delivery_timeout_ms=15000, enable_idempotence=True) as producer:
         sequence = 0
         while not stop.is_set():
             value = b"w%d-%d" % (number, sequence)
@@ -212,5 +213,6 @@ async def test_acknowledged_writes_survive_kills_pauses_partitions_and_clock_ste
           f"offsets read with two values {len(history.conflicts) + len(unlike_the_log)}")
     assert history.acked, "no write was acknowledged"
     assert not lost, f"{len(lost)} acknowledged values lost, e.g. {lost[:5]}"
+    assert not duplicates, [(value, at) for value, at in where.items() if len(at) > 1][:5]
     assert not history.conflicts and not unlike_the_log, (history.conflicts + unlike_the_log)[:5]
     assert not history.out_of_order, history.out_of_order[:5]
