@@ -37,14 +37,19 @@ def producer_settings(properties: dict[str, str]) -> dict[str, Any]:
         name = key.replace(".", "_")
         if name not in PRODUCER_SETTINGS:
             raise ValueError(f"unknown producer property {key!r}; known: {', '.join(sorted(PRODUCER_PROPERTIES))}")
-        settings[name] = value if name in ("compression_type", "acks") else int(value)
+        if name == "enable_idempotence":
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"enable.idempotence={value!r}: use true or false")
+            settings[name] = value.lower() == "true"
+        else:
+            settings[name] = value if name in ("compression_type", "acks") else int(value)
     return settings
 
 
 PRODUCER_PROPERTIES = (
     "acks", "linger.ms", "batch.size", "compression.type", "retries", "retry.backoff.ms", "delivery.timeout.ms",
     "request.timeout.ms", "max.in.flight.requests.per.connection", "max.request.size", "buffer.memory",
-    "max.block.ms",
+    "max.block.ms", "enable.idempotence",
 )
 PRODUCER_SETTINGS = frozenset(key.replace(".", "_") for key in PRODUCER_PROPERTIES)
 

@@ -84,6 +84,9 @@ def test_producer_props_map_kafka_names_to_settings() -> None:
     }
     with pytest.raises(ValueError, match="unknown producer property 'linger'"):
         producer_settings({"linger": "1"})
+    assert producer_settings({"enable.idempotence": "false"}) == {"enable_idempotence": False}
+    with pytest.raises(ValueError, match="true or false"):
+        producer_settings({"enable.idempotence": "1"})
 
 
 def test_records_print_like_kafka_console_consumer() -> None:
