@@ -38,6 +38,9 @@ class BrokerSettings:
       the checkpoint pass. It writes the HW, recovery-point and log-start-offset checkpoints together
       (Kafka writes the last two every 60 s; more often is harmless and keeps one timer).
     - `log_cleaner_backoff_ms` (`log.cleaner.backoff.ms`): the compaction pass over every replica.
+    - `producer_id_expiration_ms` (`producer.id.expiration.ms`): an idempotent producer idle that
+      long is forgotten, checked every `producer_id_expiration_check_interval_ms`
+      (`producer.id.expiration.check.interval.ms`); Kafka's defaults, one day and ten minutes.
     """
 
     node_id: int
@@ -58,6 +61,8 @@ class BrokerSettings:
     log_flush_scheduler_interval_ms: int = 1_000
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
     log_cleaner_backoff_ms: int = 15_000
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
 
     def __post_init__(self) -> None:
         assert self.node_id >= 0, f"node_id={self.node_id}"
@@ -66,7 +71,8 @@ class BrokerSettings:
         )
         for name in ("broker_heartbeat_interval_ms", "request_timeout_ms", "log_retention_check_interval_ms",
                      "log_flush_scheduler_interval_ms", "replica_high_watermark_checkpoint_interval_ms",
-                     "log_cleaner_backoff_ms", "replica_fetch_response_max_bytes"):
+                     "log_cleaner_backoff_ms", "replica_fetch_response_max_bytes", "producer_id_expiration_ms",
+                     "producer_id_expiration_check_interval_ms"):
             assert getattr(self, name) > 0, f"{name}={getattr(self, name)}"
         for name in ("replica_fetch_wait_max_ms", "replica_fetch_min_bytes", "replica_fetch_backoff_ms",
                      "controlled_shutdown_timeout_ms"):

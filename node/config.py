@@ -119,6 +119,8 @@ _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "log.flush.start.offset.checkpoint.interval.ms": _Integer(60_000, 0, INT_MAX),
     "log.cleaner.enable": _Boolean(True),
     "log.cleaner.backoff.ms": _Integer(15_000, 0),
+    "producer.id.expiration.ms": _Integer(86_400_000, 1),
+    "producer.id.expiration.check.interval.ms": _Integer(600_000, 1),
 }
 
 # Kafka's broker keys for the topic defaults (ServerTopicConfigSynonyms): broker key -> topic key.
@@ -196,6 +198,8 @@ class NodeConfig:
     log_flush_start_offset_checkpoint_interval_ms: int
     log_cleaner_enable: bool
     log_cleaner_backoff_ms: int
+    producer_id_expiration_ms: int
+    producer_id_expiration_check_interval_ms: int
     quorum: QuorumConfig
     topic_defaults: LogConfig
     properties: Mapping[str, str]
@@ -345,6 +349,8 @@ class NodeConfig:
             log_flush_scheduler_interval_ms=self.log_flush_scheduler_interval_ms,
             replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms,
             log_cleaner_backoff_ms=self.log_cleaner_backoff_ms,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+            producer_id_expiration_check_interval_ms=self.producer_id_expiration_check_interval_ms,
         )
 
 

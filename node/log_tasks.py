@@ -9,6 +9,8 @@
   log-start-offset checkpoints.
 - `kafka-log-cleaner` every `log.cleaner.backoff.ms`: compaction, on every replica (as Kafka:
   compaction keeps offsets, so replicas need not agree on which records it has dropped yet).
+- `PeriodicProducerExpirationCheck` every `producer.id.expiration.check.interval.ms`: idempotent
+  producers idle for `producer.id.expiration.ms` are forgotten, on every replica.
 
 A pass does bounded work (one pass over the hosted logs). An exception is logged with the job and
 the job runs again at its next interval. Times given to storage are wall-clock (`wall_clock`).
@@ -45,6 +47,8 @@ class LogTasks:
             ("kafka-log-flusher", settings.log_flush_scheduler_interval_ms, self.flush_pass),
             ("kafka-checkpoint", settings.replica_high_watermark_checkpoint_interval_ms, self.log_manager.checkpoint),
             ("kafka-log-cleaner", settings.log_cleaner_backoff_ms, self.cleaner_pass),
+            ("PeriodicProducerExpirationCheck", settings.producer_id_expiration_check_interval_ms,
+             self.producer_expiration_pass),
         ]
         for name, interval_ms, job in jobs:
             self._tasks.append(asyncio.create_task(self._every(name, interval_ms, job),
@@ -74,6 +78,9 @@ class LogTasks:
 
     def flush_pass(self) -> None:
         self.log_manager.flush_dirty_logs(self._clock())
+
+    def producer_expiration_pass(self) -> None:
+        self.log_manager.remove_expired_producers(self._clock(), self.settings.producer_id_expiration_ms)
 
     def cleaner_pass(self) -> None:
         for topic_partition, result in self.log_manager.clean_logs(self._clock()):

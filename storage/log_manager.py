@@ -226,6 +226,10 @@ class LogManager:
                 results.append((topic_partition, result))
         return results
 
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget idle idempotent producers in every log (storage/producer_state.py); how many."""
+        return sum(log.producer_state.remove_expired(now_ms, expiration_ms) for _, log in self)
+
     def delete_expired_files(self, now_ms: int) -> int:
         return sum(log.delete_expired_files(now_ms) for _, log in self)
 

@@ -22,6 +22,10 @@ reader keeps the last entry of a producer id: the newest batch). Loading (`load`
 `truncate_and_reload` after a truncation) starts from the latest snapshot at or below the log end
 and replays the batch headers after it; a damaged snapshot is deleted and an older one (or the
 log start) used. Snapshots below the log start are deleted with the segments they describe.
+
+Bounds: a producer idle for `producer.id.expiration.ms` (by its last batch's max timestamp, as
+Kafka judges it) is forgotten (`remove_expired`, on the broker's periodic check), so producer ids
+that come and go, or are made up, do not pile up.
 """
 
 from __future__ import annotations
@@ -172,6 +176,14 @@ class ProducerStateManager:
                 last_sequence(header.base_sequence, header.last_offset_delta), header.last_offset,
                 header.last_offset_delta, header.max_timestamp))
         self.map_end_offset = header.next_offset
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers whose last batch is `expiration_ms` old at wall-clock `now_ms`; how many."""
+        expired = [producer_id for producer_id, entry in self.producers.items()
+                   if now_ms - entry.batches[-1].timestamp >= expiration_ms]
+        for producer_id in expired:
+            del self.producers[producer_id]
+        return len(expired)
 
     # -- snapshots ----------------------------------------------------------------------------------
 

@@ -176,3 +176,13 @@ def test_snapshots_hold_kafkas_fields(tmp_path: Path) -> None:
     data = (tmp_path / "t-0" / snapshot_file_name(2)).read_bytes()
     assert data[:2] == b"\x00\x01" and int.from_bytes(data[6:10], "big") == 1 and len(data) == 10 + 46
     assert int.from_bytes(data[10:18], "big") == PID and int.from_bytes(data[20:24], "big") == 1  # last seq
+
+
+def test_idle_producers_are_forgotten(tmp_path: Path) -> None:
+    """`producer.id.expiration.ms`: made-up or departed producer ids do not pile up."""
+    log = open_log(tmp_path / "t-0", PROPERTIES)
+    for pid in range(3):
+        log.append_as_leader(batch(0, pid=pid), 0, NOW_MS)
+    assert log.producer_state.remove_expired(NOW_MS + 999, expiration_ms=1000) == 0
+    assert log.producer_state.remove_expired(NOW_MS + 1000, expiration_ms=1000) == 3
+    assert not log.append_as_leader(batch(0, pid=0), 0, NOW_MS).duplicate, "forgotten: its retry is written"
