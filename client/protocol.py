@@ -79,6 +79,10 @@ class Api(enum.Enum):
     OFFSET_COMMIT = "offset_commit"
     OFFSET_FETCH = "offset_fetch"
     INIT_PRODUCER_ID = "init_producer_id"
+    JOIN_GROUP = "join_group"
+    SYNC_GROUP = "sync_group"
+    HEARTBEAT = "heartbeat"
+    LEAVE_GROUP = "leave_group"
     # node to node
     RAFT = "raft"
     BROKER_REGISTRATION = "broker_registration"
@@ -430,8 +434,14 @@ class OffsetCommitPartition:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitRequest:
+    """`generation_id` and `member_id`: the committing member's (a group member's commit is refused
+    with ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID once it is not the current generation's); -1 and
+    "" for a consumer that assigns its partitions itself (only to a group without members)."""
+
     group_id: str
     partitions: tuple[OffsetCommitPartition, ...]
+    generation_id: int = -1
+    member_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +478,87 @@ class OffsetFetchPartitionResponse:
 class OffsetFetchResponse:
     error_code: ErrorCode
     partitions: tuple[OffsetFetchPartitionResponse, ...] = ()
+    error_message: str = ""
+
+
+# ---- consumer groups (Kafka's classic group protocol) -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupProtocol:
+    name: str  # an assignor: "range", "roundrobin", "cooperative-sticky"
+    metadata: bytes  # Kafka's ConsumerProtocolSubscription
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    group_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    member_id: str
+    protocol_type: str
+    protocols: tuple[JoinGroupProtocol, ...]
+    client_id: str = "tributary"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupMember:
+    member_id: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    """`members`: every member's subscription, for the leader only."""
+
+    error_code: ErrorCode
+    generation_id: int = -1
+    protocol_name: str = ""
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[JoinGroupMember, ...] = ()
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupAssignment:
+    member_id: str
+    assignment: bytes  # Kafka's ConsumerProtocolAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    assignments: tuple[SyncGroupAssignment, ...] = ()  # the leader's
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error_code: ErrorCode
+    assignment: bytes = b""
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    group_id: str
+    member_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResponse:
+    """The answer to a Heartbeat or a LeaveGroup."""
+
+    error_code: ErrorCode
     error_message: str = ""
 
 
@@ -534,6 +625,10 @@ REQUESTS: dict[Api, type] = {
     Api.OFFSET_COMMIT: OffsetCommitRequest,
     Api.OFFSET_FETCH: OffsetFetchRequest,
     Api.INIT_PRODUCER_ID: InitProducerIdRequest,
+    Api.JOIN_GROUP: JoinGroupRequest,
+    Api.SYNC_GROUP: SyncGroupRequest,
+    Api.HEARTBEAT: HeartbeatRequest,
+    Api.LEAVE_GROUP: LeaveGroupRequest,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,
@@ -556,6 +651,10 @@ RESPONSES: dict[Api, type] = {
     Api.OFFSET_COMMIT: OffsetCommitResponse,
     Api.OFFSET_FETCH: OffsetFetchResponse,
     Api.INIT_PRODUCER_ID: InitProducerIdResponse,
+    Api.JOIN_GROUP: JoinGroupResponse,
+    Api.SYNC_GROUP: SyncGroupResponse,
+    Api.HEARTBEAT: GroupResponse,
+    Api.LEAVE_GROUP: GroupResponse,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,

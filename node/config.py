@@ -33,6 +33,7 @@ from controller.quorum_config import QuorumConfig, QuorumConfigError
 from controller.quorum_controller import ControllerConfig
 from node.broker_settings import BrokerSettings
 from replication.config import ReplicationConfig
+from replication.consumer_groups import GroupsConfig
 from storage.config import INT_MAX, LONG_MAX, LogConfig
 from storage.errors import InvalidConfigError
 
@@ -120,6 +121,10 @@ _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "log.cleaner.enable": _Boolean(True),
     "log.cleaner.backoff.ms": _Integer(15_000, 0),
     "producer.id.expiration.ms": _Integer(86_400_000, 1),
+    "group.min.session.timeout.ms": _Integer(6_000, 1),
+    "group.max.session.timeout.ms": _Integer(1_800_000, 1),
+    "group.initial.rebalance.delay.ms": _Integer(3_000, 0),
+    "group.max.size": _Integer(INT_MAX, 1, INT_MAX),
     "producer.id.expiration.check.interval.ms": _Integer(600_000, 1),
 }
 
@@ -200,6 +205,10 @@ class NodeConfig:
     log_cleaner_backoff_ms: int
     producer_id_expiration_ms: int
     producer_id_expiration_check_interval_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_initial_rebalance_delay_ms: int
+    group_max_size: int
     quorum: QuorumConfig
     topic_defaults: LogConfig
     properties: Mapping[str, str]
@@ -328,6 +337,11 @@ class NodeConfig:
                                 num_partitions=self.num_partitions,
                                 default_replication_factor=self.default_replication_factor,
                                 topic_defaults=self.topic_defaults)
+
+    def groups_config(self) -> GroupsConfig:
+        """What the consumer-group coordinator reads (replication/consumer_groups.py)."""
+        return GroupsConfig(self.group_min_session_timeout_ms, self.group_max_session_timeout_ms,
+                            self.group_initial_rebalance_delay_ms, self.group_max_size)
 
     def broker_settings(self) -> BrokerSettings:
         """What the broker side reads (node/broker_settings.py)."""

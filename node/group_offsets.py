@@ -44,7 +44,8 @@ class GroupOffsets:
     """The node's coordinator role. `produce`/`fetch`/`list_offsets` are the broker's own request methods;
     `coordinator_address(partition)` is the leader's inter-broker address (None: no leader);
     `forward(address, api, request, response_type)` calls another node; `create_topic()` makes
-    `__consumer_offsets` exist; `clock` gives the commit timestamp."""
+    `__consumer_offsets` exist; `clock` gives the commit timestamp; `commit_error(group, generation,
+    member)` fences a commit by the group's membership (node/group_membership.py)."""
 
     def __init__(
         self,
@@ -59,6 +60,7 @@ class GroupOffsets:
         create_topic: Callable[[], Awaitable[ErrorCode]],
         clock: Callable[[], int],
         timeout_ms: int,
+        commit_error: Callable[[str, int, str], tuple[ErrorCode, str]],
     ) -> None:
         self._node_id = node_id
         self._partition_count = partition_count
@@ -71,6 +73,7 @@ class GroupOffsets:
         self._create_topic = create_topic
         self._clock = clock
         self._timeout_ms = timeout_ms
+        self._commit_error = commit_error
         self._core = GroupCoordinator()
         self._request_ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[CommitAnswer | FetchAnswer]] = {}
@@ -78,13 +81,16 @@ class GroupOffsets:
 
     async def commit(self, request: protocol.OffsetCommitRequest) -> protocol.OffsetCommitResponse:
         partition = coordinator_partition(request.group_id, self._partition_count)
-        code = await self._route(partition, create=True)
+        code = await self.route(partition, create=True)
         if code is not None:
             return self._commit_failed(request, code)
         if self._leader_of(partition) != self._node_id:
             address = self._coordinator_address(partition)
             assert address is not None
             return await self._forward(address, protocol.Api.OFFSET_COMMIT, request, protocol.OffsetCommitResponse)
+        fenced, why = self._commit_error(request.group_id, request.generation_id, request.member_id)
+        if fenced != ErrorCode.NONE:
+            return self._commit_failed(request, fenced, why)
         offsets = tuple(PartitionOffset(p.topic, p.partition, p.committed_offset, p.committed_metadata)
                         for p in request.partitions)
         answer = await self._ask(lambda request_id: CommitOffsets(request_id, request.group_id, partition, offsets,
@@ -97,7 +103,7 @@ class GroupOffsets:
 
     async def fetch(self, request: protocol.OffsetFetchRequest) -> protocol.OffsetFetchResponse:
         partition = coordinator_partition(request.group_id, self._partition_count)
-        code = await self._route(partition, create=False)
+        code = await self.route(partition, create=False)
         if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             return protocol.OffsetFetchResponse(ErrorCode.NONE, tuple(  # nothing was ever committed
                 protocol.OffsetFetchPartitionResponse(topic, index, ErrorCode.NONE, -1, "")
@@ -167,7 +173,7 @@ class GroupOffsets:
             event = _failed(request, message)
         self._step(event)
 
-    async def _route(self, partition: int, create: bool) -> ErrorCode | None:
+    async def route(self, partition: int, create: bool) -> ErrorCode | None:
         """None when the coordinator is known; else the error to answer with."""
         leader = self._leader_of(partition)
         if leader is None and create:

@@ -36,6 +36,7 @@ from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node import admin
 from node.broker import Broker
 from node.config import NodeConfig
+from node.group_membership import GroupMembership
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.producer_ids import ProducerIdManager
@@ -86,6 +87,7 @@ class Node:
         self.broker: Broker | None = None
         self.group_offsets: GroupOffsets | None = None
         self.producer_ids: ProducerIdManager | None = None
+        self.group_membership: GroupMembership | None = None
         self._runner: web.AppRunner | None = None
         self._dir_locks: list[DirLock] = []
 
@@ -124,6 +126,13 @@ class Node:
             self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
             self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self.broker.list_offsets,
             self._forward, self._create_offsets_topic, self.clock, self.config.request_timeout_ms,
+            lambda group, generation, member: self._membership().commit_error(group, generation, member),
+        )
+        self.group_membership = GroupMembership(
+            self.config.node_id, self.config.offsets_topic_num_partitions, self.config.groups_config(),
+            self._offsets_leader, self._offsets_leader_epoch, self.group_offsets.route,
+            self._offsets_coordinator_address, self._forward, self.monotonic_clock,
+            random.Random(self.rng.getrandbits(64)),
         )
         broker = self.broker
         self.producer_ids = ProducerIdManager(self.config.node_id, lambda: broker.lifecycle.broker_epoch,
@@ -182,6 +191,14 @@ class Node:
             case Api.INIT_PRODUCER_ID:
                 assert self.producer_ids is not None
                 return await self.producer_ids.init_producer_id(message)
+            case Api.JOIN_GROUP:
+                return await self._membership().join(message)
+            case Api.SYNC_GROUP:
+                return await self._membership().sync(message)
+            case Api.HEARTBEAT:
+                return await self._membership().heartbeat(message)
+            case Api.LEAVE_GROUP:
+                return await self._membership().leave(message)
         raise AssertionError(f"no handler for {api.value}")
 
     def _check_served(self, api: Api, message: Any, listener: str) -> None:
@@ -240,10 +257,14 @@ class Node:
                 return await self.quorum.handle_controller(api, message)
 
     async def _forward(self, address: str, api: Api, request: Any, response_type: type) -> Any:
+        """A group request to its coordinator; a JoinGroup may wait there for its whole rebalance."""
+        timeout_ms = self.config.request_timeout_ms + (request.rebalance_timeout_ms if api is Api.JOIN_GROUP else 0)
         try:
-            return await self.connections.call(address, api, request, response_type, self.config.request_timeout_ms)
+            return await self.connections.call(address, api, request, response_type, timeout_ms)
         except (NodeUnavailableError, RequestRejectedError) as error:
             log.info("forwarding %s to %s failed: %s", api.value, address, error)
+            if api in (Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT, Api.LEAVE_GROUP):
+                return response_type(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(error))
             if api is Api.OFFSET_FETCH:
                 return protocol.OffsetFetchResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
             return protocol.OffsetCommitResponse(tuple(
@@ -258,6 +279,16 @@ class Node:
         topic_id = metadata.topic_id(OFFSETS_TOPIC)
         state = metadata.partition(topic_id, partition) if topic_id is not None else None
         return state.leader if state is not None else None
+
+    def _offsets_leader_epoch(self, partition: int) -> int:
+        metadata = self.quorum.metadata
+        topic_id = metadata.topic_id(OFFSETS_TOPIC)
+        state = metadata.partition(topic_id, partition) if topic_id is not None else None
+        return state.leader_epoch if state is not None else -1
+
+    def _membership(self) -> GroupMembership:
+        assert self.group_membership is not None, "group requests are served only on a broker"
+        return self.group_membership
 
     def _offsets_coordinator_address(self, partition: int) -> str | None:
         leader = self._offsets_leader(partition)

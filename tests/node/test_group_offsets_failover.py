@@ -51,7 +51,8 @@ def coordinator(cluster: Cluster, broker_id: int) -> GroupOffsets:
         raise AssertionError("the test creates __consumer_offsets itself")
 
     return GroupOffsets(broker_id, 1, leader_of, address_of, broker.produce, broker.fetch, broker.list_offsets,
-                        forward, create_topic, wall_clock_ms, 5_000)
+                        forward, create_topic, wall_clock_ms, 5_000,
+                        lambda group, generation, member: (ErrorCode.NONE, ""))  # a group without members
 
 
 async def commit(coordinator: GroupOffsets, offset: int) -> ErrorCode:

@@ -1,0 +1,188 @@
+"""GroupMembership: the node's edge of the consumer-group membership core
+(`replication/consumer_groups.py`).
+
+Any node accepts JoinGroup, SyncGroup, Heartbeat and LeaveGroup and forwards them to the group's
+coordinator, the leader of its `__consumer_offsets` partition, as OffsetCommit is routed
+(node/group_offsets.py). On the coordinator one core per partition decides; this module steps it,
+answers each request when the core's Ready answers it (a JoinGroup waits for the rebalance, a
+follower's SyncGroup for the leader's) and ticks the core when it asks. A core belongs to one
+leader epoch of its partition: after a failover the new coordinator starts the partition's groups
+empty and their members join again (the group metadata records are not written yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from client import protocol
+from client.protocol import ErrorCode
+from replication.consumer_groups import (
+    ConsumerGroups,
+    GroupAnswer,
+    GroupEvent,
+    GroupResult,
+    GroupsConfig,
+    GroupsTick,
+    Heartbeat,
+    JoinGroup,
+    JoinGroupResult,
+    LeaveGroup,
+    SyncGroup,
+    SyncGroupResult,
+)
+from replication.group_coordinator import coordinator_partition
+
+Route = Callable[[int, bool], Awaitable[ErrorCode | None]]
+
+
+class GroupMembership:
+    """`leader_of(partition)` and `leader_epoch_of(partition)` read the metadata; `route` and
+    `coordinator_address` are GroupOffsets' (which node coordinates, creating the topic if asked);
+    `forward(address, api, request, response_type)` calls another node; `clock` is monotonic."""
+
+    def __init__(self, node_id: int, partition_count: int, config: GroupsConfig,
+                 leader_of: Callable[[int], int | None], leader_epoch_of: Callable[[int], int], route: Route,
+                 coordinator_address: Callable[[int], str | None],
+                 forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]], clock: Callable[[], int],
+                 rng: random.Random) -> None:
+        self._node_id = node_id
+        self._partition_count = partition_count
+        self._config = config
+        self._leader_of = leader_of
+        self._leader_epoch_of = leader_epoch_of
+        self._route = route
+        self._coordinator_address = coordinator_address
+        self._forward = forward
+        self._clock = clock
+        self._rng = rng
+        self._cores: dict[int, tuple[int, ConsumerGroups]] = {}  # partition -> (leader epoch, core)
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._request_ids = itertools.count(1)
+        self._waiting: dict[int, tuple[int, asyncio.Future[GroupAnswer | ErrorCode]]] = {}  # id -> partition
+
+    async def join(self, request: protocol.JoinGroupRequest) -> protocol.JoinGroupResponse:
+        protocols = tuple((p.name, p.metadata) for p in request.protocols)
+        answer = await self._call(request.group_id, protocol.Api.JOIN_GROUP, request, protocol.JoinGroupResponse,
+                                  lambda request_id: JoinGroup(request_id, request.group_id, request.member_id,
+                                                               request.client_id, request.session_timeout_ms,
+                                                               request.rebalance_timeout_ms, request.protocol_type,
+                                                               protocols))
+        if isinstance(answer, protocol.JoinGroupResponse):
+            return answer
+        if isinstance(answer, ErrorCode):
+            return protocol.JoinGroupResponse(answer, member_id=request.member_id, error_message=_message(answer))
+        assert isinstance(answer, JoinGroupResult), answer
+        return protocol.JoinGroupResponse(answer.error, answer.generation_id, answer.protocol_name, answer.leader,
+                                          answer.member_id, tuple(protocol.JoinGroupMember(member, metadata)
+                                                                  for member, metadata in answer.members),
+                                          answer.message)
+
+    async def sync(self, request: protocol.SyncGroupRequest) -> protocol.SyncGroupResponse:
+        assignments = tuple((a.member_id, a.assignment) for a in request.assignments)
+        answer = await self._call(request.group_id, protocol.Api.SYNC_GROUP, request, protocol.SyncGroupResponse,
+                                  lambda request_id: SyncGroup(request_id, request.group_id, request.generation_id,
+                                                               request.member_id, assignments))
+        if isinstance(answer, protocol.SyncGroupResponse):
+            return answer
+        if isinstance(answer, ErrorCode):
+            return protocol.SyncGroupResponse(answer, error_message=_message(answer))
+        assert isinstance(answer, SyncGroupResult), answer
+        return protocol.SyncGroupResponse(answer.error, answer.assignment, answer.message)
+
+    async def heartbeat(self, request: protocol.HeartbeatRequest) -> protocol.GroupResponse:
+        return await self._simple(request.group_id, protocol.Api.HEARTBEAT, request, lambda request_id: Heartbeat(
+            request_id, request.group_id, request.generation_id, request.member_id))
+
+    async def leave(self, request: protocol.LeaveGroupRequest) -> protocol.GroupResponse:
+        return await self._simple(request.group_id, protocol.Api.LEAVE_GROUP, request, lambda request_id: LeaveGroup(
+            request_id, request.group_id, request.member_ids))
+
+    def commit_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str]:
+        """On the coordinator: may this OffsetCommit write (replication/consumer_groups.py)?"""
+        partition = coordinator_partition(group_id, self._partition_count)
+        return self._core(partition).commit_error(group_id, generation_id, member_id)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    async def _simple(self, group_id: str, api: protocol.Api, request: Any,
+                      event_for: Callable[[int], GroupEvent]) -> protocol.GroupResponse:
+        answer = await self._call(group_id, api, request, protocol.GroupResponse, event_for)
+        if isinstance(answer, protocol.GroupResponse):
+            return answer
+        if isinstance(answer, ErrorCode):
+            return protocol.GroupResponse(answer, _message(answer))
+        assert isinstance(answer, GroupResult), answer
+        return protocol.GroupResponse(answer.error, answer.message)
+
+    async def _call(self, group_id: str, api: protocol.Api, request: Any, response_type: type,
+                    event_for: Callable[[int], GroupEvent]) -> Any:
+        """The core's answer here, the coordinator's response from another node, or an error code."""
+        partition = coordinator_partition(group_id, self._partition_count)
+        code = await self._route(partition, api is protocol.Api.JOIN_GROUP)
+        if code is not None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else code
+        if self._leader_of(partition) != self._node_id:
+            address = self._coordinator_address(partition)
+            assert address is not None
+            return await self._forward(address, api, request, response_type)
+        request_id = next(self._request_ids)
+        future: asyncio.Future[GroupAnswer | ErrorCode] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = (partition, future)
+        try:
+            self._step(partition, event_for(request_id))
+            return await future
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def _core(self, partition: int) -> ConsumerGroups:
+        epoch = self._leader_epoch_of(partition)
+        held = self._cores.get(partition)
+        if held is None or held[0] != epoch:
+            self._drop(partition)
+            core = ConsumerGroups(self._config, random.Random(self._rng.getrandbits(64)))
+            held = self._cores[partition] = (epoch, core)
+        return held[1]
+
+    def _drop(self, partition: int) -> None:
+        """This node no longer coordinates the partition's groups (or does so in a new epoch): the
+        requests waiting on its old core are answered NOT_COORDINATOR, so their members look again."""
+        self._cores.pop(partition, None)
+        timer = self._timers.pop(partition, None)
+        if timer is not None:
+            timer.cancel()
+        for waiting_partition, future in self._waiting.values():
+            if waiting_partition == partition and not future.done():
+                future.set_result(ErrorCode.NOT_COORDINATOR)
+
+    def _step(self, partition: int, event: GroupEvent) -> None:
+        if self._leader_of(partition) != self._node_id:
+            self._drop(partition)
+            return
+        ready = self._core(partition).handle(event, self._clock())
+        for answer in ready.answers:
+            waiting = self._waiting.get(answer.request_id)
+            if waiting is not None and not waiting[1].done():
+                waiting[1].set_result(answer)
+        timer = self._timers.pop(partition, None)
+        if timer is not None:
+            timer.cancel()
+        if ready.next_tick_ms is not None:
+            loop = asyncio.get_running_loop()
+            delay_s = max(0, ready.next_tick_ms - self._clock()) / 1000
+            self._timers[partition] = loop.call_later(delay_s, self._step, partition, GroupsTick())
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+def _message(code: ErrorCode) -> str:
+    if code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.NOT_COORDINATOR):
+        return "the group's coordinator (its __consumer_offsets partition's leader) is not ready; retry"
+    return code.name
