@@ -7,6 +7,16 @@ partition that node serves and that has no buffered data, and returns buffered r
 still in flight when a poll returns stay in flight for the next one (prefetch). An answer for a
 partition whose position moved meanwhile (a seek) is dropped.
 
+Consumer groups: `subscribe(topics, listener)` makes the consumer a member of `group_id`
+(client/group_member.py): its partitions are those the group's leader assigns it, and change when
+members come and go. Each poll first joins again if a heartbeat said so: the partitions it had are
+committed (with `enable_auto_commit`) and handed to `listener.on_partitions_revoked`, then the new
+ones to `on_partitions_assigned`, read from the group's committed offsets. Commits carry the
+generation and member id, so a member that lost its partitions cannot commit over their new
+owner's offsets (CommitFailedError names why). Auto-commit commits the positions every
+`auto_commit_interval_ms` during polls, before a rebalance and at close, after which the member
+leaves the group.
+
 Where a partition is read from (KIP-392): `read_from="leader"`; `"follower"`: an in-sync replica
 that is not the leader (the leader if there is none); `"nearest"`: the leader, with
 `client_rack`, until the leader names a `preferred_read_replica`, then that replica. Errors that
@@ -28,6 +38,7 @@ from typing import TypeVar
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
 from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
+from client.group_member import GroupMember
 from client.metadata import Metadata, TopicPartition
 from client.protocol import (
     EARLIEST_TIMESTAMP,
@@ -49,6 +60,7 @@ from client.protocol import (
 )
 
 T = TypeVar("T")
+FENCED_COMMIT = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS})
 READ_FROM = ("leader", "follower", "nearest")
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
 
@@ -80,6 +92,11 @@ class Consumer:
         max_partition_fetch_bytes: int = 1048576,
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
+        session_timeout_ms: int = 45000,
+        heartbeat_interval_ms: int = 3000,
+        max_poll_interval_ms: int = 300000,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
         connections: Connections | None = None,
     ) -> None:
         if read_from not in READ_FROM:
@@ -96,6 +113,14 @@ class Consumer:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.member: GroupMember | None = None
+        self._listener: object | None = None
+        self._next_auto_commit = 0.0
         self._own_connections = connections is None
         self.connections = connections or Connections()
         self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
@@ -114,6 +139,9 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
+        if self.member is not None:
+            await self._auto_commit()
+            await self.member.leave()
         tasks = [task for task, _ in self._in_flight.values()]
         if self._metadata_task is not None:
             tasks.append(self._metadata_task)
@@ -129,6 +157,62 @@ class Consumer:
             await self.connections.close()
 
     # -- assignment and positions -------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str], listener: object | None = None) -> None:
+        """Join `group_id` for `topics`; the group assigns the partitions (module docstring).
+        `listener` may have `on_partitions_revoked(partitions)` and `on_partitions_assigned(partitions)`,
+        plain or async (Kafka's ConsumerRebalanceListener)."""
+        group = self._require_group()
+        names = sorted(set(topics))
+        if not names:
+            raise ValueError("subscribe to at least one topic")
+        self.metadata.add_topics(names)
+        self.member = GroupMember(group, names, self.metadata, session_timeout_ms=self.session_timeout_ms,
+                                  rebalance_timeout_ms=self.max_poll_interval_ms,
+                                  heartbeat_interval_ms=self.heartbeat_interval_ms,
+                                  retry_backoff_ms=self.retry_backoff_ms, request_timeout_ms=self.request_timeout_ms,
+                                  partition_counts=self._partition_counts)
+        self._listener = listener
+        self.assign([])
+
+    async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
+        self.metadata.add_topics(topics)
+        await self.metadata.refresh()
+        return {topic: len(self.metadata.partitions_for(topic) or {}) for topic in topics}
+
+    async def _rejoin_if_needed(self) -> None:
+        member = self.member
+        if member is None or not member.needs_join:
+            return
+        revoked = set(self.positions)
+        if revoked:
+            await self._auto_commit()
+            await _call(self._listener, "on_partitions_revoked", revoked)
+        assignment = await member.join()
+        self._assigned([TopicPartition(topic, index) for topic, indexes in assignment.items() for index in indexes])
+        await _call(self._listener, "on_partitions_assigned", set(self.positions))
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        """The group's assignment: positions come from the committed offsets again (another member
+        may have moved them since this one last read a partition)."""
+        self.positions = {}
+        self._buffer.clear()
+        self.assign(partitions)
+
+    async def _auto_commit(self) -> None:
+        if self.member is None or not self.enable_auto_commit or self.member.generation_id < 0:
+            return
+        positions = {tp: position for tp, position in self.positions.items() if position is not None}
+        if positions:
+            # Fenced or unreachable: the partitions' next owner reads from the last commit.
+            with contextlib.suppress(TributaryError):
+                await self.commit(positions)
+
+    async def _maybe_auto_commit(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if self.member is not None and self.enable_auto_commit and now >= self._next_auto_commit:
+            self._next_auto_commit = now + self.auto_commit_interval_ms / 1000
+            await self._auto_commit()
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions (no group rebalancing); positions are found on first poll."""
@@ -312,6 +396,8 @@ class Consumer:
         until that many records are reached; the rest stay buffered."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
+        await self._rejoin_if_needed()
+        await self._maybe_auto_commit()
         await self._resolve_positions()
         while True:
             taken = self._take_buffered(max_records)
@@ -455,13 +541,18 @@ class Consumer:
         """Commit `offsets` (default: the current positions) for `group_id`."""
         group = self._require_group()
         chosen = offsets if offsets is not None else {tp: p for tp, p in self.positions.items() if p is not None}
+        member = self.member
         request = OffsetCommitRequest(group, tuple(
             OffsetCommitPartition(as_tp(tp).topic, as_tp(tp).partition, offset) for tp, offset in chosen.items()
-        ))
+        ), member.generation_id if member is not None else -1, member.member_id if member is not None else "")
 
         async def attempt() -> None:
             response = await self.metadata.request(Api.OFFSET_COMMIT, request, OffsetCommitResponse)
             for p in response.partitions:
+                if p.error_code in FENCED_COMMIT and member is not None:
+                    member.needs_join = True  # Kafka's CommitFailedException: join again, then commit
+                    raise error_for(p.error_code, f"group {group} rebalanced: this member's generation "
+                                    f"{member.generation_id} no longer owns its partitions ({p.error_message})")
                 if p.error_code is not ErrorCode.NONE:
                     raise error_for(p.error_code, p.error_message or f"committing {p.topic}-{p.partition} for {group}")
 
@@ -505,3 +596,12 @@ class Consumer:
         if self.group_id is None:
             raise ValueError("this consumer has no group_id; pass group_id=... to commit or read committed offsets")
         return self.group_id
+
+
+async def _call(listener: object | None, name: str, partitions: set[TopicPartition]) -> None:
+    """A rebalance listener's callback, if it has one (plain or async)."""
+    callback = getattr(listener, name, None)
+    if callback is not None:
+        result = callback(partitions)
+        if asyncio.iscoroutine(result):
+            await result

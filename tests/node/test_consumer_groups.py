@@ -1,0 +1,137 @@
+"""Consumer groups against three real node processes: consumers that subscribe share a topic's six
+partitions, disjointly, and the group rebalances when a consumer joins, when one leaves, and when
+one is killed with -9 (its own process: its session runs out); every record is processed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client.admin import Admin, NewTopic
+from client.consumer import Consumer
+from client.metadata import TopicPartition
+from client.producer import Producer
+from node.dev import DevCluster
+from tests.node.cluster_harness import eventually, start_cluster, stopped
+
+TOPIC = "shared"
+GROUP = "sharers"
+PARTITIONS = 6
+GROUP_SETTINGS = {"group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "0"}
+CONSUMER_SETTINGS = {"group_id": GROUP, "auto_offset_reset": "earliest", "session_timeout_ms": 2000,
+                     "heartbeat_interval_ms": 200, "max_poll_interval_ms": 10000, "auto_commit_interval_ms": 200,
+                     "fetch_max_wait_ms": 100}
+ROOT = Path(__file__).parents[2]
+# A consumer in a process of its own, to be killed with -9: it prints each value it processes.
+MEMBER_PROCESS = """
+import asyncio, sys
+from client.consumer import Consumer
+async def main():
+    consumer = Consumer(sys.argv[1], **{settings})
+    consumer.subscribe([{topic!r}])
+    while True:
+        for record in await consumer.poll(timeout_ms=200):
+            print(record.value.decode(), flush=True)
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    yield from stopped(start_cluster(tmp_path_factory.mktemp("groups"), **GROUP_SETTINGS))
+
+
+class Member:
+    """A consumer of the group, polling in a task; `seen` collects the values it processed."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer(bootstrap, **CONSUMER_SETTINGS)  # type: ignore[arg-type]
+        self.consumer.subscribe([TOPIC])
+        self.seen: list[bytes] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            for record in await self.consumer.poll(timeout_ms=200):
+                assert record.value is not None
+                self.seen.append(record.value)
+
+    def assigned(self) -> set[TopicPartition]:
+        member = self.consumer.member
+        return set() if member is None or member.needs_join else self.consumer.assignment()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.consumer.close()
+
+
+async def produce(cluster: DevCluster, first: int, count: int) -> set[bytes]:
+    values = {b"record-%05d" % n for n in range(first, first + count)}
+    async with Producer(cluster.bootstrap) as producer:
+        futures = [await producer.send(TOPIC, value, partition=int(value[7:]) % PARTITIONS) for value in sorted(values)]
+        await asyncio.gather(*futures)
+    return values
+
+
+def shares(members: list[Member]) -> bool:
+    """The members hold disjoint sets of partitions that together are all six."""
+    held = [member.assigned() for member in members]
+    every = set().union(*held)
+    return sum(map(len, held)) == len(every) == PARTITIONS and all(held)
+
+
+async def test_consumers_share_the_partitions_and_rebalance_on_join_leave_and_kill(cluster: DevCluster) -> None:
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])
+    produced = await produce(cluster, 0, 300)
+    members = [Member(cluster.bootstrap), Member(cluster.bootstrap)]
+    process = subprocess.Popen(
+        [sys.executable, "-c", MEMBER_PROCESS.format(settings=CONSUMER_SETTINGS, topic=TOPIC), cluster.bootstrap],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    gone: list[Member] = []
+    try:
+        async def three_share() -> bool:  # the third member, in its process, holds the other two
+            held = [member.assigned() for member in members]
+            return all(len(partitions) == 2 for partitions in held) and not held[0] & held[1]
+
+        await eventually(three_share, "two consumers here and one in its own process hold two partitions each")
+        produced |= await produce(cluster, 300, 300)
+        process.send_signal(signal.SIGKILL)  # kill -9: no LeaveGroup, its session runs out
+        process.wait(timeout=10)
+        assert process.stdout is not None
+        killed_seen = set(process.stdout.read().encode().split())
+
+        async def share() -> bool:
+            return shares(members)
+
+        rebalanced_s = await eventually(share, "the two left take over the killed member's partitions")
+        members.append(Member(cluster.bootstrap))
+        await eventually(share, "a third member joins and gets its share")
+        produced |= await produce(cluster, 600, 300)
+        gone.append(members.pop(0))
+        await gone[0].close()
+        await eventually(share, "the others take over the partitions of a member that left")
+        produced |= await produce(cluster, 900, 300)
+
+        async def all_processed() -> bool:
+            return produced <= killed_seen | {value for member in [*members, *gone] for value in member.seen}
+
+        await eventually(all_processed, "every record was processed by some member")
+        processed = sum(len(member.seen) for member in [*members, *gone]) + len(killed_seen)
+        print(f"\nconsumer groups: {len(produced)} records, {processed} processed (at least once); the group "
+              f"rebalanced {rebalanced_s * 1000:.0f} ms after the kill -9 of a member (session 2000 ms)")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for member in members:
+            await member.close()
