@@ -3,7 +3,11 @@
 Where reading starts: `--offset` (with `--partition`, or on every partition), `--from-beginning`,
 `--timestamp` (the first record at or after it), the `--group`'s committed offsets, else the end
 (only new records, as Kafka's console consumer). `--max-records` and `--timeout-ms` (no record
-for that long) end the run; with `--group` the positions reached are committed at the end.
+for that long) end the run. With `--group` alone the consumer joins the group (`subscribe`: it
+reads the partitions the group gives it, from the group's committed offsets, and commits as it
+goes and at the end); with `--group` and a `--partition`, `--offset` or `--timestamp` it reads
+what it is told and commits the positions reached at the end (refused while the group has
+members, as Kafka refuses it).
 """
 
 from __future__ import annotations
@@ -64,8 +68,13 @@ async def consume(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> in
         arguments.bootstrap, read_from=read_from(arguments), group_id=arguments.group,
         client_rack=arguments.client_rack, auto_offset_reset="earliest" if arguments.from_beginning else "latest",
     )
+    subscribed = arguments.group is not None and arguments.partition is None and arguments.offset is None \
+        and arguments.timestamp is None
     async with consumer:
-        await _position(consumer, arguments)
+        if subscribed:
+            consumer.subscribe([arguments.topic])
+        else:
+            await _position(consumer, arguments)
         printed = 0
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
@@ -81,7 +90,7 @@ async def consume(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> in
                 idle_since = loop.time()
             elif arguments.timeout_ms is not None and (loop.time() - idle_since) * 1000 >= arguments.timeout_ms:
                 break
-        if arguments.group is not None:
+        if arguments.group is not None and not subscribed:
             await consumer.commit()
     print(f"Processed a total of {printed} messages", file=err)
     return EXIT_OK

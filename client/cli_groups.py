@@ -1,7 +1,6 @@
 """`tributary groups describe|reset-offsets`: a consumer group's committed offsets and lag, and
-moving them (Kafka's kafka-consumer-groups.sh). Groups here have no members (consumers assign
-their partitions), so a reset applies at once; like Kafka's tool it is a dry run without
-`--execute`.
+moving them (Kafka's kafka-consumer-groups.sh). A reset is refused while the group has members
+(as Kafka requires an inactive group); like Kafka's tool it is a dry run without `--execute`.
 
 `--topic` takes `TOPIC` (every partition) or `TOPIC:P[,P...]`. New offsets are clamped to each
 partition's [earliest, latest], as Kafka's tool does.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
 import time
 from collections import defaultdict
@@ -47,10 +48,15 @@ from client.protocol import (
     FetchPartitionResponse,
     FetchRequest,
     FetchResponse,
+    GroupResponse,
+    HeartbeatRequest,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -70,10 +76,14 @@ from client.protocol import (
     ProduceResponse,
     ProtocolError,
     ReplicaState,
+    SyncGroupRequest,
+    SyncGroupResponse,
     error_response,
     pack,
     unpack,
 )
+from node.group_membership import GroupMembership
+from replication.consumer_groups import GroupsConfig
 from storage.config import LogConfig
 from storage.errors import StorageError
 from storage.log import Log
@@ -117,6 +127,10 @@ class FakeCluster:
         self.rack_of = rack_of or {}
         self.ports: dict[int, int] = {}
         self.runners: dict[int, web.AppRunner] = {}
+        # Consumer groups: the node's own edge and core, every node the coordinator of every group.
+        self.groups = GroupMembership(0, 1, GroupsConfig(group_initial_rebalance_delay_ms=0), lambda partition: 0,
+                                      lambda partition: 0, _coordinator_known, lambda partition: None, _no_forward,
+                                      lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
 
     async def __aenter__(self) -> FakeCluster:
         for node_id in self.node_ids:
@@ -416,12 +430,28 @@ class FakeCluster:
             return OffsetCommitResponse(tuple(
                 OffsetCommitPartitionResponse(p.topic, p.partition, code) for p in request.partitions
             ))
+        fenced, why = self.groups.commit_error(request.group_id, request.generation_id, request.member_id)
+        if fenced != ErrorCode.NONE:
+            return OffsetCommitResponse(tuple(
+                OffsetCommitPartitionResponse(p.topic, p.partition, fenced, why) for p in request.partitions))
         committed = self.state.committed[request.group_id]
         for p in request.partitions:
             committed[(p.topic, p.partition)] = p.committed_offset
         return OffsetCommitResponse(tuple(
             OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.NONE) for p in request.partitions
         ))
+
+    async def _join_group(self, node_id: int, request: JoinGroupRequest) -> JoinGroupResponse:
+        return await self.groups.join(request)
+
+    async def _sync_group(self, node_id: int, request: SyncGroupRequest) -> SyncGroupResponse:
+        return await self.groups.sync(request)
+
+    async def _heartbeat(self, node_id: int, request: HeartbeatRequest) -> GroupResponse:
+        return await self.groups.heartbeat(request)
+
+    async def _leave_group(self, node_id: int, request: LeaveGroupRequest) -> GroupResponse:
+        return await self.groups.leave(request)
 
     async def _init_producer_id(self, node_id: int, request: InitProducerIdRequest) -> InitProducerIdResponse:
         self.state.next_producer_id += 1
@@ -503,3 +533,11 @@ def count_refreshes(metadata: Metadata) -> list[int]:
 
     metadata.refresh = counted  # type: ignore[method-assign]
     return calls
+
+
+async def _coordinator_known(partition: int, create: bool) -> None:
+    return None
+
+
+async def _no_forward(address: str, api: Api, request: object, response_type: type) -> object:
+    raise AssertionError("a fake node coordinates every group itself")
