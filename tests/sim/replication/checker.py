@@ -39,7 +39,8 @@ partition, the history of committed batches (`CommittedBatch`). After every obse
     excused losses are counted.
 (9) An idempotent producer's batch (its producer id, epoch and first sequence) is committed at one
     offset only: a retry the leader answers from its producer state is never written again, on
-    any leader, while the first copy is kept.
+    any leader, while some replica still holds the first copy (once none does, that copy's loss is
+    judged by rules 1 and 8, and the producer's retry is what restores the record).
 (3) A consumer is served only batches below the serving replica's HW, and they are committed
     batches; the HW served to a consumer by one replica incarnation never falls (unless that
     replica truncated below it, which rules 1 and 8 judge).
@@ -309,7 +310,10 @@ class ReplicationChecker:
         if producer is None:
             return
         first = history.idempotent.get(producer)
-        if first is not None and first.fate is Fate.KEPT and first.batch.base_offset != entry.batch.base_offset:
+        # A first copy that no replica holds any more is lost (rules 1 and 8 judge that loss): the
+        # producer's retry writing it again is the producer doing its job, not a duplicate.
+        if first is not None and first.fate is Fate.KEPT and first.copies \
+                and first.batch.base_offset != entry.batch.base_offset:
             self.fail(f"{topic_partition}: the idempotent batch (producer, epoch, sequence) {producer} is committed "
                       f"at {entry.batch.base_offset} and still at {first.batch.base_offset}: written twice")
         history.idempotent[producer] = entry
