@@ -118,6 +118,9 @@ async def consumer(bootstrap: str, read_from: str, history: History, stop: async
             try:
                 records = await consumer.poll(timeout_ms=300)
             except TributaryError:
+                # A poll can fail before it awaits anything (a node answered metadata without the
+                # topic): back off, or this loop would starve the event loop, the nemesis included.
+                await asyncio.sleep(0.1)
                 continue
             for record in records:
                 history.reads += 1
