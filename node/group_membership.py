@@ -175,11 +175,6 @@ class GroupMembership:
             delay_s = max(0, ready.next_tick_ms - self._clock()) / 1000
             self._timers[partition] = loop.call_later(delay_s, self._step, partition, GroupsTick())
 
-    def close(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-
 
 def _message(code: ErrorCode) -> str:
     if code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
