@@ -734,6 +734,8 @@ class Simulation:
         self.idempotent_requests[self.client_ids] = (topic_partition, stream.batches)
         stream.resend_at_ms = self.now_ms + self.options.produce_timeout_ms + self.options.request_timeout_ms
         self.result.idempotent_sends += 1
+        if self.faulty:  # a retry is the same write: its lifetime starts at the batch's first send
+            self.produce_sent_ms[self.client_ids] = stream.created_ms
         request = ProduceRequest(self.client_ids, stream.records, -1, self.options.produce_timeout_ms, -1)
         self.send(Message(PRODUCER_ID, leader, ClientProduce(topic_partition, request)))
 
