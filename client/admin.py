@@ -3,7 +3,9 @@
 Topic and config changes go to any node, which forwards them to the active controller.
 `describe_cluster` joins the metadata with `Api.DESCRIBE_REPLICAS` from every node, so each
 replica's log end offset and lag can be shown (`tributary cluster status`); a node that does not
-answer is reported as unreachable instead of failing the whole description.
+answer is reported as unreachable instead of failing the whole description. `list_groups` asks
+every broker for the groups it coordinates and merges them, `describe_groups` any node (it asks each
+group's coordinator), as Kafka's AdminClient does; both retry while a coordinator loads or moves.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.errors import TributaryError, error_for
+from client.consumer_protocol import ConsumerProtocolError, decode_assignment
+from client.errors import TributaryError, error_for, retrying
 from client.metadata import Metadata, PartitionInfo, TopicPartition
 from client.protocol import (
     AlterableConfig,
@@ -21,6 +24,7 @@ from client.protocol import (
     AlterConfigsResource,
     Api,
     ConfigResourceType,
+    ConsumerGroupState,
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -32,11 +36,16 @@ from client.protocol import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     DescribeReplicasRequest,
     DescribeReplicasResponse,
     ErrorCode,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     MetadataBroker,
     ReplicaState,
 )
@@ -94,6 +103,44 @@ class ClusterDescription:
     controller_id: int
     nodes: tuple[NodeStatus, ...]
     partitions: tuple[PartitionStatus, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """A group as ListGroups shows it (Kafka's ConsumerGroupListing)."""
+
+    group_id: str
+    protocol_type: str
+    state: ConsumerGroupState
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """A member of a group: `assignment` decoded from Kafka's consumer protocol (empty unless the
+    group is Stable, or for a group of another protocol type)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group as DescribeGroups shows it (Kafka's ConsumerGroupDescription); `assignor` is the
+    protocol its leader assigns with, while Stable; `coordinator` None when no node coordinates it."""
+
+    group_id: str
+    state: ConsumerGroupState
+    protocol_type: str
+    assignor: str
+    members: tuple[MemberDescription, ...]
+    coordinator: MetadataBroker | None
+
+    def owners(self) -> dict[TopicPartition, MemberDescription]:
+        """Each assigned partition's member."""
+        return {tp: member for member in self.members for tp in member.assignment}
 
 
 class Admin:
@@ -190,6 +237,62 @@ class Admin:
                 _raise_for(p.error_code, p.error_message, f"deleting records of {p.topic}-{p.partition}")
                 low_watermarks[TopicPartition(p.topic, p.partition)] = p.low_watermark
         return low_watermarks
+
+    # -- consumer groups ----------------------------------------------------------------
+
+    async def list_groups(self, states: Iterable[ConsumerGroupState] = ()) -> list[GroupListing]:
+        """The groups every unfenced broker coordinates (only those in `states`, KIP-518, unless
+        empty), merged by group id. Raises if a broker does not answer: the list would miss its groups."""
+        await self.metadata.refresh()
+        request = ListGroupsRequest(tuple(states))
+        brokers = sorted(broker.node_id for broker in self.metadata.brokers.values() if not broker.fenced)
+
+        async def listed_by(node_id: int) -> ListGroupsResponse:
+            async def attempt() -> ListGroupsResponse:
+                response = await self._call(node_id, Api.LIST_GROUPS, request, ListGroupsResponse)
+                _raise_for(response.error_code, response.error_message, f"listing the groups of node {node_id}")
+                return response
+
+            return await retrying(attempt, self.request_timeout_ms, self.metadata.retry_backoff_ms)
+
+        listed: dict[str, GroupListing] = {}
+        for response in await asyncio.gather(*map(listed_by, brokers)):
+            for group in response.groups:  # a group moving between coordinators may show twice
+                listed.setdefault(group.group_id, GroupListing(group.group_id, group.protocol_type, group.group_state))
+        return [listed[group_id] for group_id in sorted(listed)]
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """Each group's state, assignor and members with their assignments; a group that does not
+        exist is Dead with no members (as Kafka describes it)."""
+        wanted = tuple(dict.fromkeys(group_ids))
+        await self.metadata.refresh()  # the brokers, to name each group's coordinator
+
+        async def attempt() -> DescribeGroupsResponse:
+            response = await self.metadata.request(Api.DESCRIBE_GROUPS, DescribeGroupsRequest(wanted),
+                                                   DescribeGroupsResponse)
+            for group in response.groups:
+                _raise_for(group.error_code, group.error_message, f"describing group {group.group_id!r}")
+            return response
+
+        response = await retrying(attempt, self.request_timeout_ms, self.metadata.retry_backoff_ms)
+        return {group.group_id: self._group_description(group) for group in response.groups}
+
+    def _group_description(self, group: DescribedGroup) -> GroupDescription:
+        assert group.group_state is not None, f"group {group.group_id} described without a state"
+        members = []
+        for member in group.members:
+            try:  # a member's assignment is another client's bytes: checked as it is decoded
+                assigned = decode_assignment(member.member_assignment) if group.protocol_type == "consumer" else {}
+            except ConsumerProtocolError as error:
+                raise ValueError(f"member {member.member_id} of group {group.group_id} has an assignment that is not "
+                                 f"Kafka's consumer protocol: {error}") from None
+            partitions = frozenset(TopicPartition(topic, number) for topic, numbers in assigned.items()
+                                   for number in numbers)
+            members.append(MemberDescription(member.member_id, member.group_instance_id, member.client_id,
+                                             member.client_host, partitions))
+        coordinator = self.metadata.brokers.get(group.coordinator_id) if group.coordinator_id >= 0 else None
+        return GroupDescription(group.group_id, group.group_state, group.protocol_type, group.protocol_data,
+                                tuple(members), coordinator)
 
     # -- cluster ------------------------------------------------------------------------
 

@@ -1,6 +1,13 @@
-"""`tributary groups describe|reset-offsets`: a consumer group's committed offsets and lag, and
-moving them (Kafka's kafka-consumer-groups.sh). A reset is refused while the group has members
-(as Kafka requires an inactive group); like Kafka's tool it is a dry run without `--execute`.
+"""`tributary groups list|describe|reset-offsets`: consumer groups, their members, committed offsets
+and lag, and moving the offsets (Kafka's kafka-consumer-groups.sh). A reset is refused while the
+group has members (as Kafka requires an inactive group); like Kafka's tool it is a dry run without
+`--execute`.
+
+`describe` shows Kafka's tool's views: each partition's committed offset, log end offset, lag and
+owner (the member whose assignment holds it; "-" for none; a partition assigned and never committed
+shows "-" for CURRENT-OFFSET and LAG), `--members` each member and its assignment, `--state` the
+group's coordinator, assignor, state and member count. A group that does not exist is an error
+(exit 1), where Kafka's tool prints the error and exits 0: a script can tell without parsing.
 
 `--topic` takes `TOPIC` (every partition) or `TOPIC:P[,P...]`. New offsets are clamped to each
 partition's [earliest, latest], as Kafka's tool does.
@@ -13,20 +20,32 @@ import json
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from client.admin import Admin
+from client.admin import Admin, GroupDescription, MemberDescription
 from client.cli_cluster import format_rows
-from client.cli_support import EXIT_OK, bootstrap_parent, run_command
+from client.cli_support import EXIT_FAILED, EXIT_OK, bootstrap_parent, run_command
 from client.consumer import Consumer
 from client.metadata import TopicPartition
+from client.protocol import ConsumerGroupState
 
 
 def register(subcommands: Any) -> None:
     parent = bootstrap_parent()
-    groups = subcommands.add_parser("groups", help="consumer groups: committed offsets, lag, resets")
+    groups = subcommands.add_parser("groups", help="consumer groups: members, committed offsets, lag, resets")
     actions = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    describe = actions.add_parser("describe", parents=[parent], help="committed offset, log end offset and lag")
+    listing = actions.add_parser("list", parents=[parent], help="every group, its state and protocol type")
+    listing.add_argument("--state", type=_states, default=(), metavar="STATE[,STATE...]",
+                         help="only groups in these states (KIP-518): Stable, Empty, PreparingRebalance, "
+                              "CompletingRebalance, Dead (any case)")
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
+    listing.set_defaults(run=run_command(list_groups))
+
+    describe = actions.add_parser("describe", parents=[parent],
+                                  help="each partition's committed offset, log end offset, lag and owner")
     describe.add_argument("--group", required=True)
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true", help="the members, their hosts and assignments")
+    view.add_argument("--state", action="store_true", help="the coordinator, assignor, state and member count")
     describe.add_argument("--json", action="store_true", help="print one JSON object")
     describe.set_defaults(run=run_command(describe_group))
 
@@ -44,25 +63,123 @@ def register(subcommands: Any) -> None:
     reset.set_defaults(run=run_command(reset_offsets))
 
 
-async def describe_group(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    async with Consumer(arguments.bootstrap, group_id=arguments.group) as consumer:
-        committed = {tp: offset for tp, offset in (await consumer.committed()).items() if offset is not None}
-        ends = await consumer.end_offsets(sorted(committed, key=_order)) if committed else {}
-    rows = [(tp, committed[tp], ends[tp]) for tp in sorted(committed, key=_order)]
+async def list_groups(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    async with Admin(arguments.bootstrap) as admin:
+        listed = await admin.list_groups(arguments.state)
     if arguments.json:
-        print(json.dumps({"group": arguments.group, "partitions": [
+        print(json.dumps({"groups": [{"group": group.group_id, "state": group.state.value,
+                                      "protocolType": group.protocol_type} for group in listed]}), file=out)
+    elif listed:
+        table = [("GROUP", "STATE", "PROTOCOL-TYPE")] + [
+            (group.group_id, group.state.value, group.protocol_type or "-") for group in listed]
+        out.write("\n".join(format_rows(table)) + "\n")
+    return EXIT_OK
+
+
+async def describe_group(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    async with Admin(arguments.bootstrap) as admin:
+        group = (await admin.describe_groups([arguments.group]))[arguments.group]
+    if group.state is ConsumerGroupState.DEAD:
+        print(f"Error: Consumer group '{arguments.group}' does not exist.", file=err)
+        return EXIT_FAILED
+    if group.state in (ConsumerGroupState.PREPARING_REBALANCE, ConsumerGroupState.COMPLETING_REBALANCE):
+        print(f"Warning: Consumer group '{arguments.group}' is rebalancing.", file=err)
+    if arguments.state:
+        _print_state(group, arguments.json, out)
+    elif arguments.members:
+        _print_members(group, arguments.json, out)
+    else:
+        await _print_offsets(arguments.bootstrap, group, arguments.json, out)
+    return EXIT_OK
+
+
+async def _print_offsets(bootstrap: str, group: GroupDescription, as_json: bool, out: TextIO) -> None:
+    """Kafka's default view: the partitions committed or assigned, each with its owner."""
+    async with Consumer(bootstrap, group_id=group.group_id) as consumer:
+        committed = {tp: offset for tp, offset in (await consumer.committed()).items() if offset is not None}
+        owners = group.owners()
+        partitions = sorted(set(committed) | set(owners), key=_order)
+        ends = await consumer.end_offsets(partitions) if partitions else {}
+    rows = [(tp, committed.get(tp), ends[tp], owners.get(tp)) for tp in partitions]
+    if as_json:
+        print(json.dumps({"group": group.group_id, "state": group.state.value, "partitions": [
             {"topic": tp.topic, "partition": tp.partition, "committedOffset": offset, "logEndOffset": end,
-             "lag": max(end - offset, 0)} for tp, offset, end in rows]}), file=out)
-        return EXIT_OK
+             "lag": None if offset is None else max(end - offset, 0),
+             "consumerId": None if owner is None else owner.member_id,
+             "host": None if owner is None else owner.client_host,
+             "clientId": None if owner is None else owner.client_id} for tp, offset, end, owner in rows]}), file=out)
+        return
+    if not group.members:
+        print(f"Consumer group '{group.group_id}' has no active members.", file=out)
     if not rows:
-        print(f"Consumer group '{arguments.group}' has no committed offsets.", file=out)
-        return EXIT_OK
-    table = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")] + [
-        (arguments.group, tp.topic, str(tp.partition), str(offset), str(end), str(max(end - offset, 0)))
-        for tp, offset, end in rows
+        return
+    table = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+              "CLIENT-ID")] + [
+        (group.group_id, tp.topic, str(tp.partition), _or_dash(offset), str(end),
+         _or_dash(None if offset is None else max(end - offset, 0)), *_owner_cells(owner))
+        for tp, offset, end, owner in rows
     ]
     out.write("\n".join(format_rows(table)) + "\n")
-    return EXIT_OK
+
+
+def _print_members(group: GroupDescription, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        print(json.dumps({"group": group.group_id, "state": group.state.value, "members": [
+            {"consumerId": member.member_id, "groupInstanceId": member.group_instance_id, "host": member.client_host,
+             "clientId": member.client_id, "assignment": [{"topic": tp.topic, "partition": tp.partition}
+                                                          for tp in sorted(member.assignment, key=_order)]}
+            for member in group.members]}), file=out)
+        return
+    if not group.members:
+        print(f"Consumer group '{group.group_id}' has no active members.", file=out)
+        return
+    table = [("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT")] + [
+        (group.group_id, *_owner_cells(member), str(len(member.assignment)), _assignment_text(member))
+        for member in group.members
+    ]
+    out.write("\n".join(format_rows(table)) + "\n")
+
+
+def _print_state(group: GroupDescription, as_json: bool, out: TextIO) -> None:
+    coordinator = group.coordinator
+    if as_json:
+        print(json.dumps({"group": group.group_id, "coordinator": None if coordinator is None else {
+            "id": coordinator.node_id, "host": coordinator.host, "port": coordinator.port},
+            "assignmentStrategy": group.assignor, "state": group.state.value, "members": len(group.members)}),
+            file=out)
+        return
+    where = "-" if coordinator is None else f"{coordinator.address} ({coordinator.node_id})"
+    table = [("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+             (group.group_id, where, group.assignor or "-", group.state.value, str(len(group.members)))]
+    out.write("\n".join(format_rows(table)) + "\n")
+
+
+def _owner_cells(owner: MemberDescription | None) -> tuple[str, str, str]:
+    if owner is None:
+        return "-", "-", "-"
+    return owner.member_id, owner.client_host or "-", owner.client_id or "-"
+
+
+def _assignment_text(member: MemberDescription) -> str:
+    """Kafka's tool's form: topic(0,1,2),other(4)."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(member.assignment, key=_order):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ",".join(f"{topic}({','.join(map(str, numbers))})" for topic, numbers in by_topic.items()) or "-"
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _states(text: str) -> tuple[ConsumerGroupState, ...]:
+    """`--state Stable,empty`: Kafka's state names, in any case."""
+    by_name = {state.value.lower(): state for state in ConsumerGroupState}
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in by_name]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: give states among {', '.join(s.value for s in by_name.values())}")
+    return tuple(by_name[name] for name in names)
 
 
 async def reset_offsets(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:

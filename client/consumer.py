@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.errors import TributaryError, error_for
+from client.errors import TributaryError, error_for, retrying
 from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
 from client.group_member import GroupMember
 from client.metadata import Metadata, TopicPartition
@@ -581,16 +581,8 @@ class Consumer:
         return await self._retrying(attempt)
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """`attempt()` again after retriable errors (a coordinator loading or moving), within
-        request.timeout.ms; the last error is raised when time runs out."""
-        deadline = asyncio.get_running_loop().time() + self.request_timeout_ms / 1000
-        while True:
-            try:
-                return await attempt()
-            except TributaryError as error:
-                if not error.retriable or asyncio.get_running_loop().time() >= deadline:
-                    raise
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
+        """`attempt()` again after retriable errors, within request.timeout.ms (client/errors.py)."""
+        return await retrying(attempt, self.request_timeout_ms, self.retry_backoff_ms)
 
     def _require_group(self) -> str:
         if self.group_id is None:

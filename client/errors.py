@@ -8,7 +8,13 @@ of `TributaryError` carrying `.code`, `.retriable` and `.invalid_metadata`. Call
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 from storage.error_codes import ErrorCode
+
+T = TypeVar("T")
 
 # Codes after which the client's metadata is probably stale (Kafka's InvalidMetadataException).
 INVALID_METADATA = frozenset(
@@ -64,6 +70,19 @@ def error_for(code: ErrorCode, message: str = "") -> TributaryError:
     """The exception for `code` (never NONE)."""
     assert code is not ErrorCode.NONE, "error_for(NONE): success is not an error"
     return ERRORS[code](message)
+
+
+async def retrying(attempt: Callable[[], Awaitable[T]], timeout_ms: int, backoff_ms: int) -> T:
+    """`attempt()` again after retriable errors (a coordinator loading or moving), `backoff_ms`
+    apart, within `timeout_ms`; the last error is raised when time runs out."""
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+    while True:
+        try:
+            return await attempt()
+        except TributaryError as error:
+            if not error.retriable or asyncio.get_running_loop().time() >= deadline:
+                raise
+        await asyncio.sleep(backoff_ms / 1000)
 
 
 # Named classes callers catch most often, so `from client.errors import ...` type-checks.

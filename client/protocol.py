@@ -83,6 +83,8 @@ class Api(enum.Enum):
     SYNC_GROUP = "sync_group"
     HEARTBEAT = "heartbeat"
     LEAVE_GROUP = "leave_group"
+    LIST_GROUPS = "list_groups"
+    DESCRIBE_GROUPS = "describe_groups"
     # node to node
     RAFT = "raft"
     BROKER_REGISTRATION = "broker_registration"
@@ -499,6 +501,9 @@ class JoinGroupRequest:
     protocol_type: str
     protocols: tuple[JoinGroupProtocol, ...]
     client_id: str = "tributary"
+    # Kafka's clientHost, for DescribeGroups: set by the node the client reached (its peer address)
+    # and carried when that node forwards the request to the coordinator; a client's own is replaced.
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,6 +565,84 @@ class GroupResponse:
 
     error_code: ErrorCode
     error_message: str = ""
+
+
+# ---- ListGroups, DescribeGroups: what kafka-consumer-groups.sh shows -------------------------
+
+
+class ConsumerGroupState(enum.Enum):
+    """A group's state as ListGroups and DescribeGroups name it (Kafka's ConsumerGroupState)."""
+
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+    EMPTY = "Empty"
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    """The groups this node coordinates (as in Kafka, a client asks every broker and merges);
+    `states_filter` (KIP-518): only groups in these states, every group when empty."""
+
+    states_filter: tuple[ConsumerGroupState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    group_state: ConsumerGroupState
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    """A retriable `error_code` (COORDINATOR_LOAD_IN_PROGRESS) says some groups may be missing."""
+
+    error_code: ErrorCode
+    groups: tuple[ListedGroup, ...] = ()
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsRequest:
+    """Any node answers, asking each group's coordinator."""
+
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroupMember:
+    """`member_metadata`: its subscription (ConsumerProtocolSubscription) and `member_assignment`
+    (ConsumerProtocolAssignment), both empty unless the group is Stable."""
+
+    member_id: str
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    member_metadata: bytes = b""
+    member_assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    """Kafka's DescribedGroup: `protocol_data` is the assignor while Stable; an unknown group is Dead
+    with no members and no error. `group_state` is None in an error answer. `coordinator_id`
+    (ours): the node that answered, since any node takes the request and asks the coordinator."""
+
+    error_code: ErrorCode
+    group_id: str
+    group_state: ConsumerGroupState | None = None
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: tuple[DescribedGroupMember, ...] = ()
+    error_message: str = ""
+    coordinator_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsResponse:
+    groups: tuple[DescribedGroup, ...]
 
 
 # ---- InitProducerId (KIP-98) -------------------------------------------------------------------
@@ -629,6 +712,8 @@ REQUESTS: dict[Api, type] = {
     Api.SYNC_GROUP: SyncGroupRequest,
     Api.HEARTBEAT: HeartbeatRequest,
     Api.LEAVE_GROUP: LeaveGroupRequest,
+    Api.LIST_GROUPS: ListGroupsRequest,
+    Api.DESCRIBE_GROUPS: DescribeGroupsRequest,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,
@@ -655,6 +740,8 @@ RESPONSES: dict[Api, type] = {
     Api.SYNC_GROUP: SyncGroupResponse,
     Api.HEARTBEAT: GroupResponse,
     Api.LEAVE_GROUP: GroupResponse,
+    Api.LIST_GROUPS: ListGroupsResponse,
+    Api.DESCRIBE_GROUPS: DescribeGroupsResponse,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,

@@ -13,6 +13,7 @@ empty and their members join again (the group metadata records are not written y
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 from collections.abc import Awaitable, Callable
@@ -24,9 +25,11 @@ from replication.consumer_groups import (
     ConsumerGroups,
     GroupAnswer,
     GroupEvent,
+    GroupOverview,
     GroupResult,
     GroupsConfig,
     GroupsTick,
+    GroupSummary,
     Heartbeat,
     JoinGroup,
     JoinGroupResult,
@@ -70,7 +73,7 @@ class GroupMembership:
                                   lambda request_id: JoinGroup(request_id, request.group_id, request.member_id,
                                                                request.client_id, request.session_timeout_ms,
                                                                request.rebalance_timeout_ms, request.protocol_type,
-                                                               protocols))
+                                                               protocols, request.client_host))
         if isinstance(answer, protocol.JoinGroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
@@ -105,6 +108,23 @@ class GroupMembership:
         """On the coordinator: may this OffsetCommit write (replication/consumer_groups.py)?"""
         partition = coordinator_partition(group_id, self._partition_count)
         return self._core(partition).commit_error(group_id, generation_id, member_id)
+
+    def describe(self, group_id: str) -> GroupSummary | None:
+        """On the coordinator: the group as its core holds it (None: not held in this leader epoch)."""
+        core = self._current_core(coordinator_partition(group_id, self._partition_count))
+        return None if core is None else core.describe(group_id)
+
+    def overview(self, partition: int) -> tuple[GroupOverview, ...]:
+        """The groups of `partition` this node holds as its leader (ListGroups)."""
+        core = self._current_core(partition)
+        return () if core is None else core.overview()
+
+    def _current_core(self, partition: int) -> ConsumerGroups | None:
+        """The partition's core if this node leads it in the core's epoch; never makes one."""
+        held = self._cores.get(partition)
+        if held is None or held[0] != self._leader_epoch_of(partition) or self._leader_of(partition) != self._node_id:
+            return None
+        return held[1]
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -174,6 +194,17 @@ class GroupMembership:
             loop = asyncio.get_running_loop()
             delay_s = max(0, ready.next_tick_ms - self._clock()) / 1000
             self._timers[partition] = loop.call_later(delay_s, self._step, partition, GroupsTick())
+
+
+def with_client_host(request: protocol.JoinGroupRequest, peer: str | None,
+                     from_a_node: bool) -> protocol.JoinGroupRequest:
+    """The JoinGroup with Kafka's clientHost ("/" and the peer's address): the one a node forwarded
+    (`from_a_node`: it came in on a listener of node traffic) keeps its client's; any other is
+    stamped with its peer, whatever it said. On a listener shared by clients and nodes a client
+    could name another host: it is shown by DescribeGroups and decides nothing."""
+    if from_a_node and request.client_host:
+        return request
+    return dataclasses.replace(request, client_host=f"/{peer}" if peer else "")
 
 
 def _message(code: ErrorCode) -> str:

@@ -20,6 +20,7 @@ from replication.group_coordinator import (
     OFFSETS_TOPIC,
     CommitAnswer,
     CommitOffsets,
+    CoordinatorAnswer,
     CoordinatorEvent,
     CoordinatorReady,
     FetchAnswer,
@@ -27,6 +28,8 @@ from replication.group_coordinator import (
     GroupCoordinator,
     LatestListed,
     ListLatest,
+    ListOffsetGroups,
+    OffsetGroupsAnswer,
     PartitionOffset,
     Produced,
     ProduceOffsets,
@@ -76,7 +79,7 @@ class GroupOffsets:
         self._commit_error = commit_error
         self._core = GroupCoordinator()
         self._request_ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[CommitAnswer | FetchAnswer]] = {}
+        self._waiting: dict[int, asyncio.Future[CoordinatorAnswer]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def commit(self, request: protocol.OffsetCommitRequest) -> protocol.OffsetCommitResponse:
@@ -124,10 +127,17 @@ class GroupOffsets:
                                                   entry.metadata)
             for entry in answer.offsets))
 
-    async def _ask(self, event_for: Callable[[int], CoordinatorEvent]) -> CommitAnswer | FetchAnswer:
+    async def group_ids(self, partition: int) -> OffsetGroupsAnswer:
+        """On the partition's leader: the groups with committed offsets on it, read up to its HW
+        (ListGroups and DescribeGroups show them; node/group_queries.py)."""
+        answer = await self._ask(lambda request_id: ListOffsetGroups(request_id, partition))
+        assert isinstance(answer, OffsetGroupsAnswer), answer
+        return answer
+
+    async def _ask(self, event_for: Callable[[int], CoordinatorEvent]) -> CoordinatorAnswer:
         """Step the core with the request and await its answer."""
         request_id = next(self._request_ids)
-        future: asyncio.Future[CommitAnswer | FetchAnswer] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[CoordinatorAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
             self._step(event_for(request_id))

@@ -36,8 +36,9 @@ from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node import admin
 from node.broker import Broker
 from node.config import NodeConfig
-from node.group_membership import GroupMembership
+from node.group_membership import GroupMembership, with_client_host
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
+from node.group_queries import GroupQueries
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.producer_ids import ProducerIdManager
 from node.quorum import QuorumService
@@ -88,6 +89,7 @@ class Node:
         self.group_offsets: GroupOffsets | None = None
         self.producer_ids: ProducerIdManager | None = None
         self.group_membership: GroupMembership | None = None
+        self.group_queries: GroupQueries | None = None
         self._runner: web.AppRunner | None = None
         self._dir_locks: list[DirLock] = []
 
@@ -134,6 +136,11 @@ class Node:
             self._offsets_coordinator_address, self._forward, self.monotonic_clock,
             random.Random(self.rng.getrandbits(64)),
         )
+        self.group_queries = GroupQueries(
+            self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
+            self.group_offsets.route, self._offsets_coordinator_address, self._forward, self.group_membership,
+            self.group_offsets.group_ids,
+        )
         broker = self.broker
         self.producer_ids = ProducerIdManager(self.config.node_id, lambda: broker.lifecycle.broker_epoch,
                                               self.quorum.controller_request, self.config.request_timeout_ms)
@@ -157,8 +164,8 @@ class Node:
 
     # ---- requests ------------------------------------------------------------------------------
 
-    async def dispatch(self, api: Api, message: Any, listener: str) -> Any:
-        """The answer to one decoded request that arrived on `listener`."""
+    async def dispatch(self, api: Api, message: Any, listener: str, peer: str | None = None) -> Any:
+        """The answer to one decoded request that arrived on `listener` from address `peer`."""
         self._check_served(api, message, listener)
         if api in NODE_TO_NODE_APIS or api in CONTROLLER_ADMIN_APIS:
             return await self._dispatch_to_quorum(api, message)
@@ -192,13 +199,20 @@ class Node:
                 assert self.producer_ids is not None
                 return await self.producer_ids.init_producer_id(message)
             case Api.JOIN_GROUP:
-                return await self._membership().join(message)
+                forwarded = self.config.serves_node_traffic(listener)
+                return await self._membership().join(with_client_host(message, peer, forwarded))
             case Api.SYNC_GROUP:
                 return await self._membership().sync(message)
             case Api.HEARTBEAT:
                 return await self._membership().heartbeat(message)
             case Api.LEAVE_GROUP:
                 return await self._membership().leave(message)
+            case Api.LIST_GROUPS:
+                assert self.group_queries is not None
+                return await self.group_queries.list_groups(message)
+            case Api.DESCRIBE_GROUPS:
+                assert self.group_queries is not None
+                return await self.group_queries.describe_groups(message)
         raise AssertionError(f"no handler for {api.value}")
 
     def _check_served(self, api: Api, message: Any, listener: str) -> None:
@@ -267,6 +281,10 @@ class Node:
                 return response_type(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(error))
             if api is Api.OFFSET_FETCH:
                 return protocol.OffsetFetchResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
+            if api is Api.DESCRIBE_GROUPS:
+                return protocol.DescribeGroupsResponse(tuple(
+                    protocol.DescribedGroup(ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id, error_message=str(error))
+                    for group_id in request.groups))
             return protocol.OffsetCommitResponse(tuple(
                 protocol.OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                        str(error))

@@ -79,7 +79,7 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         body = await request.read()
         try:
             message = decode_request(request_type, body, node.config.max_request_partitions)
-            answer = await node.dispatch(api, message, _listener_of(node, request))
+            answer = await node.dispatch(api, message, _listener_of(node, request), request.remote)
         except ProtocolError as error:
             node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
             return _refuse(400, error.code, f"{api.value}: {error}")

@@ -32,6 +32,9 @@ partitions cannot overwrite the new owner's offsets. As in Kafka, a member may c
 group prepares a rebalance (the generation has not moved, its partitions are still its own: this is
 when an eager consumer commits what it revokes), but not while it completes one (REBALANCE_IN_PROGRESS).
 
+`describe(group_id)` and `overview()` are read-only views for DescribeGroups and ListGroups
+(replication/group_listing.py merges them with the groups that only have offsets).
+
 Bounds: `group.max.size` members per group (GROUP_MAX_SIZE_REACHED), session timeouts within
 [`group.min.session.timeout.ms`, `group.max.session.timeout.ms`] (INVALID_SESSION_TIMEOUT),
 `max_groups` groups (an empty group is forgotten to make room, never a group with members). Not
@@ -74,6 +77,9 @@ class GroupState(enum.Enum):
     PREPARING_REBALANCE = "PreparingRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
+    # Never the state of a group held here: what DescribeGroups and ListGroups call a group this
+    # coordinator does not hold (Kafka's Dead, the state of a removed group).
+    DEAD = "Dead"
 
 
 # -- events and results ---------------------------------------------------------------------------
@@ -89,6 +95,7 @@ class JoinGroup:
     rebalance_timeout_ms: int
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]  # (name, subscription metadata), in the member's preference
+    client_host: str = ""  # where the JoinGroup came from, for DescribeGroups (Kafka's clientHost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +168,42 @@ class GroupsReady:
     next_tick_ms: int | None
 
 
+# -- descriptions (DescribeGroups, ListGroups) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSummary:
+    """One member as DescribeGroups shows it; `metadata` is its subscription for the group's
+    protocol and `assignment` what the leader gave it (both empty unless the group is STABLE)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """One group as DescribeGroups shows it; `protocol` is the chosen assignor while STABLE, else ""."""
+
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberSummary, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOverview:
+    """One group as ListGroups shows it."""
+
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
 # -- state ----------------------------------------------------------------------------------------
 
 
@@ -174,6 +217,8 @@ class Member:
     assignment: bytes = b""
     join: int | None = None  # the request id of its JoinGroup waiting for the rebalance
     sync: int | None = None  # the request id of its SyncGroup waiting for the leader's
+    client_id: str = ""  # of its first JoinGroup, as Kafka keeps them (for DescribeGroups)
+    client_host: str = ""
 
     def subscription(self, protocol: str) -> bytes:
         return next(metadata for name, metadata in self.protocols if name == protocol)
@@ -245,6 +290,24 @@ class ConsumerGroups:
             return ErrorCode.REBALANCE_IN_PROGRESS, f"group {group_id} is rebalancing; join again, then commit"
         return ErrorCode.NONE, ""
 
+    def describe(self, group_id: str) -> GroupSummary | None:
+        """The group as it stands (None: not held here). Protocol, subscriptions and assignments only
+        while STABLE, as Kafka's GroupMetadata.summary: before, the assignment being made is not final."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        stable = group.state is GroupState.STABLE
+        members = tuple(MemberSummary(member.member_id, None, member.client_id, member.client_host,
+                                      member.subscription(group.protocol) if stable else b"",
+                                      member.assignment if stable else b"")
+                        for member in group.members.values())
+        return GroupSummary(group_id, group.state, group.protocol_type, group.protocol if stable else "", members)
+
+    def overview(self) -> tuple[GroupOverview, ...]:
+        """Every group held here, by group id (ListGroups)."""
+        return tuple(GroupOverview(group_id, group.protocol_type, group.state)
+                     for group_id, group in sorted(self.groups.items()))
+
     # -- JoinGroup --------------------------------------------------------------------------------
 
     def _join(self, join: JoinGroup) -> None:
@@ -267,7 +330,7 @@ class ConsumerGroups:
             del group.pending[join.member_id]
             member = group.members[join.member_id] = Member(
                 join.member_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
-                self._now_ms + join.session_timeout_ms)
+                self._now_ms + join.session_timeout_ms, client_id=join.client_id, client_host=join.client_host)
             same = False
         else:
             same = member.protocols == join.protocols

@@ -17,7 +17,9 @@ Committed offsets never go backwards (DESIGN §6.10), for two reasons checked he
   replay that outlives its epoch is fenced, and a node that leads the partition again replays from
   the start, as Kafka unloads a group's offsets on resignation and loads them on election.
 Fetches of one partition share one load; a fetch that joins a load in progress is answered only by a
-read issued after it joined (its acknowledged commits are below the HW by then).
+read issued after it joined (its acknowledged commits are below the HW by then). `ListOffsetGroups`
+loads the same way and answers which groups have offsets on the partition (ListGroups and
+DescribeGroups show such groups, as Kafka's coordinator shows the groups it loaded).
 
 Events in, `CoordinatorReady` out: the core never touches the log itself. The owner performs each
 request on its broker core (a produce, a "latest" ListOffsets, a consumer fetch at the replay's
@@ -152,7 +154,15 @@ class Read:
     log_start_offset: int = NO_OFFSET
 
 
-CoordinatorEvent = CommitOffsets | FetchOffsets | Produced | LatestListed | Read
+@dataclass(frozen=True, slots=True)
+class ListOffsetGroups:
+    """Which groups have committed offsets on `__consumer_offsets` partition `partition`."""
+
+    request_id: int
+    partition: int
+
+
+CoordinatorEvent = CommitOffsets | FetchOffsets | ListOffsetGroups | Produced | LatestListed | Read
 
 
 # -- what the owner does ----------------------------------------------------------------------------
@@ -202,7 +212,19 @@ class FetchAnswer:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetGroupsAnswer:
+    """The groups with offsets on the partition asked (read up to its HW), or an error."""
+
+    request_id: int
+    error: ErrorCode
+    group_ids: frozenset[str] = frozenset()
+    message: str = ""
+
+
 CoordinatorRequest = ProduceOffsets | ListLatest | ReadOffsets
+CoordinatorAnswer = CommitAnswer | FetchAnswer | OffsetGroupsAnswer
+LoadWaiter = FetchOffsets | ListOffsetGroups
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +232,7 @@ class CoordinatorReady:
     """The owner performs `requests` (answering each with its token) and sends `answers`."""
 
     requests: tuple[CoordinatorRequest, ...] = ()
-    answers: tuple[CommitAnswer | FetchAnswer, ...] = ()
+    answers: tuple[CoordinatorAnswer, ...] = ()
 
 
 # -- the core ---------------------------------------------------------------------------------------
@@ -231,7 +253,7 @@ class _Load:
     reads issued when it joined (it is answered only by a later read)."""
 
     partition: int
-    waiters: list[tuple[FetchOffsets, int]]
+    waiters: list[tuple[LoadWaiter, int]]
     replay: _Replay | None = None
     reads_issued: int = 0
 
@@ -239,7 +261,7 @@ class _Load:
 @dataclass(slots=True)
 class _Output:
     requests: list[CoordinatorRequest] = field(default_factory=list)
-    answers: list[CommitAnswer | FetchAnswer] = field(default_factory=list)
+    answers: list[CoordinatorAnswer] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -256,7 +278,7 @@ class GroupCoordinator:
         out = _Output()
         if isinstance(event, CommitOffsets):
             self._on_commit(event, out)
-        elif isinstance(event, FetchOffsets):
+        elif isinstance(event, (FetchOffsets, ListOffsetGroups)):
             self._on_fetch(event, out)
         elif isinstance(event, Produced):
             self._on_produced(event, out)
@@ -285,7 +307,7 @@ class GroupCoordinator:
 
     # -- fetches -------------------------------------------------------------------------------------
 
-    def _on_fetch(self, event: FetchOffsets, out: _Output) -> None:
+    def _on_fetch(self, event: LoadWaiter, out: _Output) -> None:
         load = self._loads.get(event.partition)
         if load is not None:
             load.waiters.append((event, load.reads_issued))
@@ -324,7 +346,7 @@ class GroupCoordinator:
             done = [waiter for waiter in load.waiters if waiter[1] < read_index]
             load.waiters = [waiter for waiter in load.waiters if waiter[1] >= read_index]
             for request, _ in done:
-                out.answers.append(FetchAnswer(request.request_id, ErrorCode.NONE, _answer(request, replay.offsets)))
+                out.answers.append(_answer(request, replay.offsets))
             if not load.waiters:
                 del self._loads[load.partition]
                 return
@@ -344,7 +366,10 @@ class GroupCoordinator:
         del self._loads[load.partition]
         code = coordinator_error(error)
         for request, _ in load.waiters:
-            out.answers.append(FetchAnswer(request.request_id, code, (), message))
+            if isinstance(request, ListOffsetGroups):
+                out.answers.append(OffsetGroupsAnswer(request.request_id, code, message=message))
+            else:
+                out.answers.append(FetchAnswer(request.request_id, code, (), message))
 
 
 def _apply(replay: _Replay, records: bytes) -> None:
@@ -368,7 +393,10 @@ def _apply(replay: _Replay, records: bytes) -> None:
         replay.next_offset = max(replay.next_offset, header.last_offset + 1)
 
 
-def _answer(request: FetchOffsets, offsets: dict[tuple[str, str, int], tuple[int, str]]) -> tuple[PartitionOffset, ...]:
+def _answer(request: LoadWaiter, offsets: dict[tuple[str, str, int], tuple[int, str]]
+            ) -> FetchAnswer | OffsetGroupsAnswer:
+    if isinstance(request, ListOffsetGroups):
+        return OffsetGroupsAnswer(request.request_id, ErrorCode.NONE, frozenset(group for group, _, _ in offsets))
     if request.topic_partitions is None:
         wanted = sorted((topic, partition) for group, topic, partition in offsets if group == request.group_id)
     else:
@@ -377,7 +405,7 @@ def _answer(request: FetchOffsets, offsets: dict[tuple[str, str, int], tuple[int
     for topic, partition in wanted:
         offset, metadata = offsets.get((request.group_id, topic, partition), (NO_OFFSET, ""))
         answer.append(PartitionOffset(topic, partition, offset, metadata))
-    return tuple(answer)
+    return FetchAnswer(request.request_id, ErrorCode.NONE, tuple(answer))
 
 
 def coordinator_error(code: ErrorCode) -> ErrorCode:

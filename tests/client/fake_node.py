@@ -1,8 +1,9 @@
 """A small fake cluster for client tests: aiohttp servers on 127.0.0.1 over real `storage.Log`s.
 
 Every fake node serves metadata, produce, fetch, list_offsets, delete_records, create/delete
-topics, describe_configs, incremental_alter_configs, describe_replicas and offset commit/fetch
-from one shared state: one `Log` per partition (a single copy; the HW moves to the LEO on every
+topics, describe_configs, incremental_alter_configs, describe_replicas, offset commit/fetch and
+the group APIs (the node's own edges and cores: every node coordinates every group) from one
+shared state: one `Log` per partition (a single copy; the HW moves to the LEO on every
 append, and a follower-served fetch sees `follower_lag` records less), the leader of each
 partition, and committed offsets. Tests steer it: move a leader (`move_leader`), queue
 per-partition errors for an API (`inject`), drop connections (`disconnect`), or stop a node.
@@ -42,6 +43,9 @@ from client.protocol import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     DescribeReplicasRequest,
     DescribeReplicasResponse,
     ErrorCode,
@@ -57,6 +61,8 @@ from client.protocol import (
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
+    ListGroupsRequest,
+    ListGroupsResponse,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -82,8 +88,10 @@ from client.protocol import (
     pack,
     unpack,
 )
-from node.group_membership import GroupMembership
+from node.group_membership import GroupMembership, with_client_host
+from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
+from replication.group_coordinator import OffsetGroupsAnswer
 from storage.config import LogConfig
 from storage.errors import StorageError
 from storage.log import Log
@@ -131,6 +139,8 @@ class FakeCluster:
         self.groups = GroupMembership(0, 1, GroupsConfig(group_initial_rebalance_delay_ms=0), lambda partition: 0,
                                       lambda partition: 0, _coordinator_known, lambda partition: None, _no_forward,
                                       lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
+        self.group_queries = GroupQueries(0, 1, lambda partition: 0, _coordinator_known, lambda partition: None,
+                                          _no_forward, self.groups, self._offset_groups)
 
     async def __aenter__(self) -> FakeCluster:
         for node_id in self.node_ids:
@@ -214,6 +224,8 @@ class FakeCluster:
             except ProtocolError as error:
                 return web.Response(status=400, body=pack(error_response(error.code, str(error))),
                                     content_type=CONTENT_TYPE)
+            if isinstance(message, JoinGroupRequest):
+                message = with_client_host(message, request.remote, from_a_node=False)
             self.state.requests.append((node_id, api, message))
             answer = await getattr(self, f"_{api.value}")(node_id, message)
             if self.state.lost_answers[api] > 0:
@@ -224,6 +236,10 @@ class FakeCluster:
             return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
 
         return handle
+
+    async def _offset_groups(self, partition: int) -> OffsetGroupsAnswer:
+        return OffsetGroupsAnswer(0, ErrorCode.NONE, frozenset(group for group, offsets in self.state.committed.items()
+                                                               if offsets))
 
     def _injected(self, api: Api, topic: str, partition: int) -> ErrorCode | None:
         queue = self.state.injected.get((api, topic, partition))
@@ -453,6 +469,20 @@ class FakeCluster:
     async def _leave_group(self, node_id: int, request: LeaveGroupRequest) -> GroupResponse:
         return await self.groups.leave(request)
 
+    async def _list_groups(self, node_id: int, request: ListGroupsRequest) -> ListGroupsResponse:
+        code = self._injected(Api.LIST_GROUPS, "", node_id)  # inject(Api.LIST_GROUPS, "", node_id, ...)
+        if code is not None:
+            return ListGroupsResponse(code, (), f"injected {code.name}")
+        return await self.group_queries.list_groups(request)
+
+    async def _describe_groups(self, node_id: int, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        groups = []
+        for group in (await self.group_queries.describe_groups(request)).groups:
+            code = self._injected(Api.DESCRIBE_GROUPS, group.group_id, -1)
+            groups.append(group if code is None else DescribedGroup(code, group.group_id,
+                                                                    error_message=f"injected {code.name}"))
+        return DescribeGroupsResponse(tuple(groups))
+
     async def _init_producer_id(self, node_id: int, request: InitProducerIdRequest) -> InitProducerIdResponse:
         self.state.next_producer_id += 1
         return InitProducerIdResponse(ErrorCode.NONE, self.state.next_producer_id - 1, 0)
@@ -471,7 +501,8 @@ class FakeCluster:
 
 class FakeClusterThread:
     """A FakeCluster on its own event loop in a thread, for code that runs its own loop (the CLI's
-    `asyncio.run`). `call(function)` runs `function(cluster)` on the cluster's loop."""
+    `asyncio.run`). `call(function)` runs `function(cluster)` on the cluster's loop, `run(coroutine)`
+    a coroutine there."""
 
     def __init__(self, directory: Path, nodes: int = 3) -> None:
         self.directory = directory
@@ -482,12 +513,12 @@ class FakeClusterThread:
 
     def __enter__(self) -> FakeCluster:
         self.thread.start()
-        self.cluster = self._run(self._start())
+        self.cluster = self.run(self._start())
         return self.cluster
 
     def __exit__(self, *exc_info: object) -> None:
         assert self.cluster is not None, "entered"
-        self._run(self.cluster.__aexit__(None, None, None))
+        self.run(self.cluster.__aexit__(None, None, None))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()
@@ -495,14 +526,14 @@ class FakeClusterThread:
     async def _start(self) -> FakeCluster:
         return await FakeCluster(self.directory, self.nodes).__aenter__()
 
-    def _run(self, coroutine):
+    def run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=30)
 
     def call(self, function):
         async def on_loop():
             return function(self.cluster)
 
-        return self._run(on_loop())
+        return self.run(on_loop())
 
 
 async def serve_forever(directory: Path, nodes: int, topics: list[str]) -> None:

@@ -23,15 +23,23 @@ from client.cli_consume import format_record
 from client.cli_perf import LatencyStats, produce_summary
 from client.cli_produce import producer_settings
 from client.fetched_batch import ConsumerRecord
-from client.metadata import PartitionInfo
+from client.metadata import PartitionInfo, TopicPartition
 from client.protocol import MetadataBroker, ReplicaState
 from tests.client.fake_node import FakeCluster, FakeClusterThread
+from tests.client.group_helpers import start_members
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
-    with FakeClusterThread(tmp_path_factory.mktemp("cli")) as cluster:
-        yield cluster
+def fake_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClusterThread]:
+    thread = FakeClusterThread(tmp_path_factory.mktemp("cli"))
+    with thread:
+        yield thread
+
+
+@pytest.fixture(scope="module")
+def fake(fake_thread: FakeClusterThread) -> FakeCluster:
+    assert fake_thread.cluster is not None
+    return fake_thread.cluster
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str], stdin: bytes = b"") -> tuple[int, str, str]:
@@ -201,15 +209,16 @@ def test_groups_describe_lag_and_reset_offsets(fake: FakeCluster, capsys: pytest
     run([*b, "topics", "create", "--topic", "ledger", "--partitions", "2"], capsys)
     run([*b, "produce", "ledger", "--partition", "0"], capsys, stdin=b"a\nb\nc\nd\n")
     run([*b, "produce", "ledger", "--partition", "1"], capsys, stdin=b"e\n")
-    assert run([*b, "groups", "describe", "--group", "audit"], capsys)[1] == (
-        "Consumer group 'audit' has no committed offsets.\n")
+    assert run([*b, "groups", "describe", "--group", "audit"], capsys)[0::2] == (
+        1, "Error: Consumer group 'audit' does not exist.\n")
     run([*b, "consume", "ledger", "--group", "audit", "--partition", "0", "--from-beginning", "--max-records", "1"],
         capsys)
     status, out, _ = run([*b, "groups", "describe", "--group", "audit"], capsys)
     assert status == 0
     assert [line.split() for line in out.splitlines()] == [
-        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"],
-        ["audit", "ledger", "0", "1", "4", "3"],
+        ["Consumer", "group", "'audit'", "has", "no", "active", "members."],
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"],
+        ["audit", "ledger", "0", "1", "4", "3", "-", "-", "-"],
     ]
 
     reset = [*b, "groups", "reset-offsets", "--group", "audit", "--topic", "ledger"]
@@ -217,13 +226,14 @@ def test_groups_describe_lag_and_reset_offsets(fake: FakeCluster, capsys: pytest
     assert (status, [line.split()[-1] for line in out.splitlines()]) == (0, ["NEW-OFFSET", "4", "1"])
     assert "add --execute" in err
     assert json.loads(run([*b, "groups", "describe", "--group", "audit", "--json"], capsys)[1])["partitions"] == [
-        {"topic": "ledger", "partition": 0, "committedOffset": 1, "logEndOffset": 4, "lag": 3}]
+        {"topic": "ledger", "partition": 0, "committedOffset": 1, "logEndOffset": 4, "lag": 3, "consumerId": None,
+         "host": None, "clientId": None}]
 
     assert run([*reset, "--to-offset", "99", "--execute"], capsys)[0] == 0  # clamped to the log end
     assert run([*reset[:-1], "ledger:0", "--shift-by", "-2", "--execute"], capsys)[0] == 0
     assert run([*reset[:-1], "ledger:1", "--to-datetime", "1970-01-01T00:00:00", "--execute"], capsys)[0] == 0
     lines = run([*b, "groups", "describe", "--group", "audit"], capsys)[1].splitlines()
-    assert [line.split()[2:] for line in lines[1:]] == [["0", "2", "4", "2"], ["1", "0", "1", "1"]]
+    assert [line.split()[2:6] for line in lines[2:]] == [["0", "2", "4", "2"], ["1", "0", "1", "1"]]
 
     status, _, err = run([*reset, "--shift-by", "1"], capsys)
     assert status == 0, err
@@ -232,6 +242,56 @@ def test_groups_describe_lag_and_reset_offsets(fake: FakeCluster, capsys: pytest
     assert (status, err.startswith("Error: --shift-by needs a committed offset")) == (2, True)
     status, _, err = run([*reset[:-1], "ledger:7", "--to-earliest"], capsys)
     assert (status, "ledger has partitions [0, 1], not [7]" in err) == (2, True)
+
+
+def test_groups_list_and_describe_a_live_group_like_kafka_consumer_groups(
+        fake: FakeCluster, fake_thread: FakeClusterThread, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "watched", "--partitions", "3"], capsys)
+    run([*b, "produce", "watched", "--partition", "0"], capsys, stdin=b"a\nb\n")
+    consumers = fake_thread.run(start_members(fake.bootstrap, "watchers", "watched", 3, 2))
+    try:
+        owner = next(c for c in consumers if TopicPartition("watched", 0) in c.assignment())
+        fake_thread.run(owner.commit({TopicPartition("watched", 0): 1}))
+        ids = {c.member.member_id: c.assignment() for c in consumers if c.member is not None}
+
+        status, out, _ = run([*b, "groups", "list"], capsys)
+        assert status == 0 and ["watchers", "Stable", "consumer"] in [line.split() for line in out.splitlines()]
+        assert out.splitlines()[0].split() == ["GROUP", "STATE", "PROTOCOL-TYPE"]
+        out = run([*b, "groups", "list", "--state", "stable,completingrebalance"], capsys)[1]
+        assert [line.split() for line in out.splitlines()] == [["GROUP", "STATE", "PROTOCOL-TYPE"],
+                                                               ["watchers", "Stable", "consumer"]]
+        with pytest.raises(SystemExit) as exited:
+            run([*b, "groups", "list", "--state", "asleep"], capsys)
+        assert exited.value.code == 2 and "give states among" in capsys.readouterr().err
+
+        rows = [line.split() for line in run([*b, "groups", "describe", "--group", "watchers"], capsys)[1].splitlines()]
+        assert rows[0][6:] == ["CONSUMER-ID", "HOST", "CLIENT-ID"]
+        assert [row[2:6] for row in rows[1:]] == [["0", "1", "2", "1"], ["1", "-", "0", "-"], ["2", "-", "0", "-"]]
+        assert {row[6]: row[7:] for row in rows[1:]} == {member: ["/127.0.0.1", "tributary"] for member in ids}
+        assert all(TopicPartition("watched", int(row[2])) in ids[row[6]] for row in rows[1:]), \
+            "each partition is shown with the member it is assigned to"
+
+        rows = [line.split() for line in run([*b, "groups", "describe", "--group", "watchers", "--members"],
+                                             capsys)[1].splitlines()]
+        assert rows[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        assert {row[1]: (int(row[4]), row[5]) for row in rows[1:]} == {
+            member: (len(tps), f"watched({','.join(str(p) for p in sorted(tp.partition for tp in tps))})")
+            for member, tps in ids.items()}
+
+        out = run([*b, "groups", "describe", "--group", "watchers", "--state"], capsys)[1]
+        assert [line.split() for line in out.splitlines()] == [
+            ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+            ["watchers", f"127.0.0.1:{fake.ports[0]}", "(0)", "range", "Stable", "2"]]
+        state = json.loads(run([*b, "groups", "describe", "--group", "watchers", "--state", "--json"], capsys)[1])
+        assert (state["state"], state["members"], state["coordinator"]["id"]) == ("Stable", 2, 0)
+        described = json.loads(run([*b, "groups", "describe", "--group", "watchers", "--json"], capsys)[1])
+        assert [(p["partition"], p["committedOffset"], p["lag"]) for p in described["partitions"]] == [
+            (0, 1, 1), (1, None, None), (2, None, None)]
+        assert {p["consumerId"] for p in described["partitions"]} == set(ids)
+    finally:
+        for consumer in consumers:
+            fake_thread.run(consumer.close())
 
 
 def test_consume_from_a_timestamp(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,17 +1,20 @@
 """Consumer groups against three real node processes: consumers that subscribe share a topic's six
 partitions, disjointly, and the group rebalances when a consumer joins, when one leaves, and when
-one is killed with -9 (its own process: its session runs out); every record is processed."""
+one is killed with -9 (its own process: its session runs out); every record is processed. The CLI's
+`groups list` and `groups describe` show the live group Stable, each partition with one owner."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,6 +86,36 @@ async def produce(cluster: DevCluster, first: int, count: int) -> set[bytes]:
     return values
 
 
+async def tributary(*argv: str) -> Any:
+    """The `tributary` CLI in a process of its own (it runs its own event loop): its JSON output."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "client.cli", *argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def check_the_cli_shows_the_group(cluster: DevCluster, members: list[Member]) -> None:
+    """`groups list` shows the group Stable; `groups describe` each partition owned by exactly one of
+    the three members, from its own host, as the members here hold them."""
+    listed = await tributary("--bootstrap", cluster.bootstrap, "groups", "list", "--json")
+    assert {"group": GROUP, "state": "Stable", "protocolType": "consumer"} in listed["groups"]
+    described = await tributary("--bootstrap", cluster.bootstrap, "groups", "describe", "--group", GROUP, "--members",
+                                "--json")
+    assignments = {member["consumerId"]: {(p["topic"], p["partition"]) for p in member["assignment"]}
+                   for member in described["members"]}
+    assert described["state"] == "Stable" and len(assignments) == 3
+    assert sorted(tp for held in assignments.values() for tp in held) == [(TOPIC, p) for p in range(PARTITIONS)]
+    assert {member["host"] for member in described["members"]} == {"/127.0.0.1"}
+    for member in members:
+        assert member.consumer.member is not None
+        assert {TopicPartition(*tp) for tp in assignments[member.consumer.member.member_id]} == member.assigned()
+    offsets = await tributary("--bootstrap", cluster.bootstrap, "groups", "describe", "--group", GROUP, "--json")
+    owners = {(p["topic"], p["partition"]): p["consumerId"] for p in offsets["partitions"]}
+    assert owners == {tp: member for member, held in assignments.items() for tp in held}
+
+
 def shares(members: list[Member]) -> bool:
     """The members hold disjoint sets of partitions that together are all six."""
     held = [member.assigned() for member in members]
@@ -105,6 +138,7 @@ async def test_consumers_share_the_partitions_and_rebalance_on_join_leave_and_ki
             return all(len(partitions) == 2 for partitions in held) and not held[0] & held[1]
 
         await eventually(three_share, "two consumers here and one in its own process hold two partitions each")
+        await check_the_cli_shows_the_group(cluster, members)
         produced |= await produce(cluster, 300, 300)
         process.send_signal(signal.SIGKILL)  # kill -9: no LeaveGroup, its session runs out
         process.wait(timeout=10)

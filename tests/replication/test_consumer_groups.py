@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from replication.consumer_groups import (
     ConsumerGroups,
+    GroupOverview,
     GroupResult,
     GroupsConfig,
     GroupState,
@@ -23,9 +24,11 @@ from replication.consumer_groups import (
     JoinGroup,
     JoinGroupResult,
     LeaveGroup,
+    MemberSummary,
     SyncGroup,
     SyncGroupResult,
 )
+from replication.group_listing import dead_group, merge_overviews
 from storage.error_codes import ErrorCode
 
 SESSION_MS = 10_000
@@ -190,6 +193,62 @@ def test_a_full_group_refuses_new_members() -> None:
     assert coordinator.answers[coordinator.join()].error == ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
+def test_describe_shows_each_members_client_subscription_and_assignment_once_stable() -> None:
+    coordinator = Coordinator()
+    one, two = stable_pair(coordinator)
+    summary = coordinator.core.describe("g")
+    assert summary is not None
+    assert (summary.state, summary.protocol_type, summary.protocol) == (GroupState.STABLE, "consumer", "range")
+    assert summary.members == (MemberSummary(one, None, "client", "", b"sub:orders", b"a"),
+                               MemberSummary(two, None, "client", "", b"sub:orders", b"b"))
+
+
+def test_describe_hides_subscriptions_and_assignments_while_the_group_rebalances() -> None:
+    """Kafka's GroupMetadata.summary: outside Stable the assignment being made is not final."""
+    coordinator = Coordinator()
+    one, two = stable_pair(coordinator)
+    coordinator.send(LeaveGroup, "g", (two,))
+    summary = coordinator.core.describe("g")
+    assert summary is not None and (summary.state, summary.protocol) == (GroupState.PREPARING_REBALANCE, "")
+    assert [(m.member_id, m.metadata, m.assignment) for m in summary.members] == [(one, b"", b"")]
+
+
+def test_describe_records_the_client_host_of_the_first_join() -> None:
+    coordinator = Coordinator()
+    (asked,) = coordinator.core.handle(JoinGroup(1, "g", "", "app-1", SESSION_MS, REBALANCE_MS, "consumer", PROTOCOLS,
+                                                 "/10.0.0.7"), 0).answers
+    assert isinstance(asked, JoinGroupResult)
+    coordinator.core.handle(JoinGroup(2, "g", asked.member_id, "app-1", SESSION_MS, REBALANCE_MS, "consumer",
+                                      PROTOCOLS, "/10.0.0.7"), 0)
+    summary = coordinator.core.describe("g")
+    assert summary is not None and [(m.client_id, m.client_host) for m in summary.members] == [("app-1", "/10.0.0.7")]
+
+
+def test_overview_lists_every_group_held_with_its_state_and_describe_knows_no_other() -> None:
+    coordinator = Coordinator()
+    stable_pair(coordinator)
+    coordinator.new_member("other")
+    coordinator.new_member("left")
+    coordinator.send(LeaveGroup, "left", tuple(coordinator.core.groups["left"].members))
+    assert coordinator.core.overview() == (
+        GroupOverview("g", "consumer", GroupState.STABLE),
+        GroupOverview("left", "consumer", GroupState.EMPTY),
+        GroupOverview("other", "consumer", GroupState.COMPLETING_REBALANCE),
+    )
+    assert coordinator.core.describe("never") is None
+
+
+def test_groups_with_only_offsets_are_listed_empty_and_the_states_filter_applies() -> None:
+    membership = (GroupOverview("g", "consumer", GroupState.STABLE),
+                  GroupOverview("left", "consumer", GroupState.EMPTY))
+    merged = merge_overviews(membership, ("g", "solo"), ())
+    assert merged == (GroupOverview("g", "consumer", GroupState.STABLE),
+                      GroupOverview("left", "consumer", GroupState.EMPTY), GroupOverview("solo", "", GroupState.EMPTY))
+    assert [o.group_id for o in merge_overviews(membership, ("solo",), (GroupState.EMPTY,))] == ["left", "solo"]
+    assert merge_overviews(membership, ("solo",), (GroupState.DEAD,)) == ()
+    assert dead_group("x").state is GroupState.DEAD and dead_group("x").members == ()
+
+
 # -- the state machine -----------------------------------------------------------------------------
 
 
@@ -273,6 +332,23 @@ class GroupMachine(RuleBasedStateMachine):
     @rule(advance_ms=st.sampled_from((100, 3_000, SESSION_MS, REBALANCE_MS)))
     def time_passes(self, advance_ms: int) -> None:
         self.coordinator.tick(advance_ms)
+
+    @invariant()
+    def describe_and_overview_show_the_group_as_it_stands(self) -> None:
+        group = self.coordinator.core.groups.get("g")
+        summary = self.coordinator.core.describe("g")
+        if group is None:
+            assert summary is None and self.coordinator.core.overview() == ()
+            return
+        assert summary is not None and summary.state is group.state
+        assert self.coordinator.core.overview() == (GroupOverview("g", "consumer", group.state),)
+        assert [member.member_id for member in summary.members] == list(group.members)
+        if group.state is GroupState.STABLE:
+            handed = self.handed_out.get(group.generation_id, {})
+            assert all(member.assignment == handed[member.member_id]
+                       for member in summary.members if member.member_id in handed)
+        else:
+            assert all(member.assignment == member.metadata == b"" for member in summary.members)
 
     @invariant()
     def a_stable_generation_assigned_every_member(self) -> None:

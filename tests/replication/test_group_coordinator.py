@@ -14,6 +14,8 @@ from replication.group_coordinator import (
     GroupCoordinator,
     LatestListed,
     ListLatest,
+    ListOffsetGroups,
+    OffsetGroupsAnswer,
     PartitionOffset,
     Produced,
     ProduceOffsets,
@@ -28,8 +30,8 @@ from storage.records import build_batch
 GROUP = "billing"
 
 
-def commit_batch(base_offset: int, offset: int, metadata: str = "") -> bytes:
-    batch = bytearray(build_batch([(encode_key(GROUP, "orders", 0), encode_value(offset, metadata, 1_000))]))
+def commit_batch(base_offset: int, offset: int, metadata: str = "", group: str = GROUP) -> bytes:
+    batch = bytearray(build_batch([(encode_key(group, "orders", 0), encode_value(offset, metadata, 1_000))]))
     batch[0:8] = base_offset.to_bytes(8, "big")
     return bytes(batch)
 
@@ -128,3 +130,29 @@ def test_a_record_that_is_not_a_commit_is_skipped() -> None:
     assert isinstance(read, ReadOffsets)
     answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
     assert answers == (FetchAnswer(1, ErrorCode.NONE, (PartitionOffset("orders", 0, 4),)),)
+
+
+def test_the_groups_with_offsets_are_listed_after_a_load_shared_with_fetches() -> None:
+    """ListGroups and DescribeGroups show groups that only committed offsets (Kafka lists the groups
+    it loaded): a listing replays the partition to its HW, in the same load as a fetch."""
+    core = GroupCoordinator()
+    latest = only(core.handle(ListOffsetGroups(1, 0)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=1)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    assert core.handle(fetch(2)).requests == (), "a fetch joins the listing's load"
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, commit_batch(0, 3, group="solo"))), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, commit_batch(1, 5))), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
+    assert answers == (OffsetGroupsAnswer(1, ErrorCode.NONE, frozenset({"solo", GROUP})),
+                       FetchAnswer(2, ErrorCode.NONE, (PartitionOffset("orders", 0, 5),)))
+
+
+def test_a_listing_whose_load_fails_answers_the_coordinator_error() -> None:
+    core = GroupCoordinator()
+    latest = only(core.handle(ListOffsetGroups(1, 0)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    answers = core.handle(LatestListed(latest.token, ErrorCode.OFFSET_NOT_AVAILABLE, message="lags")).answers
+    assert answers == (OffsetGroupsAnswer(1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, message="lags"),)
