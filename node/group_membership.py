@@ -5,9 +5,9 @@ Any node accepts JoinGroup, SyncGroup, Heartbeat and LeaveGroup and forwards the
 coordinator, the leader of its `__consumer_offsets` partition, as OffsetCommit is routed
 (node/group_offsets.py). On the coordinator one core per partition decides; this module steps it,
 answers each request when the core's Ready answers it (a JoinGroup waits for the rebalance, a
-follower's SyncGroup for the leader's) and ticks the core when it asks. A core belongs to one
-leader epoch of its partition: after a failover the new coordinator starts the partition's groups
-empty and their members join again (the group metadata records are not written yet).
+follower's SyncGroup for the leader's), ticks the core when it asks, and stores the group records
+it asks for through `store` (GroupOffsets.write_group), handing the outcome back. A core belongs to
+one leader epoch of its partition.
 """
 
 from __future__ import annotations
@@ -27,28 +27,33 @@ from replication.consumer_groups import (
     GroupResult,
     GroupsConfig,
     GroupsTick,
+    GroupStored,
     Heartbeat,
     JoinGroup,
     JoinGroupResult,
     LeaveGroup,
+    StoreGroup,
     SyncGroup,
     SyncGroupResult,
 )
 from replication.group_coordinator import coordinator_partition
+from replication.group_metadata import GroupMetadata
 
 Route = Callable[[int, bool], Awaitable[ErrorCode | None]]
+Store = Callable[[int, str, GroupMetadata | None], Awaitable[tuple[ErrorCode, str]]]
 
 
 class GroupMembership:
     """`leader_of(partition)` and `leader_epoch_of(partition)` read the metadata; `route` and
     `coordinator_address` are GroupOffsets' (which node coordinates, creating the topic if asked);
-    `forward(address, api, request, response_type)` calls another node; `clock` is monotonic."""
+    `forward(address, api, request, response_type)` calls another node; `store(partition, group,
+    value)` writes a group's record (GroupOffsets.write_group); `clock` is monotonic."""
 
     def __init__(self, node_id: int, partition_count: int, config: GroupsConfig,
                  leader_of: Callable[[int], int | None], leader_epoch_of: Callable[[int], int], route: Route,
                  coordinator_address: Callable[[int], str | None],
-                 forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]], clock: Callable[[], int],
-                 rng: random.Random) -> None:
+                 forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]], store: Store,
+                 clock: Callable[[], int], rng: random.Random) -> None:
         self._node_id = node_id
         self._partition_count = partition_count
         self._config = config
@@ -57,12 +62,14 @@ class GroupMembership:
         self._route = route
         self._coordinator_address = coordinator_address
         self._forward = forward
+        self._store = store
         self._clock = clock
         self._rng = rng
         self._cores: dict[int, tuple[int, ConsumerGroups]] = {}  # partition -> (leader epoch, core)
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._request_ids = itertools.count(1)
         self._waiting: dict[int, tuple[int, asyncio.Future[GroupAnswer | ErrorCode]]] = {}  # id -> partition
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def join(self, request: protocol.JoinGroupRequest) -> protocol.JoinGroupResponse:
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
@@ -162,7 +169,12 @@ class GroupMembership:
         if self._leader_of(partition) != self._node_id:
             self._drop(partition)
             return
-        ready = self._core(partition).handle(event, self._clock())
+        core = self._core(partition)
+        ready = core.handle(event, self._clock())
+        for store in ready.stores:
+            task = asyncio.create_task(self._carry_out(partition, core, store))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         for answer in ready.answers:
             waiting = self._waiting.get(answer.request_id)
             if waiting is not None and not waiting[1].done():
@@ -174,6 +186,16 @@ class GroupMembership:
             loop = asyncio.get_running_loop()
             delay_s = max(0, ready.next_tick_ms - self._clock()) / 1000
             self._timers[partition] = loop.call_later(delay_s, self._step, partition, GroupsTick())
+
+    async def _carry_out(self, partition: int, core: ConsumerGroups, store: StoreGroup) -> None:
+        """Write the record; its outcome goes back to the core that asked, if it still decides."""
+        try:
+            code, message = await self._store(partition, store.group_id, store.value)
+        except Exception as error:  # the broker failed the call (a bug, or stopping): the group hears of it
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{type(error).__name__}: {error}"
+        held = self._cores.get(partition)
+        if held is not None and held[1] is core:
+            self._step(partition, GroupStored(store.token, code, message))
 
 
 def _message(code: ErrorCode) -> str:

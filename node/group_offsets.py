@@ -32,8 +32,10 @@ from replication.group_coordinator import (
     ProduceOffsets,
     Read,
     ReadOffsets,
+    WriteGroupMetadata,
     coordinator_partition,
 )
+from replication.group_metadata import GroupMetadata
 
 __all__ = ["OFFSETS_TOPIC", "GroupOffsets"]
 
@@ -123,6 +125,13 @@ class GroupOffsets:
             protocol.OffsetFetchPartitionResponse(entry.topic, entry.partition, ErrorCode.NONE, entry.offset,
                                                   entry.metadata)
             for entry in answer.offsets))
+
+    async def write_group(self, partition: int, group_id: str, value: GroupMetadata | None) -> tuple[ErrorCode, str]:
+        """Store a group's membership record here, the coordinator (node/group_membership.py asks)."""
+        answer = await self._ask(lambda request_id: WriteGroupMetadata(request_id, group_id, partition, value,
+                                                                       self._clock()))
+        assert isinstance(answer, CommitAnswer), answer
+        return answer.error, answer.message
 
     async def _ask(self, event_for: Callable[[int], CoordinatorEvent]) -> CommitAnswer | FetchAnswer:
         """Step the core with the request and await its answer."""

@@ -131,7 +131,7 @@ class Node:
         self.group_membership = GroupMembership(
             self.config.node_id, self.config.offsets_topic_num_partitions, self.config.groups_config(),
             self._offsets_leader, self._offsets_leader_epoch, self.group_offsets.route,
-            self._offsets_coordinator_address, self._forward, self.monotonic_clock,
+            self._offsets_coordinator_address, self._forward, self.group_offsets.write_group, self.monotonic_clock,
             random.Random(self.rng.getrandbits(64)),
         )
         broker = self.broker

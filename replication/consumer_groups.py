@@ -14,8 +14,11 @@ A group moves through Kafka's states:
   removes the ones that did not. Then the generation goes up by one, the protocol the most members
   support is chosen, the leader (the previous one if still a member, else the first to join) gets
   every member's subscription, and every JoinGroup is answered (COMPLETING_REBALANCE).
-- COMPLETING_REBALANCE: the leader's SyncGroup carries the assignment; it answers every member's
-  SyncGroup with its part (STABLE). A member that leaves or expires meanwhile restarts the rebalance.
+- COMPLETING_REBALANCE: the leader's SyncGroup carries the assignment; the group's record (its
+  generation, members, subscriptions and assignments) is stored (`StoreGroup` in the Ready), and once
+  the write is acknowledged (`GroupStored`) every member's SyncGroup is answered with its part
+  (STABLE); a failed write answers them with its error and the group rebalances, as Kafka does. A
+  member that leaves or expires meanwhile restarts the rebalance.
 - STABLE: a JoinGroup of a known member with the same subscription (a follower) is answered with
   the current generation; one of the leader or with another subscription, or of a new member,
   starts a rebalance. A member silent for its `session_timeout_ms` (heartbeats, joins, syncs)
@@ -33,19 +36,24 @@ offsets.
 
 Bounds: `group.max.size` members per group (GROUP_MAX_SIZE_REACHED), session timeouts within
 [`group.min.session.timeout.ms`, `group.max.session.timeout.ms`] (INVALID_SESSION_TIMEOUT),
-`max_groups` groups (an empty group is forgotten to make room, never a group with members). Not
-here (yet): static membership (`group.instance.id`, KIP-345) and the
-group metadata records in `__consumer_offsets`, so a new coordinator after a failover starts
-every group EMPTY and its members join again.
+`max_groups` groups (an empty group is forgotten to make room, never a group with members).
+
+Group records (replication/group_metadata.py, Kafka's formats) are stored when a generation's
+assignment is complete and when a group becomes EMPTY (with its new generation, so that a new
+coordinator never hands out a generation again); the owner writes them to the group's
+`__consumer_offsets` partition. Not here (yet): static membership (`group.instance.id`, KIP-345),
+and loading the records after a failover.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from replication.group_metadata import GroupMetadata, MemberMetadata
 from storage.error_codes import ErrorCode
 
 NO_GENERATION = -1
@@ -148,16 +156,37 @@ class GroupsTick:
     """Time passed: sessions, rebalance timeouts and initial delays are due."""
 
 
-GroupEvent = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | GroupsTick
+@dataclass(frozen=True, slots=True)
+class GroupStored:
+    """The answer to `StoreGroup` `token`: acknowledged by the ISR (NONE), or the coordinator error."""
+
+    token: int
+    error: ErrorCode
+    message: str = ""
+
+
+GroupEvent = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | GroupsTick | GroupStored
 GroupAnswer = JoinGroupResult | SyncGroupResult | GroupResult
 
 
 @dataclass(frozen=True, slots=True)
+class StoreGroup:
+    """Write group `group_id`'s record to its `__consumer_offsets` partition (`value` None: a
+    tombstone), acks=all, and answer with `GroupStored(token)`."""
+
+    token: int
+    group_id: str
+    value: GroupMetadata | None
+
+
+@dataclass(frozen=True, slots=True)
 class GroupsReady:
-    """Send `answers` (to the requests they name); tick again no later than `next_tick_ms`."""
+    """Send `answers` (to the requests they name), carry out `stores`; tick again no later than
+    `next_tick_ms`."""
 
     answers: tuple[GroupAnswer, ...]
     next_tick_ms: int | None
+    stores: tuple[StoreGroup, ...] = ()
 
 
 # -- state ----------------------------------------------------------------------------------------
@@ -166,6 +195,7 @@ class GroupsReady:
 @dataclass(slots=True)
 class Member:
     member_id: str
+    client_id: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
     protocols: tuple[tuple[str, bytes], ...]
@@ -190,6 +220,7 @@ class Group:
     pending: dict[str, int] = field(default_factory=dict)  # member ids given out, not yet joined -> expiry
     rebalance_deadline_ms: int = NEVER_MS
     initial_delay_until_ms: int = 0  # a rebalance from EMPTY waits for more members until then
+    storing: int | None = None  # COMPLETING_REBALANCE: the token of the store the SyncGroups wait for
 
     def supported_protocols(self) -> set[str]:
         names = [set(name for name, _ in member.protocols) for member in self.members.values()]
@@ -204,6 +235,9 @@ class ConsumerGroups:
         self._rng = rng
         self.groups: dict[str, Group] = {}
         self._answers: list[GroupAnswer] = []
+        self._stores: list[StoreGroup] = []
+        self._store_tokens = itertools.count(1)
+        self._syncs_stored: dict[int, str] = {}  # the token of a generation's store -> its group
         self._now_ms = 0
 
     # -- the entry point --------------------------------------------------------------------------
@@ -211,7 +245,7 @@ class ConsumerGroups:
     def handle(self, event: GroupEvent, now_ms: int) -> GroupsReady:
         assert now_ms >= self._now_ms, f"time went back: {now_ms} < {self._now_ms}"
         self._now_ms = now_ms
-        self._answers = []
+        self._answers, self._stores = [], []
         if isinstance(event, JoinGroup):
             self._join(event)
         elif isinstance(event, SyncGroup):
@@ -220,12 +254,14 @@ class ConsumerGroups:
             self._heartbeat(event)
         elif isinstance(event, LeaveGroup):
             self._leave(event)
+        elif isinstance(event, GroupStored):
+            self._stored(event)
         else:
             assert isinstance(event, GroupsTick), f"not a group event: {event!r}"
         self._expire()
         self._check_invariants()
-        answers, self._answers = tuple(self._answers), []
-        return GroupsReady(answers, self._next_tick_ms())
+        answers, stores, self._answers, self._stores = tuple(self._answers), tuple(self._stores), [], []
+        return GroupsReady(answers, self._next_tick_ms(), stores)
 
     def commit_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str]:
         """Whether an OffsetCommit with this generation and member may write (module docstring)."""
@@ -265,7 +301,7 @@ class ConsumerGroups:
         if member is None:
             del group.pending[join.member_id]
             member = group.members[join.member_id] = Member(
-                join.member_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
+                join.member_id, join.client_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
                 self._now_ms + join.session_timeout_ms)
             same = False
         else:
@@ -323,6 +359,7 @@ class ConsumerGroups:
         return False
 
     def _prepare_rebalance(self, group: Group) -> None:
+        group.storing = None  # a store in flight for the abandoned generation is ignored when answered
         if group.state is GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():  # their SyncGroups wait in vain: they join again
                 if member.sync is not None:
@@ -369,10 +406,22 @@ class ConsumerGroups:
         member.expires_ms = self._now_ms + member.session_timeout_ms
 
     def _become_empty(self, group: Group) -> None:
+        """Kafka stores an Empty group with its new generation, so a new coordinator never hands out
+        a generation its former members may still hold; nothing waits for that write."""
         group.state = GroupState.EMPTY
         group.generation_id += 1
         group.leader = group.protocol = ""
         group.rebalance_deadline_ms = NEVER_MS
+        self._store(group)
+
+    def _store(self, group: Group) -> int:
+        token = next(self._store_tokens)
+        members = tuple(MemberMetadata(member.member_id, None, member.client_id, "", member.rebalance_timeout_ms,
+                                       member.session_timeout_ms, member.subscription(group.protocol),
+                                       member.assignment) for member in group.members.values())
+        self._stores.append(StoreGroup(token, group.group_id, GroupMetadata(
+            group.protocol_type, group.generation_id, group.protocol or None, group.leader or None, members)))
+        return token
 
     # -- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------------
 
@@ -398,16 +447,39 @@ class ConsumerGroups:
         elif group.state is GroupState.STABLE:
             self._answers.append(SyncGroupResult(sync.request_id, ErrorCode.NONE, member.assignment))
         else:
+            if member.sync is not None:  # an earlier SyncGroup of it still waits: this one replaces it
+                self._answers.append(SyncGroupResult(member.sync, ErrorCode.REBALANCE_IN_PROGRESS,
+                                                     message="superseded by a later SyncGroup of this member"))
             member.sync = sync.request_id
-            if sync.member_id == group.leader:
+            if sync.member_id == group.leader and group.storing is None:
+                # Kafka stores the generation's assignment before any member gets its part: a new
+                # coordinator after a failover then resumes the group as its members know it.
                 assignments = dict(sync.assignments)
                 for other in group.members.values():
                     other.assignment = assignments.get(other.member_id, b"")
-                group.state = GroupState.STABLE
-                for other in group.members.values():
-                    if other.sync is not None:
-                        self._answers.append(SyncGroupResult(other.sync, ErrorCode.NONE, other.assignment))
-                        other.sync = None
+                group.storing = self._store(group)
+                self._syncs_stored[group.storing] = group.group_id
+
+    def _stored(self, stored: GroupStored) -> None:
+        group = self.groups.get(self._syncs_stored.pop(stored.token, ""))
+        if group is None or group.storing != stored.token:
+            return  # an Empty group's record, or a generation abandoned since
+        group.storing = None
+        if stored.error == ErrorCode.NONE:
+            group.state = GroupState.STABLE
+            for member in group.members.values():
+                if member.sync is not None:
+                    self._answers.append(SyncGroupResult(member.sync, ErrorCode.NONE, member.assignment))
+                    member.sync = None
+            return
+        # Kafka: the members hear the write's error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) and
+        # join again; the group rebalances.
+        for member in group.members.values():
+            member.assignment = b""
+            if member.sync is not None:
+                self._answers.append(SyncGroupResult(member.sync, stored.error, message=stored.message))
+                member.sync = None
+        self._prepare_rebalance(group)
 
     def _heartbeat(self, heartbeat: Heartbeat) -> None:
         error = self._member_error(heartbeat.group_id, heartbeat.generation_id, heartbeat.member_id)
@@ -468,6 +540,8 @@ class ConsumerGroups:
 
     def _check_invariants(self) -> None:
         for group in self.groups.values():
+            assert group.storing is None or group.state is GroupState.COMPLETING_REBALANCE, (
+                group.group_id, group.state, group.storing)
             assert (group.state is GroupState.EMPTY) == (not group.members) or group.state is \
                 GroupState.PREPARING_REBALANCE, (group.group_id, group.state, len(group.members))
             assert group.state is GroupState.EMPTY or not group.members or group.state is \

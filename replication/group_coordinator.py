@@ -31,6 +31,7 @@ import itertools
 import struct
 from dataclasses import dataclass, field
 
+from replication.group_metadata import GroupMetadata, encode_group_key, encode_group_value
 from storage.error_codes import ErrorCode
 from storage.records import build_batch, iter_records
 
@@ -113,6 +114,18 @@ class CommitOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteGroupMetadata:
+    """Store group `group_id`'s membership record (`value` None: a tombstone), as the membership
+    core asks (replication/consumer_groups.py); answered like a commit."""
+
+    request_id: int
+    group_id: str
+    partition: int
+    value: GroupMetadata | None
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchOffsets:
     """An OffsetFetch of group `group_id` for `topic_partitions` (None: every partition it committed)."""
 
@@ -152,7 +165,7 @@ class Read:
     log_start_offset: int = NO_OFFSET
 
 
-CoordinatorEvent = CommitOffsets | FetchOffsets | Produced | LatestListed | Read
+CoordinatorEvent = CommitOffsets | WriteGroupMetadata | FetchOffsets | Produced | LatestListed | Read
 
 
 # -- what the owner does ----------------------------------------------------------------------------
@@ -187,6 +200,8 @@ class ReadOffsets:
 
 @dataclass(frozen=True, slots=True)
 class CommitAnswer:
+    """The answer to a CommitOffsets or a WriteGroupMetadata: the write acknowledged, or why not."""
+
     request_id: int
     error: ErrorCode
     message: str = ""
@@ -250,12 +265,14 @@ class GroupCoordinator:
         self._replays: dict[int, _Replay] = {}
         self._loads: dict[int, _Load] = {}  # by partition
         self._load_of: dict[int, _Load] = {}  # by the token of its request in flight
-        self._commits: dict[int, CommitOffsets] = {}  # by the token of its produce
+        self._commits: dict[int, CommitOffsets | WriteGroupMetadata] = {}  # by the token of its produce
 
     def handle(self, event: CoordinatorEvent) -> CoordinatorReady:
         out = _Output()
         if isinstance(event, CommitOffsets):
             self._on_commit(event, out)
+        elif isinstance(event, WriteGroupMetadata):
+            self._on_write_group(event, out)
         elif isinstance(event, FetchOffsets):
             self._on_fetch(event, out)
         elif isinstance(event, Produced):
@@ -277,6 +294,15 @@ class GroupCoordinator:
         token = next(self._tokens)
         self._commits[token] = event
         out.requests.append(ProduceOffsets(token, event.partition, build_batch(records)))
+
+    def _on_write_group(self, event: WriteGroupMetadata, out: _Output) -> None:
+        """Through the commits' produce path: one writer per partition, one mapping of its errors,
+        and the records sit where the replay that loads them reads."""
+        value = None if event.value is None else encode_group_value(event.value, event.timestamp_ms)
+        token = next(self._tokens)
+        self._commits[token] = event
+        out.requests.append(ProduceOffsets(token, event.partition,
+                                           build_batch([(encode_group_key(event.group_id), value)])))
 
     def _on_produced(self, event: Produced, out: _Output) -> None:
         commit = self._commits.pop(event.token, None)

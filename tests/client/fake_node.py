@@ -130,7 +130,7 @@ class FakeCluster:
         # Consumer groups: the node's own edge and core, every node the coordinator of every group.
         self.groups = GroupMembership(0, 1, GroupsConfig(group_initial_rebalance_delay_ms=0), lambda partition: 0,
                                       lambda partition: 0, _coordinator_known, lambda partition: None, _no_forward,
-                                      lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
+                                      _stored, lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
 
     async def __aenter__(self) -> FakeCluster:
         for node_id in self.node_ids:
@@ -541,3 +541,7 @@ async def _coordinator_known(partition: int, create: bool) -> None:
 
 async def _no_forward(address: str, api: Api, request: object, response_type: type) -> object:
     raise AssertionError("a fake node coordinates every group itself")
+
+
+async def _stored(partition: int, group_id: str, value: object) -> tuple[ErrorCode, str]:
+    return ErrorCode.NONE, ""  # a fake node keeps its groups in memory only

@@ -19,13 +19,16 @@ from replication.consumer_groups import (
     GroupsConfig,
     GroupState,
     GroupsTick,
+    GroupStored,
     Heartbeat,
     JoinGroup,
     JoinGroupResult,
     LeaveGroup,
+    StoreGroup,
     SyncGroup,
     SyncGroupResult,
 )
+from replication.group_metadata import GroupMetadata, MemberMetadata
 from storage.error_codes import ErrorCode
 
 SESSION_MS = 10_000
@@ -35,13 +38,18 @@ PROTOCOLS = (("range", b"sub:orders"),)
 
 
 class Coordinator:
-    """The core, a clock and numbered requests; each call returns the answers its Ready had."""
+    """The core, a clock and numbered requests; each call returns the answers its Ready had. The
+    group records the core stores are acknowledged at once (`acks_stores`), or when told;
+    `stored` holds each group's last acknowledged record, as a replay of the partition finds it."""
 
-    def __init__(self, config: GroupsConfig = CONFIG) -> None:
+    def __init__(self, config: GroupsConfig = CONFIG, acks_stores: bool = True) -> None:
         self.core = ConsumerGroups(config, random.Random(1))
         self.now_ms = 0
         self.next_id = 0
         self.answers: dict[int, object] = {}
+        self.acks_stores = acks_stores
+        self.pending_stores: list[StoreGroup] = []
+        self.stored: dict[str, GroupMetadata | None] = {}
 
     def send(self, make: type, *fields: object) -> int:
         self.next_id += 1
@@ -56,6 +64,17 @@ class Coordinator:
         for answer in ready.answers:
             assert answer.request_id not in self.answers, f"request {answer.request_id} answered twice"
             self.answers[answer.request_id] = answer
+        self.pending_stores.extend(ready.stores)
+        if self.acks_stores:
+            self.ack_stores()
+
+    def ack_stores(self, error: ErrorCode = ErrorCode.NONE) -> None:
+        """Answer the stores in flight, in the order they were asked (the partition appends them so)."""
+        while self.pending_stores:
+            store = self.pending_stores.pop(0)
+            if error == ErrorCode.NONE:
+                self.stored[store.group_id] = store.value
+            self._take(self.core.handle(GroupStored(store.token, error), self.now_ms))
 
     def join(self, member_id: str = "", group: str = "g", protocols: tuple = PROTOCOLS) -> int:
         return self.send(JoinGroup, group, member_id, "client", SESSION_MS, REBALANCE_MS, "consumer", protocols)
@@ -93,6 +112,42 @@ def test_members_join_one_generation_and_the_leader_assigns() -> None:
     assert coordinator.core.commit_error("g", 2, two) == (ErrorCode.NONE, "")
 
 
+def test_the_syncs_are_answered_once_the_generations_record_is_stored() -> None:
+    """Kafka writes the group (members, subscriptions, assignments) when the leader's SyncGroup
+    arrives and answers the SyncGroups only once the write is acknowledged."""
+    coordinator = Coordinator(acks_stores=False)
+    one, two = stable_pair(coordinator, acked=False)
+    (store,) = coordinator.pending_stores
+    assert store.value == GroupMetadata("consumer", 2, "range", one, (
+        MemberMetadata(one, None, "client", "", REBALANCE_MS, SESSION_MS, b"sub:orders", b"a"),
+        MemberMetadata(two, None, "client", "", REBALANCE_MS, SESSION_MS, b"sub:orders", b"b")))
+    assert coordinator.state() is GroupState.COMPLETING_REBALANCE
+    assert not [answer for answer in coordinator.answers.values() if isinstance(answer, SyncGroupResult)]
+    assert coordinator.core.commit_error("g", 2, one)[0] == ErrorCode.REBALANCE_IN_PROGRESS
+    coordinator.ack_stores()
+    assert coordinator.state() is GroupState.STABLE
+    assert [answer.assignment for answer in coordinator.answers.values() if isinstance(answer, SyncGroupResult)] \
+        == [b"a", b"b"]
+
+
+def test_a_failed_store_fails_the_syncs_and_the_members_join_again() -> None:
+    coordinator = Coordinator(acks_stores=False)
+    one, _ = stable_pair(coordinator, acked=False)
+    coordinator.ack_stores(ErrorCode.NOT_COORDINATOR)
+    syncs = [answer for answer in coordinator.answers.values() if isinstance(answer, SyncGroupResult)]
+    assert [answer.error for answer in syncs] == [ErrorCode.NOT_COORDINATOR] * 2
+    assert coordinator.state() is GroupState.PREPARING_REBALANCE and coordinator.stored == {}
+    assert coordinator.core.commit_error("g", 2, one)[0] == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+def test_a_group_left_empty_is_stored_with_its_next_generation() -> None:
+    coordinator = Coordinator()
+    one, two = stable_pair(coordinator)
+    coordinator.send(LeaveGroup, "g", (one, two))
+    assert coordinator.state() is GroupState.EMPTY
+    assert coordinator.stored["g"] == GroupMetadata("consumer", 3, None, None, ())
+
+
 def test_members_starting_together_join_one_generation_after_the_initial_delay() -> None:
     coordinator = Coordinator(GroupsConfig(group_initial_rebalance_delay_ms=3_000))
     _, join_one = coordinator.new_member()
@@ -103,14 +158,16 @@ def test_members_starting_together_join_one_generation_after_the_initial_delay()
     assert coordinator.answers[join_one].generation_id == coordinator.answers[join_two].generation_id == 1
 
 
-def stable_pair(coordinator: Coordinator) -> tuple[str, str]:
+def stable_pair(coordinator: Coordinator, acked: bool = True) -> tuple[str, str]:
+    """Two members in generation 2, `one` the leader assigning "a" and "b" (and the record stored,
+    unless the test holds stores back)."""
     one, _ = coordinator.new_member()
     two, join_two = coordinator.new_member()
     coordinator.join(one)
     generation = coordinator.answers[join_two].generation_id
     coordinator.send(SyncGroup, "g", generation, two, ())
     coordinator.send(SyncGroup, "g", generation, one, ((one, b"a"), (two, b"b")))
-    assert coordinator.state() is GroupState.STABLE
+    assert coordinator.state() is (GroupState.STABLE if acked else GroupState.COMPLETING_REBALANCE)
     return one, two
 
 

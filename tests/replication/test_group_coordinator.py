@@ -19,11 +19,13 @@ from replication.group_coordinator import (
     ProduceOffsets,
     Read,
     ReadOffsets,
+    WriteGroupMetadata,
     encode_key,
     encode_value,
 )
+from replication.group_metadata import GroupMetadata, decode_group_key, decode_group_value
 from storage.error_codes import ErrorCode
-from storage.records import build_batch
+from storage.records import build_batch, iter_records
 
 GROUP = "billing"
 
@@ -55,6 +57,22 @@ def test_a_commit_is_an_acks_all_produce_answered_with_the_coordinator_error() -
     assert isinstance(produce, ProduceOffsets)
     answers = core.handle(Produced(produce.token, ErrorCode.NOT_ENOUGH_REPLICAS)).answers
     assert answers == (CommitAnswer(2, ErrorCode.COORDINATOR_NOT_AVAILABLE),)
+
+
+def test_a_group_record_is_written_through_the_commit_path() -> None:
+    core = GroupCoordinator()
+    group = GroupMetadata("consumer", 3, None, None)
+    produce = only(core.handle(WriteGroupMetadata(1, GROUP, 0, group, 1_000)), ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    (record,) = [record for _, batch in iter_records(produce.records) for record in batch]
+    assert record.key is not None and record.value is not None
+    assert (decode_group_key(record.key), decode_group_value(record.value)) == (GROUP, group)
+    answers = core.handle(Produced(produce.token, ErrorCode.NOT_LEADER_OR_FOLLOWER)).answers
+    assert answers == (CommitAnswer(1, ErrorCode.NOT_COORDINATOR),)
+    produce = only(core.handle(WriteGroupMetadata(2, GROUP, 0, None, 1_000)), ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    (record,) = [record for _, batch in iter_records(produce.records) for record in batch]
+    assert record.value is None, "a deleted group's tombstone"
 
 
 def test_a_fetch_waits_while_the_new_leaders_hw_lags_its_epoch() -> None:
