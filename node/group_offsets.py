@@ -20,13 +20,16 @@ from replication.group_coordinator import (
     OFFSETS_TOPIC,
     CommitAnswer,
     CommitOffsets,
+    CoordinatorAnswer,
     CoordinatorEvent,
     CoordinatorReady,
     FetchAnswer,
     FetchOffsets,
     GroupCoordinator,
+    GroupsLoaded,
     LatestListed,
     ListLatest,
+    LoadGroups,
     PartitionOffset,
     Produced,
     ProduceOffsets,
@@ -78,7 +81,7 @@ class GroupOffsets:
         self._commit_error = commit_error
         self._core = GroupCoordinator()
         self._request_ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[CommitAnswer | FetchAnswer]] = {}
+        self._waiting: dict[int, asyncio.Future[CoordinatorAnswer]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def commit(self, request: protocol.OffsetCommitRequest) -> protocol.OffsetCommitResponse:
@@ -133,10 +136,16 @@ class GroupOffsets:
         assert isinstance(answer, CommitAnswer), answer
         return answer.error, answer.message
 
-    async def _ask(self, event_for: Callable[[int], CoordinatorEvent]) -> CommitAnswer | FetchAnswer:
+    async def load_groups(self, partition: int) -> tuple[ErrorCode, int, tuple[tuple[str, GroupMetadata], ...]]:
+        """Every group stored in `partition`, replayed to its HW, and the leader epoch of the replay."""
+        answer = await self._ask(lambda request_id: LoadGroups(request_id, partition))
+        assert isinstance(answer, GroupsLoaded), answer
+        return answer.error, answer.leader_epoch, answer.groups
+
+    async def _ask(self, event_for: Callable[[int], CoordinatorEvent]) -> CoordinatorAnswer:
         """Step the core with the request and await its answer."""
         request_id = next(self._request_ids)
-        future: asyncio.Future[CommitAnswer | FetchAnswer] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[CoordinatorAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
             self._step(event_for(request_id))

@@ -131,8 +131,8 @@ class Node:
         self.group_membership = GroupMembership(
             self.config.node_id, self.config.offsets_topic_num_partitions, self.config.groups_config(),
             self._offsets_leader, self._offsets_leader_epoch, self.group_offsets.route,
-            self._offsets_coordinator_address, self._forward, self.group_offsets.write_group, self.monotonic_clock,
-            random.Random(self.rng.getrandbits(64)),
+            self._offsets_coordinator_address, self._forward, self.group_offsets.write_group,
+            self.group_offsets.load_groups, self.monotonic_clock, random.Random(self.rng.getrandbits(64)),
         )
         broker = self.broker
         self.producer_ids = ProducerIdManager(self.config.node_id, lambda: broker.lifecycle.broker_epoch,

@@ -41,8 +41,8 @@ Bounds: `group.max.size` members per group (GROUP_MAX_SIZE_REACHED), session tim
 Group records (replication/group_metadata.py, Kafka's formats) are stored when a generation's
 assignment is complete and when a group becomes EMPTY (with its new generation, so that a new
 coordinator never hands out a generation again); the owner writes them to the group's
-`__consumer_offsets` partition. Not here (yet): static membership (`group.instance.id`, KIP-345),
-and loading the records after a failover.
+`__consumer_offsets` partition. A new coordinator (a new leader epoch of the partition) `load`s them
+before it answers any request. Not here (yet): static membership (`group.instance.id`, KIP-345).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -239,6 +240,28 @@ class ConsumerGroups:
         self._store_tokens = itertools.count(1)
         self._syncs_stored: dict[int, str] = {}  # the token of a generation's store -> its group
         self._now_ms = 0
+
+    def load(self, groups: Iterable[tuple[str, GroupMetadata]], now_ms: int) -> None:
+        """Take office with the groups as last stored in the partition (Kafka loads them when its
+        coordinator is elected). A group with members resumes STABLE in its generation with its
+        assignments, each member's session counted from now, so members that keep heartbeating stay
+        in their generation without a rebalance; one without members resumes EMPTY. A record that
+        does not describe a consistent group (anyone may produce to the topic) loads EMPTY at its
+        generation, which still never goes back."""
+        assert not self.groups and now_ms >= self._now_ms, (len(self.groups), now_ms, self._now_ms)
+        self._now_ms = now_ms
+        for group_id, stored in groups:
+            group = self.groups[group_id] = Group(group_id, generation_id=stored.generation_id,
+                                                  protocol_type=stored.protocol_type)
+            ids = [member.member_id for member in stored.members]
+            if not ids or stored.protocol is None or stored.leader not in ids or len(set(ids)) != len(ids):
+                continue
+            group.state, group.protocol, group.leader = GroupState.STABLE, stored.protocol, stored.leader
+            for member in stored.members:
+                group.members[member.member_id] = Member(
+                    member.member_id, member.client_id, member.session_timeout_ms, member.rebalance_timeout_ms,
+                    ((stored.protocol, member.subscription),), now_ms + member.session_timeout_ms, member.assignment)
+        self._check_invariants()
 
     # -- the entry point --------------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ Committed offsets never go backwards (DESIGN §6.10), for two reasons checked he
   replay that outlives its epoch is fenced, and a node that leads the partition again replays from
   the start, as Kafka unloads a group's offsets on resignation and loads them on election.
 Fetches of one partition share one load; a fetch that joins a load in progress is answered only by a
-read issued after it joined (its acknowledged commits are below the HW by then).
+read issued after it joined (its acknowledged commits are below the HW by then). The same replay
+keeps the group metadata records (replication/group_metadata.py): `LoadGroups`, asked when a node
+takes office as a partition's coordinator, is answered like a fetch, with every group stored.
 
 Events in, `CoordinatorReady` out: the core never touches the log itself. The owner performs each
 request on its broker core (a produce, a "latest" ListOffsets, a consumer fetch at the replay's
@@ -31,7 +33,13 @@ import itertools
 import struct
 from dataclasses import dataclass, field
 
-from replication.group_metadata import GroupMetadata, encode_group_key, encode_group_value
+from replication.group_metadata import (
+    GroupMetadata,
+    decode_group_key,
+    decode_group_value,
+    encode_group_key,
+    encode_group_value,
+)
 from storage.error_codes import ErrorCode
 from storage.records import build_batch, iter_records
 
@@ -136,6 +144,15 @@ class FetchOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadGroups:
+    """The group records of partition `partition`, as its coordinator takes office (a new leader
+    epoch): read with the offsets, by the same replay."""
+
+    request_id: int
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
 class Produced:
     """The answer to `ProduceOffsets` `token`."""
 
@@ -165,7 +182,7 @@ class Read:
     log_start_offset: int = NO_OFFSET
 
 
-CoordinatorEvent = CommitOffsets | WriteGroupMetadata | FetchOffsets | Produced | LatestListed | Read
+CoordinatorEvent = CommitOffsets | WriteGroupMetadata | FetchOffsets | LoadGroups | Produced | LatestListed | Read
 
 
 # -- what the owner does ----------------------------------------------------------------------------
@@ -217,7 +234,19 @@ class FetchAnswer:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class GroupsLoaded:
+    """Every group stored in the partition, replayed to the HW in leader epoch `leader_epoch`, or an error."""
+
+    request_id: int
+    error: ErrorCode
+    leader_epoch: int = NO_LEADER_EPOCH
+    groups: tuple[tuple[str, GroupMetadata], ...] = ()
+    message: str = ""
+
+
 CoordinatorRequest = ProduceOffsets | ListLatest | ReadOffsets
+CoordinatorAnswer = CommitAnswer | FetchAnswer | GroupsLoaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +254,7 @@ class CoordinatorReady:
     """The owner performs `requests` (answering each with its token) and sends `answers`."""
 
     requests: tuple[CoordinatorRequest, ...] = ()
-    answers: tuple[CommitAnswer | FetchAnswer, ...] = ()
+    answers: tuple[CoordinatorAnswer, ...] = ()
 
 
 # -- the core ---------------------------------------------------------------------------------------
@@ -238,6 +267,7 @@ class _Replay:
     leader_epoch: int
     next_offset: int = 0
     offsets: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
+    groups: dict[str, GroupMetadata] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -246,7 +276,7 @@ class _Load:
     reads issued when it joined (it is answered only by a later read)."""
 
     partition: int
-    waiters: list[tuple[FetchOffsets, int]]
+    waiters: list[tuple[FetchOffsets | LoadGroups, int]]
     replay: _Replay | None = None
     reads_issued: int = 0
 
@@ -254,7 +284,7 @@ class _Load:
 @dataclass(slots=True)
 class _Output:
     requests: list[CoordinatorRequest] = field(default_factory=list)
-    answers: list[CommitAnswer | FetchAnswer] = field(default_factory=list)
+    answers: list[CoordinatorAnswer] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -273,7 +303,7 @@ class GroupCoordinator:
             self._on_commit(event, out)
         elif isinstance(event, WriteGroupMetadata):
             self._on_write_group(event, out)
-        elif isinstance(event, FetchOffsets):
+        elif isinstance(event, FetchOffsets | LoadGroups):
             self._on_fetch(event, out)
         elif isinstance(event, Produced):
             self._on_produced(event, out)
@@ -311,7 +341,7 @@ class GroupCoordinator:
 
     # -- fetches -------------------------------------------------------------------------------------
 
-    def _on_fetch(self, event: FetchOffsets, out: _Output) -> None:
+    def _on_fetch(self, event: FetchOffsets | LoadGroups, out: _Output) -> None:
         load = self._loads.get(event.partition)
         if load is not None:
             load.waiters.append((event, load.reads_issued))
@@ -350,7 +380,12 @@ class GroupCoordinator:
             done = [waiter for waiter in load.waiters if waiter[1] < read_index]
             load.waiters = [waiter for waiter in load.waiters if waiter[1] >= read_index]
             for request, _ in done:
-                out.answers.append(FetchAnswer(request.request_id, ErrorCode.NONE, _answer(request, replay.offsets)))
+                if isinstance(request, LoadGroups):
+                    out.answers.append(GroupsLoaded(request.request_id, ErrorCode.NONE, replay.leader_epoch,
+                                                    tuple(replay.groups.items())))
+                else:
+                    out.answers.append(FetchAnswer(request.request_id, ErrorCode.NONE,
+                                                   _answer(request, replay.offsets)))
             if not load.waiters:
                 del self._loads[load.partition]
                 return
@@ -370,7 +405,10 @@ class GroupCoordinator:
         del self._loads[load.partition]
         code = coordinator_error(error)
         for request, _ in load.waiters:
-            out.answers.append(FetchAnswer(request.request_id, code, (), message))
+            if isinstance(request, LoadGroups):
+                out.answers.append(GroupsLoaded(request.request_id, code, message=message))
+            else:
+                out.answers.append(FetchAnswer(request.request_id, code, (), message))
 
 
 def _apply(replay: _Replay, records: bytes) -> None:
@@ -382,16 +420,28 @@ def _apply(replay: _Replay, records: bytes) -> None:
                 continue
             try:
                 key = decode_key(record.key)
-                value = None if key is None or record.value is None else decode_value(record.value)
-            except (struct.error, UnicodeDecodeError):
-                continue
-            if key is None:
+                if key is None:
+                    _apply_group(replay, record.key, record.value)
+                    continue
+                value = None if record.value is None else decode_value(record.value)
+            except (struct.error, ValueError):  # UnicodeDecodeError is a ValueError
                 continue
             if value is None:
                 replay.offsets.pop(key, None)
             else:
                 replay.offsets[key] = value
         replay.next_offset = max(replay.next_offset, header.last_offset + 1)
+
+
+def _apply_group(replay: _Replay, key: bytes, value: bytes | None) -> None:
+    """A group metadata record (or a record of another kind, skipped)."""
+    group_id = decode_group_key(key)
+    if group_id is None:
+        return
+    if value is None:
+        replay.groups.pop(group_id, None)
+    else:
+        replay.groups[group_id] = decode_group_value(value)
 
 
 def _answer(request: FetchOffsets, offsets: dict[tuple[str, str, int], tuple[int, str]]) -> tuple[PartitionOffset, ...]:

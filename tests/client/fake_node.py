@@ -130,11 +130,12 @@ class FakeCluster:
         # Consumer groups: the node's own edge and core, every node the coordinator of every group.
         self.groups = GroupMembership(0, 1, GroupsConfig(group_initial_rebalance_delay_ms=0), lambda partition: 0,
                                       lambda partition: 0, _coordinator_known, lambda partition: None, _no_forward,
-                                      _stored, lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
+                                      _stored, _loaded, lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
 
     async def __aenter__(self) -> FakeCluster:
         for node_id in self.node_ids:
             await self.start_node(node_id)
+        await self.groups.take_office(0)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -545,3 +546,7 @@ async def _no_forward(address: str, api: Api, request: object, response_type: ty
 
 async def _stored(partition: int, group_id: str, value: object) -> tuple[ErrorCode, str]:
     return ErrorCode.NONE, ""  # a fake node keeps its groups in memory only
+
+
+async def _loaded(partition: int) -> tuple[ErrorCode, int, tuple[()]]:
+    return ErrorCode.NONE, 0, ()  # no groups stored; leader epoch 0, as `leader_epoch_of` says

@@ -148,6 +148,41 @@ def test_a_group_left_empty_is_stored_with_its_next_generation() -> None:
     assert coordinator.stored["g"] == GroupMetadata("consumer", 3, None, None, ())
 
 
+def test_a_new_coordinator_resumes_a_stored_group_in_its_generation() -> None:
+    """Kafka's coordinator loads the groups on election: members that keep heartbeating stay in
+    their generation, with their assignments, and commits are fenced as before the failover."""
+    old = Coordinator()
+    one, two = stable_pair(old)
+    new = Coordinator()
+    new.now_ms = 100_000
+    new.core.load(old.stored.items(), new.now_ms)
+    assert new.state() is GroupState.STABLE
+    new.tick(SESSION_MS - 1)  # sessions count from the load
+    assert [new.answers[new.send(Heartbeat, "g", 2, member)].error for member in (one, two)] == [ErrorCode.NONE] * 2
+    assert new.core.commit_error("g", 2, one) == (ErrorCode.NONE, "")
+    assert new.core.commit_error("g", 1, one)[0] == ErrorCode.ILLEGAL_GENERATION
+    assert new.core.commit_error("g", 2, "stranger")[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    answer = new.answers[new.join(two)]
+    assert (answer.error, answer.generation_id, answer.leader) == (ErrorCode.NONE, 2, one), "a follower rejoins"
+    assert new.answers[new.send(SyncGroup, "g", 2, two, ())].assignment == b"b"
+    for _ in range(3):  # two falls silent: the group rebalances into a later generation
+        new.tick(SESSION_MS // 2)
+        new.send(Heartbeat, "g", 2, one)
+    assert new.answers[new.join(one)].generation_id == 3
+
+
+def test_an_empty_group_loads_empty_at_its_generation_and_a_bad_record_never_lowers_it() -> None:
+    new = Coordinator()
+    leader_elsewhere = GroupMetadata("consumer", 9, "range", "gone", (
+        MemberMetadata("m", None, "c", "", REBALANCE_MS, SESSION_MS, b"s", b"a"),))
+    new.core.load([("g", GroupMetadata("consumer", 5, None, None)), ("h", leader_elsewhere)], 0)
+    assert (new.state("g"), new.state("h")) == (GroupState.EMPTY, GroupState.EMPTY)
+    _, join = new.new_member("g")
+    assert new.answers[join].generation_id == 6
+    _, join = new.new_member("h")
+    assert new.answers[join].generation_id == 10
+
+
 def test_members_starting_together_join_one_generation_after_the_initial_delay() -> None:
     coordinator = Coordinator(GroupsConfig(group_initial_rebalance_delay_ms=3_000))
     _, join_one = coordinator.new_member()

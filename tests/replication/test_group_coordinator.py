@@ -12,8 +12,10 @@ from replication.group_coordinator import (
     FetchAnswer,
     FetchOffsets,
     GroupCoordinator,
+    GroupsLoaded,
     LatestListed,
     ListLatest,
+    LoadGroups,
     PartitionOffset,
     Produced,
     ProduceOffsets,
@@ -23,7 +25,13 @@ from replication.group_coordinator import (
     encode_key,
     encode_value,
 )
-from replication.group_metadata import GroupMetadata, decode_group_key, decode_group_value
+from replication.group_metadata import (
+    GroupMetadata,
+    decode_group_key,
+    decode_group_value,
+    encode_group_key,
+    encode_group_value,
+)
 from storage.error_codes import ErrorCode
 from storage.records import build_batch, iter_records
 
@@ -146,3 +154,21 @@ def test_a_record_that_is_not_a_commit_is_skipped() -> None:
     assert isinstance(read, ReadOffsets)
     answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
     assert answers == (FetchAnswer(1, ErrorCode.NONE, (PartitionOffset("orders", 0, 4),)),)
+
+
+def test_a_load_answers_every_group_stored_as_replayed_with_the_offsets() -> None:
+    core = GroupCoordinator()
+    latest = only(core.handle(LoadGroups(1, 0)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=4)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    first, second = GroupMetadata("consumer", 2, None, None), GroupMetadata("consumer", 3, None, None)
+    records = build_batch([(encode_group_key("a"), encode_group_value(first, 0)),
+                           (encode_group_key("b"), encode_group_value(first, 0)),
+                           (encode_key(GROUP, "orders", 0), encode_value(7, "", 0)),
+                           (encode_group_key("a"), encode_group_value(second, 0)),
+                           (encode_group_key("b"), None)])
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, records)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    assert core.handle(Read(read.token, ErrorCode.NONE)).answers == (
+        GroupsLoaded(1, ErrorCode.NONE, 4, (("a", second),)),)
