@@ -442,6 +442,7 @@ class OffsetCommitRequest:
     partitions: tuple[OffsetCommitPartition, ...]
     generation_id: int = -1
     member_id: str = ""
+    group_instance_id: str | None = None  # a static member's (KIP-345): fenced once replaced
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,6 +500,7 @@ class JoinGroupRequest:
     protocol_type: str
     protocols: tuple[JoinGroupProtocol, ...]
     client_id: str = "tributary"
+    group_instance_id: str | None = None  # group.instance.id: a static member (KIP-345)
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,6 +534,7 @@ class SyncGroupRequest:
     generation_id: int
     member_id: str
     assignments: tuple[SyncGroupAssignment, ...] = ()  # the leader's
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,12 +549,23 @@ class HeartbeatRequest:
     group_id: str
     generation_id: int
     member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupMember:
+    """A static member leaving by its instance id (LeaveGroup v3+, KIP-345); `member_id` "" when
+    unknown (an admin removing it)."""
+
+    group_instance_id: str
+    member_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroupRequest:
     group_id: str
     member_ids: tuple[str, ...]
+    members: tuple[LeaveGroupMember, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,7 +85,7 @@ class GroupMembership:
                                   lambda request_id: JoinGroup(request_id, request.group_id, request.member_id,
                                                                request.client_id, request.session_timeout_ms,
                                                                request.rebalance_timeout_ms, request.protocol_type,
-                                                               protocols))
+                                                               protocols, request.group_instance_id))
         if isinstance(answer, protocol.JoinGroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
@@ -100,7 +100,8 @@ class GroupMembership:
         assignments = tuple((a.member_id, a.assignment) for a in request.assignments)
         answer = await self._call(request.group_id, protocol.Api.SYNC_GROUP, request, protocol.SyncGroupResponse,
                                   lambda request_id: SyncGroup(request_id, request.group_id, request.generation_id,
-                                                               request.member_id, assignments))
+                                                               request.member_id, assignments,
+                                                               request.group_instance_id))
         if isinstance(answer, protocol.SyncGroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
@@ -110,20 +111,22 @@ class GroupMembership:
 
     async def heartbeat(self, request: protocol.HeartbeatRequest) -> protocol.GroupResponse:
         return await self._simple(request.group_id, protocol.Api.HEARTBEAT, request, lambda request_id: Heartbeat(
-            request_id, request.group_id, request.generation_id, request.member_id))
+            request_id, request.group_id, request.generation_id, request.member_id, request.group_instance_id))
 
     async def leave(self, request: protocol.LeaveGroupRequest) -> protocol.GroupResponse:
         return await self._simple(request.group_id, protocol.Api.LEAVE_GROUP, request, lambda request_id: LeaveGroup(
-            request_id, request.group_id, request.member_ids))
+            request_id, request.group_id, request.member_ids,
+            tuple((member.member_id, member.group_instance_id) for member in request.members)))
 
-    def commit_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str]:
+    def commit_error(self, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None = None) -> tuple[ErrorCode, str]:
         """On the coordinator: may this OffsetCommit write (replication/consumer_groups.py)? Not
         before the partition's groups are loaded: the commit is fenced by them."""
         partition = coordinator_partition(group_id, self._partition_count)
         core = self._core(partition)
         if core is None:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, _message(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return core.commit_error(group_id, generation_id, member_id)
+        return core.commit_error(group_id, generation_id, member_id, group_instance_id)
 
     # -- internals --------------------------------------------------------------------------------
 

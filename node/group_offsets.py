@@ -50,7 +50,7 @@ class GroupOffsets:
     `coordinator_address(partition)` is the leader's inter-broker address (None: no leader);
     `forward(address, api, request, response_type)` calls another node; `create_topic()` makes
     `__consumer_offsets` exist; `clock` gives the commit timestamp; `commit_error(group, generation,
-    member)` fences a commit by the group's membership (node/group_membership.py)."""
+    member, instance)` fences a commit by the group's membership (node/group_membership.py)."""
 
     def __init__(
         self,
@@ -65,7 +65,7 @@ class GroupOffsets:
         create_topic: Callable[[], Awaitable[ErrorCode]],
         clock: Callable[[], int],
         timeout_ms: int,
-        commit_error: Callable[[str, int, str], tuple[ErrorCode, str]],
+        commit_error: Callable[[str, int, str, str | None], tuple[ErrorCode, str]],
     ) -> None:
         self._node_id = node_id
         self._partition_count = partition_count
@@ -93,7 +93,8 @@ class GroupOffsets:
             address = self._coordinator_address(partition)
             assert address is not None
             return await self._forward(address, protocol.Api.OFFSET_COMMIT, request, protocol.OffsetCommitResponse)
-        fenced, why = self._commit_error(request.group_id, request.generation_id, request.member_id)
+        fenced, why = self._commit_error(request.group_id, request.generation_id, request.member_id,
+                                         request.group_instance_id)
         if fenced != ErrorCode.NONE:
             return self._commit_failed(request, fenced, why)
         offsets = tuple(PartitionOffset(p.topic, p.partition, p.committed_offset, p.committed_metadata)

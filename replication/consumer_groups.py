@@ -42,7 +42,14 @@ Group records (replication/group_metadata.py, Kafka's formats) are stored when a
 assignment is complete and when a group becomes EMPTY (with its new generation, so that a new
 coordinator never hands out a generation again); the owner writes them to the group's
 `__consumer_offsets` partition. A new coordinator (a new leader epoch of the partition) `load`s them
-before it answers any request. Not here (yet): static membership (`group.instance.id`, KIP-345).
+before it answers any request.
+
+Static members (`group.instance.id`, KIP-345) join with their instance id and get a member id at
+once (no MEMBER_ID_REQUIRED round). One that joins again with an empty member id (a restarted
+process) replaces its old member id: in a STABLE group with the same subscription it keeps its
+assignment in the same generation, answered once the new id is stored; otherwise the group
+rebalances. Requests naming the instance with the old member id are FENCED_INSTANCE_ID. A static
+member leaves by its session timeout, or by a LeaveGroup naming its instance id.
 """
 
 from __future__ import annotations
@@ -97,6 +104,7 @@ class JoinGroup:
     rebalance_timeout_ms: int
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]  # (name, subscription metadata), in the member's preference
+    group_instance_id: str | None = None  # a static member's (KIP-345)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +126,7 @@ class SyncGroup:
     generation_id: int
     member_id: str
     assignments: tuple[tuple[str, bytes], ...] = ()  # the leader's: (member id, assignment)
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +143,18 @@ class Heartbeat:
     group_id: str
     generation_id: int
     member_id: str
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroup:
+    """`member_ids` leave (LeaveGroup v0-2); `members` (v3+) name a static member by its instance id,
+    with its member id or "" (Kafka's admin removes a static member by instance id alone)."""
+
     request_id: int
     group_id: str
     member_ids: tuple[str, ...]
+    members: tuple[tuple[str, str], ...] = ()  # (member id or "", group instance id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +216,7 @@ class Member:
     protocols: tuple[tuple[str, bytes], ...]
     expires_ms: int
     assignment: bytes = b""
+    group_instance_id: str | None = None
     join: int | None = None  # the request id of its JoinGroup waiting for the rebalance
     sync: int | None = None  # the request id of its SyncGroup waiting for the leader's
 
@@ -218,6 +233,7 @@ class Group:
     protocol: str = ""
     leader: str = ""
     members: dict[str, Member] = field(default_factory=dict)  # in join order
+    static_members: dict[str, str] = field(default_factory=dict)  # group instance id -> its member id
     pending: dict[str, int] = field(default_factory=dict)  # member ids given out, not yet joined -> expiry
     rebalance_deadline_ms: int = NEVER_MS
     initial_delay_until_ms: int = 0  # a rebalance from EMPTY waits for more members until then
@@ -239,6 +255,8 @@ class ConsumerGroups:
         self._stores: list[StoreGroup] = []
         self._store_tokens = itertools.count(1)
         self._syncs_stored: dict[int, str] = {}  # the token of a generation's store -> its group
+        # the token of a static member's replacement store -> (group, member id, leader to answer)
+        self._joins_stored: dict[int, tuple[str, str, str]] = {}
         self._now_ms = 0
 
     def load(self, groups: Iterable[tuple[str, GroupMetadata]], now_ms: int) -> None:
@@ -254,13 +272,18 @@ class ConsumerGroups:
             group = self.groups[group_id] = Group(group_id, generation_id=stored.generation_id,
                                                   protocol_type=stored.protocol_type)
             ids = [member.member_id for member in stored.members]
-            if not ids or stored.protocol is None or stored.leader not in ids or len(set(ids)) != len(ids):
+            instances = [member.group_instance_id for member in stored.members if member.group_instance_id]
+            if not ids or stored.protocol is None or stored.leader not in ids or len(set(ids)) != len(ids) \
+                    or len(set(instances)) != len(instances):
                 continue
             group.state, group.protocol, group.leader = GroupState.STABLE, stored.protocol, stored.leader
             for member in stored.members:
                 group.members[member.member_id] = Member(
                     member.member_id, member.client_id, member.session_timeout_ms, member.rebalance_timeout_ms,
-                    ((stored.protocol, member.subscription),), now_ms + member.session_timeout_ms, member.assignment)
+                    ((stored.protocol, member.subscription),), now_ms + member.session_timeout_ms, member.assignment,
+                    member.group_instance_id)
+                if member.group_instance_id is not None:
+                    group.static_members[member.group_instance_id] = member.member_id
         self._check_invariants()
 
     # -- the entry point --------------------------------------------------------------------------
@@ -286,7 +309,8 @@ class ConsumerGroups:
         answers, stores, self._answers, self._stores = tuple(self._answers), tuple(self._stores), [], []
         return GroupsReady(answers, self._next_tick_ms(), stores)
 
-    def commit_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str]:
+    def commit_error(self, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None = None) -> tuple[ErrorCode, str]:
         """Whether an OffsetCommit with this generation and member may write (module docstring)."""
         group = self.groups.get(group_id)
         if generation_id < 0 and member_id == UNKNOWN_MEMBER:
@@ -294,11 +318,10 @@ class ConsumerGroups:
                 return ErrorCode.NONE, ""
             return ErrorCode.UNKNOWN_MEMBER_ID, (f"group {group_id} has members: a commit needs the committing "
                                                  "member's id and generation")
-        if group is None or member_id not in group.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of group {group_id}; join again"
-        if generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION, (f"generation {generation_id} is not group {group_id}'s "
-                                                  f"{group.generation_id}; join again")
+        error = self._member_error(group_id, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return error
+        assert group is not None
         if group.state is not GroupState.STABLE:
             return ErrorCode.REBALANCE_IN_PROGRESS, f"group {group_id} is rebalancing; join again, then commit"
         return ErrorCode.NONE, ""
@@ -314,18 +337,28 @@ class ConsumerGroups:
         group = self.groups.get(join.group_id)
         if group is None:
             group = self.groups[join.group_id] = Group(join.group_id, protocol_type=join.protocol_type)
-        if join.member_id == UNKNOWN_MEMBER:
-            member_id = f"{join.client_id}-{self._rng.getrandbits(64):016x}"
-            group.pending[member_id] = self._now_ms + join.session_timeout_ms
-            self._answers.append(JoinGroupResult(join.request_id, ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id,
-                                                 message="join again with this member id (KIP-394)"))
-            return
-        member = group.members.get(join.member_id)
+        member_id = join.member_id
+        if member_id == UNKNOWN_MEMBER:
+            if join.group_instance_id in group.static_members:
+                self._replace_static_member(group, join)
+                return
+            if join.group_instance_id is None:
+                member_id = f"{join.client_id}-{self._rng.getrandbits(64):016x}"
+                group.pending[member_id] = self._now_ms + join.session_timeout_ms
+                self._answers.append(JoinGroupResult(join.request_id, ErrorCode.MEMBER_ID_REQUIRED,
+                                                     member_id=member_id,
+                                                     message="join again with this member id (KIP-394)"))
+                return
+            # KIP-345: a static member is known by its instance id; it joins at once, with no second round.
+            member_id = f"{join.group_instance_id}-{self._rng.getrandbits(64):016x}"
+        member = group.members.get(member_id)
         if member is None:
-            del group.pending[join.member_id]
-            member = group.members[join.member_id] = Member(
-                join.member_id, join.client_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
-                self._now_ms + join.session_timeout_ms)
+            group.pending.pop(member_id, None)
+            member = group.members[member_id] = Member(
+                member_id, join.client_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
+                self._now_ms + join.session_timeout_ms, group_instance_id=join.group_instance_id)
+            if join.group_instance_id is not None:
+                group.static_members[join.group_instance_id] = member_id
             same = False
         else:
             same = member.protocols == join.protocols
@@ -361,7 +394,11 @@ class ConsumerGroups:
             if len(self.groups) >= config.max_groups and not self._evict_empty_group():
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"this coordinator holds {len(self.groups)} groups"
             return None
-        known = join.member_id in group.members or join.member_id in group.pending
+        fenced = _fenced(group, join.member_id, join.group_instance_id) if join.member_id != UNKNOWN_MEMBER else None
+        if fenced is not None:
+            return fenced
+        known = join.member_id in group.members or join.member_id in group.pending \
+            or join.group_instance_id in group.static_members
         if join.member_id != UNKNOWN_MEMBER and not known:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"{join.member_id!r} is not a member of group {join.group_id}"
         if group.members and (join.protocol_type != group.protocol_type or not (
@@ -371,6 +408,36 @@ class ConsumerGroups:
         if not known and len(group.members) + len(group.pending) >= config.group_max_size:
             return ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {join.group_id} has group.max.size members"
         return None
+
+    def _replace_static_member(self, group: Group, join: JoinGroup) -> None:
+        """KIP-345: a static member that joins again with an empty member id (a restarted process) takes
+        its old place under a new member id; the old id is fenced (FENCED_INSTANCE_ID). In a stable
+        group with its subscription unchanged it keeps its assignment with no rebalance, once the new id
+        is stored (Kafka answers the JoinGroup with the current generation and the previous leader
+        id, so a former leader does not assign again); otherwise the group rebalances."""
+        instance = join.group_instance_id
+        assert instance is not None
+        old = group.members[group.static_members[instance]]
+        replaced = f"instance {instance} joined again as another member"
+        if old.join is not None:
+            self._answers.append(JoinGroupResult(old.join, ErrorCode.FENCED_INSTANCE_ID, message=replaced))
+        if old.sync is not None:
+            self._answers.append(SyncGroupResult(old.sync, ErrorCode.FENCED_INSTANCE_ID, message=replaced))
+        member_id = f"{instance}-{self._rng.getrandbits(64):016x}"
+        member = Member(member_id, join.client_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
+                        self._now_ms + join.session_timeout_ms, old.assignment, instance, join.request_id)
+        group.members = {(member_id if key == old.member_id else key): (member if key == old.member_id else value)
+                         for key, value in group.members.items()}
+        group.static_members[instance] = member_id
+        shown_leader = group.leader
+        if group.leader == old.member_id:
+            group.leader = member_id
+        if group.state is GroupState.STABLE and old.protocols == join.protocols:
+            token = self._store(group)
+            self._joins_stored[token] = (group.group_id, member_id, shown_leader)
+        elif group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group)
+        self._maybe_complete_rebalance(group)
 
     def _evict_empty_group(self) -> bool:
         """Make room: forget a group with no members (kept until then, so that its generations
@@ -402,7 +469,9 @@ class ConsumerGroups:
         if not timed_out and any(member.join is None for member in group.members.values()):
             return
         for member in [member for member in group.members.values() if member.join is None]:
-            del group.members[member.member_id]  # did not join within the rebalance timeout
+            # Did not join within the rebalance timeout. (Kafka keeps a static member's place until its
+            # session ends; here it goes, and joins again with its instance id as a new member.)
+            _forget(group, member.member_id)
         if not group.members:
             self._become_empty(group)
             return
@@ -435,21 +504,27 @@ class ConsumerGroups:
         group.generation_id += 1
         group.leader = group.protocol = ""
         group.rebalance_deadline_ms = NEVER_MS
+        group.storing = None  # the last member went while its generation was being stored
         self._store(group)
 
     def _store(self, group: Group) -> int:
         token = next(self._store_tokens)
-        members = tuple(MemberMetadata(member.member_id, None, member.client_id, "", member.rebalance_timeout_ms,
-                                       member.session_timeout_ms, member.subscription(group.protocol),
-                                       member.assignment) for member in group.members.values())
+        members = tuple(MemberMetadata(member.member_id, member.group_instance_id, member.client_id, "",
+                                       member.rebalance_timeout_ms, member.session_timeout_ms,
+                                       member.subscription(group.protocol), member.assignment)
+                        for member in group.members.values())
         self._stores.append(StoreGroup(token, group.group_id, GroupMetadata(
             group.protocol_type, group.generation_id, group.protocol or None, group.leader or None, members)))
         return token
 
     # -- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------------
 
-    def _member_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str] | None:
+    def _member_error(self, group_id: str, generation_id: int, member_id: str,
+                      group_instance_id: str | None) -> tuple[ErrorCode, str] | None:
         group = self.groups.get(group_id)
+        fenced = _fenced(group, member_id, group_instance_id)
+        if fenced is not None:
+            return fenced
         if group is None or member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of group {group_id}; join again"
         if generation_id != group.generation_id:
@@ -458,7 +533,7 @@ class ConsumerGroups:
         return None
 
     def _sync(self, sync: SyncGroup) -> None:
-        error = self._member_error(sync.group_id, sync.generation_id, sync.member_id)
+        error = self._member_error(sync.group_id, sync.generation_id, sync.member_id, sync.group_instance_id)
         if error is not None:
             self._answers.append(SyncGroupResult(sync.request_id, error[0], message=error[1]))
             return
@@ -484,6 +559,9 @@ class ConsumerGroups:
                 self._syncs_stored[group.storing] = group.group_id
 
     def _stored(self, stored: GroupStored) -> None:
+        if stored.token in self._joins_stored:
+            self._static_member_stored(stored)
+            return
         group = self.groups.get(self._syncs_stored.pop(stored.token, ""))
         if group is None or group.storing != stored.token:
             return  # an Empty group's record, or a generation abandoned since
@@ -504,8 +582,25 @@ class ConsumerGroups:
                 member.sync = None
         self._prepare_rebalance(group)
 
+    def _static_member_stored(self, stored: GroupStored) -> None:
+        """A replaced static member's JoinGroup is answered once its new id is stored, unless a
+        rebalance has taken it over since (it is answered by the rebalance)."""
+        group_id, member_id, shown_leader = self._joins_stored.pop(stored.token)
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None or member.join is None or group.state is not GroupState.STABLE:
+            return
+        if stored.error == ErrorCode.NONE:
+            self._answers.append(JoinGroupResult(member.join, ErrorCode.NONE, group.generation_id, group.protocol,
+                                                 shown_leader, member_id))
+        else:  # it joins again with an empty member id and takes its place again
+            self._answers.append(JoinGroupResult(member.join, stored.error, message=stored.message))
+        member.join = None
+        member.expires_ms = self._now_ms + member.session_timeout_ms
+
     def _heartbeat(self, heartbeat: Heartbeat) -> None:
-        error = self._member_error(heartbeat.group_id, heartbeat.generation_id, heartbeat.member_id)
+        error = self._member_error(heartbeat.group_id, heartbeat.generation_id, heartbeat.member_id,
+                                   heartbeat.group_instance_id)
         group = self.groups.get(heartbeat.group_id)
         if error is None and group is not None and group.state is GroupState.PREPARING_REBALANCE:
             member = group.members[heartbeat.member_id]
@@ -519,16 +614,28 @@ class ConsumerGroups:
 
     def _leave(self, leave: LeaveGroup) -> None:
         group = self.groups.get(leave.group_id)
-        unknown = [member_id for member_id in leave.member_ids if group is None or member_id not in group.members]
+        errors: list[tuple[ErrorCode, str]] = []
+        leaving = list(leave.member_ids)
+        for member_id, instance in leave.members:  # KIP-345: by instance id, its member id if given
+            fenced = _fenced(group, member_id, instance) if member_id != UNKNOWN_MEMBER else None
+            if fenced is not None:
+                errors.append(fenced)
+            elif group is None or instance not in group.static_members:
+                errors.append((ErrorCode.UNKNOWN_MEMBER_ID, f"instance {instance} is not in group {leave.group_id}"))
+            else:
+                leaving.append(group.static_members[instance])
+        unknown = [member_id for member_id in leaving if group is None or member_id not in group.members]
+        if unknown:
+            errors.append((ErrorCode.UNKNOWN_MEMBER_ID, f"not members: {unknown}"))
         if group is not None:
-            for member_id in leave.member_ids:
+            for member_id in dict.fromkeys(leaving):
                 if member_id in group.members:
                     self._remove(group, member_id)
-        code = ErrorCode.UNKNOWN_MEMBER_ID if unknown else ErrorCode.NONE
-        self._answers.append(GroupResult(leave.request_id, code, f"not members: {unknown}" if unknown else ""))
+        code, message = errors[0] if errors else (ErrorCode.NONE, "")
+        self._answers.append(GroupResult(leave.request_id, code, message))
 
     def _remove(self, group: Group, member_id: str) -> None:
-        member = group.members.pop(member_id)
+        member = _forget(group, member_id)
         if member.join is not None:
             self._answers.append(JoinGroupResult(member.join, ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
         if member.sync is not None:
@@ -565,10 +672,34 @@ class ConsumerGroups:
         for group in self.groups.values():
             assert group.storing is None or group.state is GroupState.COMPLETING_REBALANCE, (
                 group.group_id, group.state, group.storing)
+            for instance, member_id in group.static_members.items():
+                assert group.members[member_id].group_instance_id == instance, (group.group_id, instance, member_id)
+            assert len(group.static_members) == sum(1 for member in group.members.values()
+                                                    if member.group_instance_id is not None), group.group_id
             assert (group.state is GroupState.EMPTY) == (not group.members) or group.state is \
                 GroupState.PREPARING_REBALANCE, (group.group_id, group.state, len(group.members))
             assert group.state is GroupState.EMPTY or not group.members or group.state is \
                 GroupState.PREPARING_REBALANCE or group.leader in group.members, (group.group_id, group.leader)
+
+
+def _fenced(group: Group | None, member_id: str, group_instance_id: str | None) -> tuple[ErrorCode, str] | None:
+    """KIP-345: a request naming a static member's instance id with another member id comes from a
+    process that instance has replaced since."""
+    if group is None or group_instance_id is None:
+        return None
+    current = group.static_members.get(group_instance_id)
+    if current is None or current == member_id:
+        return None
+    return ErrorCode.FENCED_INSTANCE_ID, (f"instance {group_instance_id} of group {group.group_id} has joined as "
+                                         "another member since; this consumer was replaced (two consumers with one "
+                                         "group.instance.id?)")
+
+
+def _forget(group: Group, member_id: str) -> Member:
+    member = group.members.pop(member_id)
+    if member.group_instance_id is not None:
+        del group.static_members[member.group_instance_id]
+    return member
 
 
 def _preference(member: Member, name: str) -> int:

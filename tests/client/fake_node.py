@@ -431,7 +431,8 @@ class FakeCluster:
             return OffsetCommitResponse(tuple(
                 OffsetCommitPartitionResponse(p.topic, p.partition, code) for p in request.partitions
             ))
-        fenced, why = self.groups.commit_error(request.group_id, request.generation_id, request.member_id)
+        fenced, why = self.groups.commit_error(request.group_id, request.generation_id, request.member_id,
+                                               request.group_instance_id)
         if fenced != ErrorCode.NONE:
             return OffsetCommitResponse(tuple(
                 OffsetCommitPartitionResponse(p.topic, p.partition, fenced, why) for p in request.partitions))

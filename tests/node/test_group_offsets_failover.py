@@ -64,8 +64,8 @@ def coordinated(cluster: Cluster, broker_id: int, with_members: bool = True) -> 
     async def create_topic() -> ErrorCode:
         raise AssertionError("the test creates __consumer_offsets itself")
 
-    def commit_error(group: str, generation: int, member: str) -> tuple[ErrorCode, str]:
-        return membership.commit_error(group, generation, member) if with_members else (ErrorCode.NONE, "")
+    def commit_error(group: str, generation: int, member: str, instance: str | None) -> tuple[ErrorCode, str]:
+        return membership.commit_error(group, generation, member, instance) if with_members else (ErrorCode.NONE, "")
 
     offsets = GroupOffsets(broker_id, 1, leader_of, address_of, broker.produce, broker.fetch, broker.list_offsets,
                            forward, create_topic, wall_clock_ms, 5_000, commit_error)

@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from replication.consumer_groups import (
     ConsumerGroups,
+    GroupAnswer,
     GroupResult,
     GroupsConfig,
     GroupState,
@@ -46,7 +47,7 @@ class Coordinator:
         self.core = ConsumerGroups(config, random.Random(1))
         self.now_ms = 0
         self.next_id = 0
-        self.answers: dict[int, object] = {}
+        self.answers: dict[int, GroupAnswer] = {}
         self.acks_stores = acks_stores
         self.pending_stores: list[StoreGroup] = []
         self.stored: dict[str, GroupMetadata | None] = {}
@@ -76,8 +77,20 @@ class Coordinator:
                 self.stored[store.group_id] = store.value
             self._take(self.core.handle(GroupStored(store.token, error), self.now_ms))
 
-    def join(self, member_id: str = "", group: str = "g", protocols: tuple = PROTOCOLS) -> int:
-        return self.send(JoinGroup, group, member_id, "client", SESSION_MS, REBALANCE_MS, "consumer", protocols)
+    def join(self, member_id: str = "", group: str = "g", protocols: tuple = PROTOCOLS,
+             instance: str | None = None) -> int:
+        return self.send(JoinGroup, group, member_id, "client", SESSION_MS, REBALANCE_MS, "consumer", protocols,
+                         instance)
+
+    def fail_over(self, land: bool) -> None:
+        """A new coordinator takes office: it loads what the partition holds. The stores in flight
+        were written before the old one died (`land`), or not; nothing answers them."""
+        if land:
+            for store in self.pending_stores:
+                self.stored[store.group_id] = store.value
+        self.pending_stores = []
+        self.core = ConsumerGroups(self.core.config, random.Random(self.now_ms))
+        self.core.load([(group, value) for group, value in self.stored.items() if value is not None], self.now_ms)
 
     def new_member(self, group: str = "g") -> tuple[str, int]:
         """A member joining from scratch: its id (MEMBER_ID_REQUIRED) and the request of its real join."""
@@ -279,6 +292,81 @@ def test_a_full_group_refuses_new_members() -> None:
     assert coordinator.answers[coordinator.join()].error == ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
+def static_pair(coordinator: Coordinator) -> tuple[str, str]:
+    """Static members "a" (the leader) and "b" in generation 2, assigned "a" and "b"."""
+    one = coordinator.answers[coordinator.join(instance="a")]
+    assert isinstance(one, JoinGroupResult) and one.error == ErrorCode.NONE, "KIP-345: no MEMBER_ID_REQUIRED round"
+    coordinator.send(SyncGroup, "g", 1, one.member_id, ((one.member_id, b"a"),), "a")
+    join_two = coordinator.join(instance="b")
+    rejoin = coordinator.answers[coordinator.join(one.member_id, instance="a")]
+    two = coordinator.answers[join_two].member_id
+    coordinator.send(SyncGroup, "g", 2, two, (), "b")
+    coordinator.send(SyncGroup, "g", 2, one.member_id, ((one.member_id, b"a"), (two, b"b")), "a")
+    assert rejoin.generation_id == 2 and coordinator.state() is GroupState.STABLE
+    return one.member_id, two
+
+
+def test_a_restarted_static_member_takes_its_place_without_a_rebalance() -> None:
+    """KIP-345: same instance id, empty member id, same subscription: a new member id in the same
+    generation with the old assignment, answered once stored; the old member id is fenced."""
+    coordinator = Coordinator(acks_stores=False)
+    coordinator.acks_stores = True
+    one, two = static_pair(coordinator)
+    coordinator.acks_stores = False
+    join = coordinator.join(instance="b")
+    assert join not in coordinator.answers, "answered once the new member id is stored"
+    (store,) = coordinator.pending_stores
+    assert store.value is not None and [(m.member_id, m.group_instance_id) for m in store.value.members] == [
+        (one, "a"), (coordinator.core.groups["g"].static_members["b"], "b")]
+    coordinator.ack_stores()
+    answer = coordinator.answers[join]
+    assert (answer.error, answer.generation_id, answer.leader) == (ErrorCode.NONE, 2, one)
+    assert answer.member_id not in (one, two) and coordinator.state() is GroupState.STABLE
+    assert coordinator.answers[coordinator.send(SyncGroup, "g", 2, answer.member_id, (), "b")].assignment == b"b"
+    assert coordinator.answers[coordinator.send(Heartbeat, "g", 2, two, "b")].error == ErrorCode.FENCED_INSTANCE_ID
+    assert coordinator.core.commit_error("g", 2, two, "b")[0] == ErrorCode.FENCED_INSTANCE_ID
+    assert coordinator.answers[coordinator.join(two, instance="b")].error == ErrorCode.FENCED_INSTANCE_ID
+    assert coordinator.answers[coordinator.send(Heartbeat, "g", 2, one, "a")].error == ErrorCode.NONE
+
+
+def test_a_restarted_static_leader_is_not_told_it_leads_and_keeps_the_generation() -> None:
+    coordinator = Coordinator()
+    one, _ = static_pair(coordinator)
+    answer = coordinator.answers[coordinator.join(instance="a")]
+    assert (answer.generation_id, answer.leader, answer.members) == (2, one, ()), "the previous leader id (Kafka)"
+    assert coordinator.core.groups["g"].leader == answer.member_id and coordinator.state() is GroupState.STABLE
+
+
+def test_a_static_member_with_a_new_subscription_rebalances() -> None:
+    coordinator = Coordinator()
+    one, _ = static_pair(coordinator)
+    join = coordinator.join(protocols=(("range", b"sub:other"),), instance="b")
+    assert join not in coordinator.answers and coordinator.state() is GroupState.PREPARING_REBALANCE
+    coordinator.join(one, instance="a")
+    assert coordinator.answers[join].generation_id == 3
+
+
+def test_a_static_member_leaves_by_instance_id_and_its_session_still_ends() -> None:
+    coordinator = Coordinator()
+    one, _ = static_pair(coordinator)
+    answer = coordinator.answers[coordinator.send(LeaveGroup, "g", (), (("", "b"),))]
+    assert answer.error == ErrorCode.NONE and set(coordinator.core.groups["g"].members) == {one}
+    assert coordinator.answers[coordinator.send(LeaveGroup, "g", (), (("", "b"),))].error == ErrorCode.UNKNOWN_MEMBER_ID
+    rejoin = coordinator.answers[coordinator.join(one, instance="a")]
+    coordinator.send(SyncGroup, "g", rejoin.generation_id, one, ((one, b"a"),), "a")
+    coordinator.tick(SESSION_MS)
+    assert coordinator.state() is GroupState.EMPTY and coordinator.core.groups["g"].static_members == {}
+
+
+def test_static_members_are_loaded_with_their_instance_ids() -> None:
+    coordinator = Coordinator()
+    one, two = static_pair(coordinator)
+    coordinator.fail_over(land=False)
+    assert coordinator.core.groups["g"].static_members == {"a": one, "b": two}
+    answer = coordinator.answers[coordinator.join(instance="b")]
+    assert (answer.error, answer.generation_id) == (ErrorCode.NONE, 2), "a restart after a failover keeps its place"
+
+
 # -- the state machine -----------------------------------------------------------------------------
 
 
@@ -286,19 +374,32 @@ class Client:
     """A consumer that follows the protocol: joins, syncs (as leader it assigns one slot per
     member), heartbeats, and joins again when told to."""
 
-    def __init__(self) -> None:
+    def __init__(self, instance: str | None) -> None:
+        self.instance = instance  # a static member's group.instance.id (KIP-345)
         self.member_id = ""
         self.generation = -1
         self.waiting: int | None = None  # a join or sync in flight
         self.silent = False
+        self.join_sent_in = 0  # the coordinator (failovers so far) its last JoinGroup went to
+        self.id_given_in = 0  # the coordinator that gave its member id
+
+    @property
+    def owner(self) -> str:
+        """Who holds an assignment: a static member's instance (a restart keeps it), else the member."""
+        return self.instance or self.member_id
 
 
 class GroupMachine(RuleBasedStateMachine):
+    """Clients 0 and 1 are static members, 2 and 3 dynamic. Group records are acknowledged, failed
+    or lost in a failover, after which a new core loads what was written."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.coordinator = Coordinator()
-        self.clients = [Client() for _ in range(4)]
-        self.handed_out: dict[int, dict[str, bytes]] = {}  # generation -> member -> assignment
+        self.coordinator = Coordinator(acks_stores=False)
+        self.clients = [Client("i0"), Client("i1"), Client(None), Client(None)]
+        self.handed_out: dict[int, dict[str, bytes]] = {}  # generation -> owner -> assignment
+        self.zombies: list[tuple[str, str, int]] = []  # (member id, instance, generation) of restarted members
+        self.failovers = 0
 
     @rule(index=st.integers(0, 3))
     def act(self, index: int) -> None:
@@ -314,12 +415,23 @@ class GroupMachine(RuleBasedStateMachine):
             self._take(client, answer)
             return
         if client.generation < 0:
-            client.waiting = coordinator.join(client.member_id)
+            client.join_sent_in = self.failovers
+            client.waiting = coordinator.join(client.member_id, instance=client.instance)
             self._take_if_answered(client)
         else:
-            heartbeat = coordinator.send(Heartbeat, "g", client.generation, client.member_id)
-            if coordinator.answers[heartbeat].error != ErrorCode.NONE:
+            heartbeat = coordinator.answers[coordinator.send(Heartbeat, "g", client.generation, client.member_id,
+                                                             client.instance)]
+            self._check_fenced(client, heartbeat.error)
+            if heartbeat.error != ErrorCode.NONE:
                 client.generation = -1
+
+    def _check_fenced(self, client: Client, error: ErrorCode) -> None:
+        """Only a replaced process is fenced, or one that joined again (a new member id) just before
+        a failover lost the record of its new id: as Kafka's consumer, it stops (FencedInstanceIdException)
+        and is started again."""
+        if error == ErrorCode.FENCED_INSTANCE_ID:
+            assert client.id_given_in < self.failovers, "only a replaced process is fenced"
+            client.member_id = ""
 
     def _take_if_answered(self, client: Client) -> None:
         if client.waiting in self.coordinator.answers:
@@ -327,26 +439,33 @@ class GroupMachine(RuleBasedStateMachine):
             client.waiting = None
             self._take(client, answer)
 
-    def _take(self, client: Client, answer: object) -> None:
+    def _take(self, client: Client, answer: GroupAnswer) -> None:
         coordinator = self.coordinator
+        self._check_fenced(client, answer.error)
         if isinstance(answer, JoinGroupResult):
             client.member_id = answer.member_id if answer.error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED) \
                 else ""
+            client.id_given_in = client.join_sent_in
             if answer.error != ErrorCode.NONE:
                 return
             assignments = tuple((member, b"slot-%d" % slot) for slot, (member, _) in enumerate(answer.members))
             client.generation = answer.generation_id
-            client.waiting = coordinator.send(SyncGroup, "g", answer.generation_id, client.member_id, assignments)
+            client.waiting = coordinator.send(SyncGroup, "g", answer.generation_id, client.member_id, assignments,
+                                              client.instance)
             self._take_if_answered(client)
         elif isinstance(answer, SyncGroupResult):
             if answer.error != ErrorCode.NONE:
                 client.generation = -1
+                if answer.error == ErrorCode.FENCED_INSTANCE_ID:
+                    client.member_id = ""
                 return
             handed = self.handed_out.setdefault(client.generation, {})
-            handed[client.member_id] = answer.assignment
+            assert handed.get(client.owner, answer.assignment) == answer.assignment, "a restart keeps its assignment"
+            handed[client.owner] = answer.assignment
             assert len(set(handed.values())) == len(handed), f"generation {client.generation} hands out {handed}"
         else:
             assert isinstance(answer, GroupResult)
+            client.member_id = "" if answer.error == ErrorCode.NOT_COORDINATOR else client.member_id
 
     @rule(index=st.integers(0, 3))
     def fall_silent_or_wake(self, index: int) -> None:
@@ -356,8 +475,51 @@ class GroupMachine(RuleBasedStateMachine):
     def leave(self, index: int) -> None:
         client = self.clients[index]
         if client.member_id and client.waiting is None:
-            self.coordinator.send(LeaveGroup, "g", (client.member_id,))
+            if client.instance is None:
+                self.coordinator.send(LeaveGroup, "g", (client.member_id,))
+            else:  # static members do not leave on close; an admin removes them by instance id (KIP-345)
+                self.coordinator.send(LeaveGroup, "g", (), ((client.member_id, client.instance),))
             client.member_id, client.generation = "", -1
+
+    @rule(index=st.integers(0, 3))
+    def restart(self, index: int) -> None:
+        """The client's process is killed and started again: it sends no LeaveGroup and forgets its
+        member id; what it had in flight is answered to nobody."""
+        client = self.clients[index]
+        if client.member_id and client.instance is not None:
+            self.zombies.append((client.member_id, client.instance, client.generation))
+        client.member_id, client.generation, client.waiting, client.silent = "", -1, None, False
+
+    @rule()
+    def a_replaced_process_is_fenced(self) -> None:
+        group = self.coordinator.core.groups.get("g")
+        for member_id, instance, generation in self.zombies:
+            if group is not None and group.static_members.get(instance) not in (None, member_id):
+                answer = self.coordinator.answers[self.coordinator.send(Heartbeat, "g", generation, member_id,
+                                                                        instance)]
+                assert answer.error == ErrorCode.FENCED_INSTANCE_ID
+                assert self.coordinator.core.commit_error("g", generation, member_id, instance)[0] == \
+                    ErrorCode.FENCED_INSTANCE_ID
+
+    @rule(failed=st.booleans())
+    def stores_answered(self, failed: bool) -> None:
+        self.coordinator.ack_stores(ErrorCode.NOT_COORDINATOR if failed else ErrorCode.NONE)
+
+    @rule(land=st.booleans())
+    def fail_over(self, land: bool) -> None:
+        """The coordinator moves: requests in flight are answered NOT_COORDINATOR (the node's edge
+        does so), and the new one resumes what was written; no generation a member was handed an
+        assignment in is ever handed out again."""
+        coordinator = self.coordinator
+        for client in self.clients:
+            if client.waiting is not None and client.waiting not in coordinator.answers:
+                coordinator.answers[client.waiting] = GroupResult(client.waiting, ErrorCode.NOT_COORDINATOR)
+                client.waiting, client.generation = None, -1
+        coordinator.fail_over(land)
+        self.failovers += 1
+        group = coordinator.core.groups.get("g")
+        if self.handed_out:
+            assert group is not None and group.generation_id >= max(self.handed_out), "generations never go back"
 
     @rule(advance_ms=st.sampled_from((100, 3_000, SESSION_MS, REBALANCE_MS)))
     def time_passes(self, advance_ms: int) -> None:
