@@ -16,7 +16,7 @@ import argparse
 import asyncio
 from typing import Any, TextIO
 
-from client.cli_support import EXIT_OK, bootstrap_parent, run_command
+from client.cli_support import EXIT_OK, bootstrap_parent, parse_properties, run_command
 from client.consumer import Consumer
 from client.fetched_batch import ConsumerRecord
 from client.metadata import TopicPartition
@@ -37,7 +37,24 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--max-records", type=int, help="stop after this many records")
     parser.add_argument("--timeout-ms", type=int, help="stop when no record arrives for this long")
     parser.add_argument("--group", help="start at, and commit, this consumer group's offsets")
+    parser.add_argument("--consumer-property", action="append", metavar="KEY=VALUE",
+                        help=f"a consumer property (repeatable): {', '.join(CONSUMER_PROPERTIES)}")
     parser.set_defaults(run=run_command(consume))
+
+
+CONSUMER_PROPERTIES = ("group.instance.id", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
+                       "auto.commit.interval.ms")
+
+
+def consumer_settings(properties: dict[str, str]) -> dict[str, Any]:
+    """Kafka consumer property names as `Consumer` keyword arguments; `group.instance.id` makes the
+    consumer a static member of its `--group` (KIP-345)."""
+    settings: dict[str, Any] = {}
+    for key, value in properties.items():
+        if key not in CONSUMER_PROPERTIES:
+            raise ValueError(f"unknown consumer property {key!r}; known: {', '.join(CONSUMER_PROPERTIES)}")
+        settings[key.replace(".", "_")] = value if key == "group.instance.id" else int(value)
+    return settings
 
 
 def format_record(record: ConsumerRecord, print_key: bool, print_offset: bool) -> str:
@@ -67,6 +84,7 @@ async def consume(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> in
     consumer = Consumer(
         arguments.bootstrap, read_from=read_from(arguments), group_id=arguments.group,
         client_rack=arguments.client_rack, auto_offset_reset="earliest" if arguments.from_beginning else "latest",
+        **consumer_settings(parse_properties(arguments.consumer_property, "--consumer-property")),
     )
     subscribed = arguments.group is not None and arguments.partition is None and arguments.offset is None \
         and arguments.timestamp is None

@@ -15,7 +15,8 @@ ones to `on_partitions_assigned`, read from the group's committed offsets. Commi
 generation and member id, so a member that lost its partitions cannot commit over their new
 owner's offsets (CommitFailedError names why). Auto-commit commits the positions every
 `auto_commit_interval_ms` during polls, before a rebalance and at close, after which the member
-leaves the group.
+leaves the group, unless it is static (`group_instance_id`, KIP-345: restarted with the same id it
+takes its place back without a rebalance; only its session timeout removes it).
 
 Where a partition is read from (KIP-392): `read_from="leader"`; `"follower"`: an in-sync replica
 that is not the leader (the leader if there is none); `"nearest"`: the leader, with
@@ -97,6 +98,7 @@ class Consumer:
         max_poll_interval_ms: int = 300000,
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5000,
+        group_instance_id: str | None = None,
         connections: Connections | None = None,
     ) -> None:
         if read_from not in READ_FROM:
@@ -118,6 +120,7 @@ class Consumer:
         self.max_poll_interval_ms = max_poll_interval_ms
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.group_instance_id = group_instance_id  # group.instance.id: a static member (KIP-345)
         self.member: GroupMember | None = None
         self._listener: object | None = None
         self._next_auto_commit = 0.0
@@ -171,7 +174,7 @@ class Consumer:
                                   rebalance_timeout_ms=self.max_poll_interval_ms,
                                   heartbeat_interval_ms=self.heartbeat_interval_ms,
                                   retry_backoff_ms=self.retry_backoff_ms, request_timeout_ms=self.request_timeout_ms,
-                                  partition_counts=self._partition_counts)
+                                  partition_counts=self._partition_counts, group_instance_id=self.group_instance_id)
         self._listener = listener
         self.assign([])
 
@@ -544,7 +547,8 @@ class Consumer:
         member = self.member
         request = OffsetCommitRequest(group, tuple(
             OffsetCommitPartition(as_tp(tp).topic, as_tp(tp).partition, offset) for tp, offset in chosen.items()
-        ), member.generation_id if member is not None else -1, member.member_id if member is not None else "")
+        ), member.generation_id if member is not None else -1, member.member_id if member is not None else "",
+            member.group_instance_id if member is not None else None)
 
         async def attempt() -> None:
             response = await self.metadata.request(Api.OFFSET_COMMIT, request, OffsetCommitResponse)

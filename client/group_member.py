@@ -8,6 +8,11 @@ SyncGroup; every member gets its part from its own. Then heartbeats run in the b
 UNKNOWN_MEMBER_ID sets `needs_join`, and the consumer joins again on its next poll. Any node takes
 the requests (it forwards them to the coordinator). `leave` sends LeaveGroup, so the others
 rebalance at once instead of after this member's session.
+
+With `group_instance_id` (`group.instance.id`) the member is static (KIP-345): restarted with the
+same instance id it takes its old place and assignment without a rebalance, so `leave` sends no
+LeaveGroup (only its session timeout removes it, as Kafka's consumer does). FENCED_INSTANCE_ID (another
+consumer joined with this instance id) is fatal, as in Kafka: every later `join` raises it.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ class GroupMember:
 
     def __init__(self, group_id: str, topics: list[str], metadata: Metadata, *, session_timeout_ms: int,
                  rebalance_timeout_ms: int, heartbeat_interval_ms: int, retry_backoff_ms: int,
-                 request_timeout_ms: int, partition_counts: Callable[[list[str]], Awaitable[dict[str, int]]]) -> None:
+                 request_timeout_ms: int, partition_counts: Callable[[list[str]], Awaitable[dict[str, int]]],
+                 group_instance_id: str | None = None) -> None:
         self.group_id = group_id
         self.topics = topics
         self.metadata = metadata
@@ -60,6 +66,8 @@ class GroupMember:
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self._partition_counts = partition_counts
+        self.group_instance_id = group_instance_id
+        self._fenced: str | None = None  # why another consumer replaced this static member
         self.member_id = ""
         self.generation_id = -1
         self.needs_join = True
@@ -68,10 +76,13 @@ class GroupMember:
     async def join(self) -> dict[str, list[int]]:
         """Join (again) and return this member's assignment, topic -> partitions."""
         await self._stop_heartbeats()
+        if self._fenced is not None:
+            raise error_for(ErrorCode.FENCED_INSTANCE_ID, self._fenced)
         for _ in range(JOIN_ATTEMPTS_MAX):
             join = await self.metadata.request(Api.JOIN_GROUP, JoinGroupRequest(
                 self.group_id, self.session_timeout_ms, self.rebalance_timeout_ms, self.member_id, PROTOCOL_TYPE,
-                (JoinGroupProtocol(ASSIGNOR, encode_subscription(self.topics)),)), JoinGroupResponse,
+                (JoinGroupProtocol(ASSIGNOR, encode_subscription(self.topics)),),
+                group_instance_id=self.group_instance_id), JoinGroupResponse,
                 self.rebalance_timeout_ms + self.request_timeout_ms)
             if join.error_code in (ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.UNKNOWN_MEMBER_ID):
                 self.member_id = join.member_id if join.error_code is ErrorCode.MEMBER_ID_REQUIRED else ""
@@ -80,11 +91,13 @@ class GroupMember:
                 await self._back_off_or_raise(join.error_code, join.error_message)
                 continue
             self.generation_id = join.generation_id
+            self.member_id = join.member_id  # a static member's id comes with its first answer (KIP-345)
             assignments: tuple[SyncGroupAssignment, ...] = ()
             if join.leader == self.member_id:
                 assignments = await self._assign(join)
             sync = await self.metadata.request(Api.SYNC_GROUP, SyncGroupRequest(
-                self.group_id, self.generation_id, self.member_id, assignments), SyncGroupResponse)
+                self.group_id, self.generation_id, self.member_id, assignments, self.group_instance_id),
+                SyncGroupResponse)
             if sync.error_code is ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             if sync.error_code is not ErrorCode.NONE:
@@ -112,9 +125,13 @@ class GroupMember:
             await asyncio.sleep(self.heartbeat_interval_ms / 1000)
             try:
                 answer = await self.metadata.request(Api.HEARTBEAT, HeartbeatRequest(
-                    self.group_id, self.generation_id, self.member_id), GroupResponse)
+                    self.group_id, self.generation_id, self.member_id, self.group_instance_id), GroupResponse)
             except TributaryError:
                 continue  # no node answered: try again at the next interval
+            if answer.error_code is ErrorCode.FENCED_INSTANCE_ID:
+                self._fenced = answer.error_message or f"group.instance.id {self.group_instance_id} was taken over"
+                self.needs_join = True
+                return
             if answer.error_code in REJOIN:
                 if answer.error_code is ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
@@ -130,7 +147,7 @@ class GroupMember:
 
     async def leave(self) -> None:
         await self._stop_heartbeats()
-        if self.member_id:
+        if self.member_id and self.group_instance_id is None:  # KIP-345: a static member keeps its place
             with contextlib.suppress(TributaryError):
                 await self.metadata.request(Api.LEAVE_GROUP, LeaveGroupRequest(self.group_id, (self.member_id,)),
                                             GroupResponse)

@@ -444,6 +444,7 @@ class OffsetCommitRequest:
     partitions: tuple[OffsetCommitPartition, ...]
     generation_id: int = -1
     member_id: str = ""
+    group_instance_id: str | None = None  # a static member's (KIP-345): fenced once replaced
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +502,7 @@ class JoinGroupRequest:
     protocol_type: str
     protocols: tuple[JoinGroupProtocol, ...]
     client_id: str = "tributary"
+    group_instance_id: str | None = None  # group.instance.id: a static member (KIP-345)
     # Kafka's clientHost, for DescribeGroups: set by the node the client reached (its peer address)
     # and carried when that node forwards the request to the coordinator; a client's own is replaced.
     client_host: str = ""
@@ -537,6 +539,7 @@ class SyncGroupRequest:
     generation_id: int
     member_id: str
     assignments: tuple[SyncGroupAssignment, ...] = ()  # the leader's
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,12 +554,23 @@ class HeartbeatRequest:
     group_id: str
     generation_id: int
     member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupMember:
+    """A static member leaving by its instance id (LeaveGroup v3+, KIP-345); `member_id` "" when
+    unknown (an admin removing it)."""
+
+    group_instance_id: str
+    member_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroupRequest:
     group_id: str
     member_ids: tuple[str, ...]
+    members: tuple[LeaveGroupMember, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

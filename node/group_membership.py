@@ -5,9 +5,11 @@ Any node accepts JoinGroup, SyncGroup, Heartbeat and LeaveGroup and forwards the
 coordinator, the leader of its `__consumer_offsets` partition, as OffsetCommit is routed
 (node/group_offsets.py). On the coordinator one core per partition decides; this module steps it,
 answers each request when the core's Ready answers it (a JoinGroup waits for the rebalance, a
-follower's SyncGroup for the leader's) and ticks the core when it asks. A core belongs to one
-leader epoch of its partition: after a failover the new coordinator starts the partition's groups
-empty and their members join again (the group metadata records are not written yet).
+follower's SyncGroup for the leader's), ticks the core when it asks, and stores the group records
+it asks for through `store` (GroupOffsets.write_group), handing the outcome back. A core belongs to
+one leader epoch of its partition: when this node takes office (the first request in a new epoch)
+it replays the partition for the stored groups and the core resumes them (members keep their
+generation); until then requests are answered COORDINATOR_LOAD_IN_PROGRESS, as Kafka's are.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from client import protocol
@@ -29,29 +32,37 @@ from replication.consumer_groups import (
     GroupResult,
     GroupsConfig,
     GroupsTick,
+    GroupStored,
     GroupSummary,
     Heartbeat,
     JoinGroup,
     JoinGroupResult,
     LeaveGroup,
+    StoreGroup,
     SyncGroup,
     SyncGroupResult,
 )
-from replication.group_coordinator import coordinator_partition
+from replication.group_coordinator import OFFSETS_TOPIC, coordinator_partition
+from replication.group_metadata import GroupMetadata
 
 Route = Callable[[int, bool], Awaitable[ErrorCode | None]]
+Store = Callable[[int, str, GroupMetadata | None], Awaitable[tuple[ErrorCode, str]]]
+Load = Callable[[int], Awaitable[tuple[ErrorCode, int, Iterable[tuple[str, GroupMetadata]]]]]
+log = logging.getLogger(__name__)
 
 
 class GroupMembership:
     """`leader_of(partition)` and `leader_epoch_of(partition)` read the metadata; `route` and
     `coordinator_address` are GroupOffsets' (which node coordinates, creating the topic if asked);
-    `forward(address, api, request, response_type)` calls another node; `clock` is monotonic."""
+    `forward(address, api, request, response_type)` calls another node; `store(partition, group,
+    value)` writes a group's record (GroupOffsets.write_group) and `load_groups(partition)` reads them
+    all (GroupOffsets.load_groups); `clock` is monotonic."""
 
     def __init__(self, node_id: int, partition_count: int, config: GroupsConfig,
                  leader_of: Callable[[int], int | None], leader_epoch_of: Callable[[int], int], route: Route,
                  coordinator_address: Callable[[int], str | None],
-                 forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]], clock: Callable[[], int],
-                 rng: random.Random) -> None:
+                 forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]], store: Store,
+                 load_groups: Load, clock: Callable[[], int], rng: random.Random) -> None:
         self._node_id = node_id
         self._partition_count = partition_count
         self._config = config
@@ -60,12 +71,16 @@ class GroupMembership:
         self._route = route
         self._coordinator_address = coordinator_address
         self._forward = forward
+        self._store = store
+        self._load_groups = load_groups
         self._clock = clock
         self._rng = rng
         self._cores: dict[int, tuple[int, ConsumerGroups]] = {}  # partition -> (leader epoch, core)
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._request_ids = itertools.count(1)
         self._waiting: dict[int, tuple[int, asyncio.Future[GroupAnswer | ErrorCode]]] = {}  # id -> partition
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loading: dict[int, tuple[int, asyncio.Task[None]]] = {}  # partition -> (leader epoch, its load)
 
     async def join(self, request: protocol.JoinGroupRequest) -> protocol.JoinGroupResponse:
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
@@ -73,7 +88,8 @@ class GroupMembership:
                                   lambda request_id: JoinGroup(request_id, request.group_id, request.member_id,
                                                                request.client_id, request.session_timeout_ms,
                                                                request.rebalance_timeout_ms, request.protocol_type,
-                                                               protocols, request.client_host))
+                                                               protocols, request.group_instance_id,
+                                                               request.client_host))
         if isinstance(answer, protocol.JoinGroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
@@ -88,7 +104,8 @@ class GroupMembership:
         assignments = tuple((a.member_id, a.assignment) for a in request.assignments)
         answer = await self._call(request.group_id, protocol.Api.SYNC_GROUP, request, protocol.SyncGroupResponse,
                                   lambda request_id: SyncGroup(request_id, request.group_id, request.generation_id,
-                                                               request.member_id, assignments))
+                                                               request.member_id, assignments,
+                                                               request.group_instance_id))
         if isinstance(answer, protocol.SyncGroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
@@ -98,16 +115,22 @@ class GroupMembership:
 
     async def heartbeat(self, request: protocol.HeartbeatRequest) -> protocol.GroupResponse:
         return await self._simple(request.group_id, protocol.Api.HEARTBEAT, request, lambda request_id: Heartbeat(
-            request_id, request.group_id, request.generation_id, request.member_id))
+            request_id, request.group_id, request.generation_id, request.member_id, request.group_instance_id))
 
     async def leave(self, request: protocol.LeaveGroupRequest) -> protocol.GroupResponse:
         return await self._simple(request.group_id, protocol.Api.LEAVE_GROUP, request, lambda request_id: LeaveGroup(
-            request_id, request.group_id, request.member_ids))
+            request_id, request.group_id, request.member_ids,
+            tuple((member.member_id, member.group_instance_id) for member in request.members)))
 
-    def commit_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str]:
-        """On the coordinator: may this OffsetCommit write (replication/consumer_groups.py)?"""
+    def commit_error(self, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None = None) -> tuple[ErrorCode, str]:
+        """On the coordinator: may this OffsetCommit write (replication/consumer_groups.py)? Not
+        before the partition's groups are loaded: the commit is fenced by them."""
         partition = coordinator_partition(group_id, self._partition_count)
-        return self._core(partition).commit_error(group_id, generation_id, member_id)
+        core = self._core(partition)
+        if core is None:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, _message(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return core.commit_error(group_id, generation_id, member_id, group_instance_id)
 
     def describe(self, group_id: str) -> GroupSummary | None:
         """On the coordinator: the group as its core holds it (None: not held in this leader epoch)."""
@@ -149,23 +172,55 @@ class GroupMembership:
             address = self._coordinator_address(partition)
             assert address is not None
             return await self._forward(address, api, request, response_type)
+        core = self._core(partition)
+        if core is None:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         request_id = next(self._request_ids)
         future: asyncio.Future[GroupAnswer | ErrorCode] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = (partition, future)
         try:
-            self._step(partition, event_for(request_id))
+            self._step(partition, core, event_for(request_id))
             return await future
         finally:
             self._waiting.pop(request_id, None)
 
-    def _core(self, partition: int) -> ConsumerGroups:
+    def _core(self, partition: int) -> ConsumerGroups | None:
+        """The partition's core in its current leader epoch; None while its groups load (the load
+        starts here when this node takes office, as Kafka's coordinator loads on election)."""
         epoch = self._leader_epoch_of(partition)
         held = self._cores.get(partition)
-        if held is None or held[0] != epoch:
+        if held is not None and held[0] == epoch:
+            return held[1]
+        if held is not None:
             self._drop(partition)
-            core = ConsumerGroups(self._config, random.Random(self._rng.getrandbits(64)))
-            held = self._cores[partition] = (epoch, core)
-        return held[1]
+        loading = self._loading.get(partition)
+        if loading is None or loading[0] != epoch:
+            self._loading[partition] = (epoch, self._spawn(self._load(partition, epoch)))
+        return None
+
+    async def take_office(self, partition: int) -> None:
+        """Load the partition's groups now, if this node leads it and has not loaded them in its
+        current epoch (requests start the load too; this awaits it)."""
+        if self._leader_of(partition) == self._node_id and self._core(partition) is None:
+            await self._loading[partition][1]
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        """Replay the partition (GroupOffsets.load_groups) and install its core, loaded, unless the
+        partition moved on meanwhile (the next request then loads again)."""
+        try:
+            code, loaded_epoch, groups = await self._load_groups(partition)
+        except Exception as error:  # the broker failed the call (a bug, or stopping): a later request retries
+            code, loaded_epoch, groups = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, ()
+            log.warning("loading the groups of %s-%d failed: %s", OFFSETS_TOPIC, partition, error)
+        if self._loading.get(partition, (None,))[0] == epoch:
+            del self._loading[partition]
+        if (code != ErrorCode.NONE or loaded_epoch != epoch or self._leader_epoch_of(partition) != epoch
+                or self._leader_of(partition) != self._node_id or partition in self._cores):
+            return
+        core = ConsumerGroups(self._config, random.Random(self._rng.getrandbits(64)))
+        core.load(groups, self._clock())
+        self._cores[partition] = (epoch, core)
+        self._step(partition, core, GroupsTick())  # schedules the loaded members' session expiries
 
     def _drop(self, partition: int) -> None:
         """This node no longer coordinates the partition's groups (or does so in a new epoch): the
@@ -178,11 +233,18 @@ class GroupMembership:
             if waiting_partition == partition and not future.done():
                 future.set_result(ErrorCode.NOT_COORDINATOR)
 
-    def _step(self, partition: int, event: GroupEvent) -> None:
-        if self._leader_of(partition) != self._node_id:
+    def _step(self, partition: int, core: ConsumerGroups, event: GroupEvent) -> None:
+        """One event for `core`, if it still decides for the partition (a timer or a store of a core
+        dropped since is late)."""
+        held = self._cores.get(partition)
+        if held is None or held[1] is not core:
+            return
+        if self._leader_of(partition) != self._node_id or self._leader_epoch_of(partition) != held[0]:
             self._drop(partition)
             return
-        ready = self._core(partition).handle(event, self._clock())
+        ready = core.handle(event, self._clock())
+        for store in ready.stores:
+            self._spawn(self._carry_out(partition, core, store))
         for answer in ready.answers:
             waiting = self._waiting.get(answer.request_id)
             if waiting is not None and not waiting[1].done():
@@ -193,7 +255,21 @@ class GroupMembership:
         if ready.next_tick_ms is not None:
             loop = asyncio.get_running_loop()
             delay_s = max(0, ready.next_tick_ms - self._clock()) / 1000
-            self._timers[partition] = loop.call_later(delay_s, self._step, partition, GroupsTick())
+            self._timers[partition] = loop.call_later(delay_s, self._step, partition, core, GroupsTick())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _carry_out(self, partition: int, core: ConsumerGroups, store: StoreGroup) -> None:
+        """Write the record; its outcome goes back to the core that asked, if it still decides."""
+        try:
+            code, message = await self._store(partition, store.group_id, store.value)
+        except Exception as error:  # the broker failed the call (a bug, or stopping): the group hears of it
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{type(error).__name__}: {error}"
+        self._step(partition, core, GroupStored(store.token, code, message))
 
 
 def with_client_host(request: protocol.JoinGroupRequest, peer: str | None,

@@ -26,17 +26,21 @@ from replication.group_coordinator import (
     FetchAnswer,
     FetchOffsets,
     GroupCoordinator,
+    GroupsLoaded,
     LatestListed,
     ListLatest,
     ListOffsetGroups,
+    LoadGroups,
     OffsetGroupsAnswer,
     PartitionOffset,
     Produced,
     ProduceOffsets,
     Read,
     ReadOffsets,
+    WriteGroupMetadata,
     coordinator_partition,
 )
+from replication.group_metadata import GroupMetadata
 
 __all__ = ["OFFSETS_TOPIC", "GroupOffsets"]
 
@@ -48,7 +52,7 @@ class GroupOffsets:
     `coordinator_address(partition)` is the leader's inter-broker address (None: no leader);
     `forward(address, api, request, response_type)` calls another node; `create_topic()` makes
     `__consumer_offsets` exist; `clock` gives the commit timestamp; `commit_error(group, generation,
-    member)` fences a commit by the group's membership (node/group_membership.py)."""
+    member, instance)` fences a commit by the group's membership (node/group_membership.py)."""
 
     def __init__(
         self,
@@ -63,7 +67,7 @@ class GroupOffsets:
         create_topic: Callable[[], Awaitable[ErrorCode]],
         clock: Callable[[], int],
         timeout_ms: int,
-        commit_error: Callable[[str, int, str], tuple[ErrorCode, str]],
+        commit_error: Callable[[str, int, str, str | None], tuple[ErrorCode, str]],
     ) -> None:
         self._node_id = node_id
         self._partition_count = partition_count
@@ -91,7 +95,8 @@ class GroupOffsets:
             address = self._coordinator_address(partition)
             assert address is not None
             return await self._forward(address, protocol.Api.OFFSET_COMMIT, request, protocol.OffsetCommitResponse)
-        fenced, why = self._commit_error(request.group_id, request.generation_id, request.member_id)
+        fenced, why = self._commit_error(request.group_id, request.generation_id, request.member_id,
+                                         request.group_instance_id)
         if fenced != ErrorCode.NONE:
             return self._commit_failed(request, fenced, why)
         offsets = tuple(PartitionOffset(p.topic, p.partition, p.committed_offset, p.committed_metadata)
@@ -133,6 +138,19 @@ class GroupOffsets:
         answer = await self._ask(lambda request_id: ListOffsetGroups(request_id, partition))
         assert isinstance(answer, OffsetGroupsAnswer), answer
         return answer
+
+    async def write_group(self, partition: int, group_id: str, value: GroupMetadata | None) -> tuple[ErrorCode, str]:
+        """Store a group's membership record here, the coordinator (node/group_membership.py asks)."""
+        answer = await self._ask(lambda request_id: WriteGroupMetadata(request_id, group_id, partition, value,
+                                                                       self._clock()))
+        assert isinstance(answer, CommitAnswer), answer
+        return answer.error, answer.message
+
+    async def load_groups(self, partition: int) -> tuple[ErrorCode, int, tuple[tuple[str, GroupMetadata], ...]]:
+        """Every group stored in `partition`, replayed to its HW, and the leader epoch of the replay."""
+        answer = await self._ask(lambda request_id: LoadGroups(request_id, partition))
+        assert isinstance(answer, GroupsLoaded), answer
+        return answer.error, answer.leader_epoch, answer.groups
 
     async def _ask(self, event_for: Callable[[int], CoordinatorEvent]) -> CoordinatorAnswer:
         """Step the core with the request and await its answer."""

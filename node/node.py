@@ -128,13 +128,14 @@ class Node:
             self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
             self._offsets_coordinator_address, self.broker.produce, self.broker.fetch, self.broker.list_offsets,
             self._forward, self._create_offsets_topic, self.clock, self.config.request_timeout_ms,
-            lambda group, generation, member: self._membership().commit_error(group, generation, member),
+            lambda group, generation, member, instance: self._membership().commit_error(
+                group, generation, member, instance),
         )
         self.group_membership = GroupMembership(
             self.config.node_id, self.config.offsets_topic_num_partitions, self.config.groups_config(),
             self._offsets_leader, self._offsets_leader_epoch, self.group_offsets.route,
-            self._offsets_coordinator_address, self._forward, self.monotonic_clock,
-            random.Random(self.rng.getrandbits(64)),
+            self._offsets_coordinator_address, self._forward, self.group_offsets.write_group,
+            self.group_offsets.load_groups, self.monotonic_clock, random.Random(self.rng.getrandbits(64)),
         )
         self.group_queries = GroupQueries(
             self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,

@@ -14,8 +14,11 @@ A group moves through Kafka's states:
   removes the ones that did not. Then the generation goes up by one, the protocol the most members
   support is chosen, the leader (the previous one if still a member, else the first to join) gets
   every member's subscription, and every JoinGroup is answered (COMPLETING_REBALANCE).
-- COMPLETING_REBALANCE: the leader's SyncGroup carries the assignment; it answers every member's
-  SyncGroup with its part (STABLE). A member that leaves or expires meanwhile restarts the rebalance.
+- COMPLETING_REBALANCE: the leader's SyncGroup carries the assignment; the group's record (its
+  generation, members, subscriptions and assignments) is stored (`StoreGroup` in the Ready), and once
+  the write is acknowledged (`GroupStored`) every member's SyncGroup is answered with its part
+  (STABLE); a failed write answers them with its error and the group rebalances, as Kafka does. A
+  member that leaves or expires meanwhile restarts the rebalance.
 - STABLE: a JoinGroup of a known member with the same subscription (a follower) is answered with
   the current generation; one of the leader or with another subscription, or of a new member,
   starts a rebalance. A member silent for its `session_timeout_ms` (heartbeats, joins, syncs)
@@ -37,19 +40,32 @@ when an eager consumer commits what it revokes), but not while it completes one 
 
 Bounds: `group.max.size` members per group (GROUP_MAX_SIZE_REACHED), session timeouts within
 [`group.min.session.timeout.ms`, `group.max.session.timeout.ms`] (INVALID_SESSION_TIMEOUT),
-`max_groups` groups (an empty group is forgotten to make room, never a group with members). Not
-here (yet): static membership (`group.instance.id`, KIP-345) and the
-group metadata records in `__consumer_offsets`, so a new coordinator after a failover starts
-every group EMPTY and its members join again.
+`max_groups` groups (an empty group is forgotten to make room, never a group with members).
+
+Group records (replication/group_metadata.py, Kafka's formats) are stored when a generation's
+assignment is complete and when a group becomes EMPTY (with its new generation, so that a new
+coordinator never hands out a generation again); the owner writes them to the group's
+`__consumer_offsets` partition. A new coordinator (a new leader epoch of the partition) `load`s them
+before it answers any request.
+
+Static members (`group.instance.id`, KIP-345) join with their instance id and get a member id at
+once (no MEMBER_ID_REQUIRED round). One that joins again with an empty member id (a restarted
+process) replaces its old member id: in a STABLE group with the same subscription it keeps its
+assignment in the same generation, answered once the new id is stored; otherwise the group
+rebalances. Requests naming the instance with the old member id are FENCED_INSTANCE_ID. A static
+member leaves by its session timeout, or by a LeaveGroup naming its instance id.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from replication.group_metadata import GroupMetadata, MemberMetadata
 from storage.error_codes import ErrorCode
 
 NO_GENERATION = -1
@@ -95,6 +111,7 @@ class JoinGroup:
     rebalance_timeout_ms: int
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]  # (name, subscription metadata), in the member's preference
+    group_instance_id: str | None = None  # a static member's (KIP-345)
     client_host: str = ""  # where the JoinGroup came from, for DescribeGroups (Kafka's clientHost)
 
 
@@ -117,6 +134,7 @@ class SyncGroup:
     generation_id: int
     member_id: str
     assignments: tuple[tuple[str, bytes], ...] = ()  # the leader's: (member id, assignment)
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +151,18 @@ class Heartbeat:
     group_id: str
     generation_id: int
     member_id: str
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroup:
+    """`member_ids` leave (LeaveGroup v0-2); `members` (v3+) name a static member by its instance id,
+    with its member id or "" (Kafka's admin removes a static member by instance id alone)."""
+
     request_id: int
     group_id: str
     member_ids: tuple[str, ...]
+    members: tuple[tuple[str, str], ...] = ()  # (member id or "", group instance id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +179,37 @@ class GroupsTick:
     """Time passed: sessions, rebalance timeouts and initial delays are due."""
 
 
-GroupEvent = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | GroupsTick
+@dataclass(frozen=True, slots=True)
+class GroupStored:
+    """The answer to `StoreGroup` `token`: acknowledged by the ISR (NONE), or the coordinator error."""
+
+    token: int
+    error: ErrorCode
+    message: str = ""
+
+
+GroupEvent = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | GroupsTick | GroupStored
 GroupAnswer = JoinGroupResult | SyncGroupResult | GroupResult
 
 
 @dataclass(frozen=True, slots=True)
+class StoreGroup:
+    """Write group `group_id`'s record to its `__consumer_offsets` partition (`value` None: a
+    tombstone), acks=all, and answer with `GroupStored(token)`."""
+
+    token: int
+    group_id: str
+    value: GroupMetadata | None
+
+
+@dataclass(frozen=True, slots=True)
 class GroupsReady:
-    """Send `answers` (to the requests they name); tick again no later than `next_tick_ms`."""
+    """Send `answers` (to the requests they name), carry out `stores`; tick again no later than
+    `next_tick_ms`."""
 
     answers: tuple[GroupAnswer, ...]
     next_tick_ms: int | None
+    stores: tuple[StoreGroup, ...] = ()
 
 
 # -- descriptions (DescribeGroups, ListGroups) ----------------------------------------------------
@@ -210,15 +254,16 @@ class GroupOverview:
 @dataclass(slots=True)
 class Member:
     member_id: str
+    client_id: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
     protocols: tuple[tuple[str, bytes], ...]
     expires_ms: int
     assignment: bytes = b""
+    group_instance_id: str | None = None
     join: int | None = None  # the request id of its JoinGroup waiting for the rebalance
     sync: int | None = None  # the request id of its SyncGroup waiting for the leader's
-    client_id: str = ""  # of its first JoinGroup, as Kafka keeps them (for DescribeGroups)
-    client_host: str = ""
+    client_host: str = ""  # of its first JoinGroup, as Kafka keeps it (for DescribeGroups)
 
     def subscription(self, protocol: str) -> bytes:
         return next(metadata for name, metadata in self.protocols if name == protocol)
@@ -233,9 +278,11 @@ class Group:
     protocol: str = ""
     leader: str = ""
     members: dict[str, Member] = field(default_factory=dict)  # in join order
+    static_members: dict[str, str] = field(default_factory=dict)  # group instance id -> its member id
     pending: dict[str, int] = field(default_factory=dict)  # member ids given out, not yet joined -> expiry
     rebalance_deadline_ms: int = NEVER_MS
     initial_delay_until_ms: int = 0  # a rebalance from EMPTY waits for more members until then
+    storing: int | None = None  # COMPLETING_REBALANCE: the token of the store the SyncGroups wait for
 
     def supported_protocols(self) -> set[str]:
         names = [set(name for name, _ in member.protocols) for member in self.members.values()]
@@ -250,14 +297,46 @@ class ConsumerGroups:
         self._rng = rng
         self.groups: dict[str, Group] = {}
         self._answers: list[GroupAnswer] = []
+        self._stores: list[StoreGroup] = []
+        self._store_tokens = itertools.count(1)
+        self._syncs_stored: dict[int, str] = {}  # the token of a generation's store -> its group
+        # the token of a static member's replacement store -> (group, member id, leader to answer)
+        self._joins_stored: dict[int, tuple[str, str, str]] = {}
         self._now_ms = 0
+
+    def load(self, groups: Iterable[tuple[str, GroupMetadata]], now_ms: int) -> None:
+        """Take office with the groups as last stored in the partition (Kafka loads them when its
+        coordinator is elected). A group with members resumes STABLE in its generation with its
+        assignments, each member's session counted from now, so members that keep heartbeating stay
+        in their generation without a rebalance; one without members resumes EMPTY. A record that
+        does not describe a consistent group (anyone may produce to the topic) loads EMPTY at its
+        generation, which still never goes back."""
+        assert not self.groups and now_ms >= self._now_ms, (len(self.groups), now_ms, self._now_ms)
+        self._now_ms = now_ms
+        for group_id, stored in groups:
+            group = self.groups[group_id] = Group(group_id, generation_id=stored.generation_id,
+                                                  protocol_type=stored.protocol_type)
+            ids = [member.member_id for member in stored.members]
+            instances = [member.group_instance_id for member in stored.members if member.group_instance_id]
+            if not ids or stored.protocol is None or stored.leader not in ids or len(set(ids)) != len(ids) \
+                    or len(set(instances)) != len(instances):
+                continue
+            group.state, group.protocol, group.leader = GroupState.STABLE, stored.protocol, stored.leader
+            for member in stored.members:
+                group.members[member.member_id] = Member(
+                    member.member_id, member.client_id, member.session_timeout_ms, member.rebalance_timeout_ms,
+                    ((stored.protocol, member.subscription),), now_ms + member.session_timeout_ms, member.assignment,
+                    member.group_instance_id, client_host=member.client_host)
+                if member.group_instance_id is not None:
+                    group.static_members[member.group_instance_id] = member.member_id
+        self._check_invariants()
 
     # -- the entry point --------------------------------------------------------------------------
 
     def handle(self, event: GroupEvent, now_ms: int) -> GroupsReady:
         assert now_ms >= self._now_ms, f"time went back: {now_ms} < {self._now_ms}"
         self._now_ms = now_ms
-        self._answers = []
+        self._answers, self._stores = [], []
         if isinstance(event, JoinGroup):
             self._join(event)
         elif isinstance(event, SyncGroup):
@@ -266,14 +345,17 @@ class ConsumerGroups:
             self._heartbeat(event)
         elif isinstance(event, LeaveGroup):
             self._leave(event)
+        elif isinstance(event, GroupStored):
+            self._stored(event)
         else:
             assert isinstance(event, GroupsTick), f"not a group event: {event!r}"
         self._expire()
         self._check_invariants()
-        answers, self._answers = tuple(self._answers), []
-        return GroupsReady(answers, self._next_tick_ms())
+        answers, stores, self._answers, self._stores = tuple(self._answers), tuple(self._stores), [], []
+        return GroupsReady(answers, self._next_tick_ms(), stores)
 
-    def commit_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str]:
+    def commit_error(self, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None = None) -> tuple[ErrorCode, str]:
         """Whether an OffsetCommit with this generation and member may write (module docstring)."""
         group = self.groups.get(group_id)
         if generation_id < 0 and member_id == UNKNOWN_MEMBER:
@@ -281,11 +363,10 @@ class ConsumerGroups:
                 return ErrorCode.NONE, ""
             return ErrorCode.UNKNOWN_MEMBER_ID, (f"group {group_id} has members: a commit needs the committing "
                                                  "member's id and generation")
-        if group is None or member_id not in group.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of group {group_id}; join again"
-        if generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION, (f"generation {generation_id} is not group {group_id}'s "
-                                                  f"{group.generation_id}; join again")
+        error = self._member_error(group_id, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return error
+        assert group is not None
         if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS, f"group {group_id} is rebalancing; join again, then commit"
         return ErrorCode.NONE, ""
@@ -297,7 +378,7 @@ class ConsumerGroups:
         if group is None:
             return None
         stable = group.state is GroupState.STABLE
-        members = tuple(MemberSummary(member.member_id, None, member.client_id, member.client_host,
+        members = tuple(MemberSummary(member.member_id, member.group_instance_id, member.client_id, member.client_host,
                                       member.subscription(group.protocol) if stable else b"",
                                       member.assignment if stable else b"")
                         for member in group.members.values())
@@ -319,18 +400,29 @@ class ConsumerGroups:
         group = self.groups.get(join.group_id)
         if group is None:
             group = self.groups[join.group_id] = Group(join.group_id, protocol_type=join.protocol_type)
-        if join.member_id == UNKNOWN_MEMBER:
-            member_id = f"{join.client_id}-{self._rng.getrandbits(64):016x}"
-            group.pending[member_id] = self._now_ms + join.session_timeout_ms
-            self._answers.append(JoinGroupResult(join.request_id, ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id,
-                                                 message="join again with this member id (KIP-394)"))
-            return
-        member = group.members.get(join.member_id)
+        member_id = join.member_id
+        if member_id == UNKNOWN_MEMBER:
+            if join.group_instance_id in group.static_members:
+                self._replace_static_member(group, join)
+                return
+            if join.group_instance_id is None:
+                member_id = f"{join.client_id}-{self._rng.getrandbits(64):016x}"
+                group.pending[member_id] = self._now_ms + join.session_timeout_ms
+                self._answers.append(JoinGroupResult(join.request_id, ErrorCode.MEMBER_ID_REQUIRED,
+                                                     member_id=member_id,
+                                                     message="join again with this member id (KIP-394)"))
+                return
+            # KIP-345: a static member is known by its instance id; it joins at once, with no second round.
+            member_id = f"{join.group_instance_id}-{self._rng.getrandbits(64):016x}"
+        member = group.members.get(member_id)
         if member is None:
-            del group.pending[join.member_id]
-            member = group.members[join.member_id] = Member(
-                join.member_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
-                self._now_ms + join.session_timeout_ms, client_id=join.client_id, client_host=join.client_host)
+            group.pending.pop(member_id, None)
+            member = group.members[member_id] = Member(
+                member_id, join.client_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
+                self._now_ms + join.session_timeout_ms, group_instance_id=join.group_instance_id,
+                client_host=join.client_host)
+            if join.group_instance_id is not None:
+                group.static_members[join.group_instance_id] = member_id
             same = False
         else:
             same = member.protocols == join.protocols
@@ -366,7 +458,11 @@ class ConsumerGroups:
             if len(self.groups) >= config.max_groups and not self._evict_empty_group():
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"this coordinator holds {len(self.groups)} groups"
             return None
-        known = join.member_id in group.members or join.member_id in group.pending
+        fenced = _fenced(group, join.member_id, join.group_instance_id) if join.member_id != UNKNOWN_MEMBER else None
+        if fenced is not None:
+            return fenced
+        known = join.member_id in group.members or join.member_id in group.pending \
+            or join.group_instance_id in group.static_members
         if join.member_id != UNKNOWN_MEMBER and not known:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"{join.member_id!r} is not a member of group {join.group_id}"
         if group.members and (join.protocol_type != group.protocol_type or not (
@@ -376,6 +472,37 @@ class ConsumerGroups:
         if not known and len(group.members) + len(group.pending) >= config.group_max_size:
             return ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {join.group_id} has group.max.size members"
         return None
+
+    def _replace_static_member(self, group: Group, join: JoinGroup) -> None:
+        """KIP-345: a static member that joins again with an empty member id (a restarted process) takes
+        its old place under a new member id; the old id is fenced (FENCED_INSTANCE_ID). In a stable
+        group with its subscription unchanged it keeps its assignment with no rebalance, once the new id
+        is stored (Kafka answers the JoinGroup with the current generation and the previous leader
+        id, so a former leader does not assign again); otherwise the group rebalances."""
+        instance = join.group_instance_id
+        assert instance is not None
+        old = group.members[group.static_members[instance]]
+        replaced = f"instance {instance} joined again as another member"
+        if old.join is not None:
+            self._answers.append(JoinGroupResult(old.join, ErrorCode.FENCED_INSTANCE_ID, message=replaced))
+        if old.sync is not None:
+            self._answers.append(SyncGroupResult(old.sync, ErrorCode.FENCED_INSTANCE_ID, message=replaced))
+        member_id = f"{instance}-{self._rng.getrandbits(64):016x}"
+        member = Member(member_id, join.client_id, join.session_timeout_ms, join.rebalance_timeout_ms, join.protocols,
+                        self._now_ms + join.session_timeout_ms, old.assignment, instance, join.request_id,
+                        client_host=join.client_host)
+        group.members = {(member_id if key == old.member_id else key): (member if key == old.member_id else value)
+                         for key, value in group.members.items()}
+        group.static_members[instance] = member_id
+        shown_leader = group.leader
+        if group.leader == old.member_id:
+            group.leader = member_id
+        if group.state is GroupState.STABLE and old.protocols == join.protocols:
+            token = self._store(group)
+            self._joins_stored[token] = (group.group_id, member_id, shown_leader)
+        elif group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group)
+        self._maybe_complete_rebalance(group)
 
     def _evict_empty_group(self) -> bool:
         """Make room: forget a group with no members (kept until then, so that its generations
@@ -387,6 +514,7 @@ class ConsumerGroups:
         return False
 
     def _prepare_rebalance(self, group: Group) -> None:
+        group.storing = None  # a store in flight for the abandoned generation is ignored when answered
         if group.state is GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():  # their SyncGroups wait in vain: they join again
                 if member.sync is not None:
@@ -406,7 +534,9 @@ class ConsumerGroups:
         if not timed_out and any(member.join is None for member in group.members.values()):
             return
         for member in [member for member in group.members.values() if member.join is None]:
-            del group.members[member.member_id]  # did not join within the rebalance timeout
+            # Did not join within the rebalance timeout. (Kafka keeps a static member's place until its
+            # session ends; here it goes, and joins again with its instance id as a new member.)
+            _forget(group, member.member_id)
         if not group.members:
             self._become_empty(group)
             return
@@ -433,15 +563,33 @@ class ConsumerGroups:
         member.expires_ms = self._now_ms + member.session_timeout_ms
 
     def _become_empty(self, group: Group) -> None:
+        """Kafka stores an Empty group with its new generation, so a new coordinator never hands out
+        a generation its former members may still hold; nothing waits for that write."""
         group.state = GroupState.EMPTY
         group.generation_id += 1
         group.leader = group.protocol = ""
         group.rebalance_deadline_ms = NEVER_MS
+        group.storing = None  # the last member went while its generation was being stored
+        self._store(group)
+
+    def _store(self, group: Group) -> int:
+        token = next(self._store_tokens)
+        members = tuple(MemberMetadata(member.member_id, member.group_instance_id, member.client_id, member.client_host,
+                                       member.rebalance_timeout_ms, member.session_timeout_ms,
+                                       member.subscription(group.protocol), member.assignment)
+                        for member in group.members.values())
+        self._stores.append(StoreGroup(token, group.group_id, GroupMetadata(
+            group.protocol_type, group.generation_id, group.protocol or None, group.leader or None, members)))
+        return token
 
     # -- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------------
 
-    def _member_error(self, group_id: str, generation_id: int, member_id: str) -> tuple[ErrorCode, str] | None:
+    def _member_error(self, group_id: str, generation_id: int, member_id: str,
+                      group_instance_id: str | None) -> tuple[ErrorCode, str] | None:
         group = self.groups.get(group_id)
+        fenced = _fenced(group, member_id, group_instance_id)
+        if fenced is not None:
+            return fenced
         if group is None or member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of group {group_id}; join again"
         if generation_id != group.generation_id:
@@ -450,7 +598,7 @@ class ConsumerGroups:
         return None
 
     def _sync(self, sync: SyncGroup) -> None:
-        error = self._member_error(sync.group_id, sync.generation_id, sync.member_id)
+        error = self._member_error(sync.group_id, sync.generation_id, sync.member_id, sync.group_instance_id)
         if error is not None:
             self._answers.append(SyncGroupResult(sync.request_id, error[0], message=error[1]))
             return
@@ -462,19 +610,62 @@ class ConsumerGroups:
         elif group.state is GroupState.STABLE:
             self._answers.append(SyncGroupResult(sync.request_id, ErrorCode.NONE, member.assignment))
         else:
+            if member.sync is not None:  # an earlier SyncGroup of it still waits: this one replaces it
+                self._answers.append(SyncGroupResult(member.sync, ErrorCode.REBALANCE_IN_PROGRESS,
+                                                     message="superseded by a later SyncGroup of this member"))
             member.sync = sync.request_id
-            if sync.member_id == group.leader:
+            if sync.member_id == group.leader and group.storing is None:
+                # Kafka stores the generation's assignment before any member gets its part: a new
+                # coordinator after a failover then resumes the group as its members know it.
                 assignments = dict(sync.assignments)
                 for other in group.members.values():
                     other.assignment = assignments.get(other.member_id, b"")
-                group.state = GroupState.STABLE
-                for other in group.members.values():
-                    if other.sync is not None:
-                        self._answers.append(SyncGroupResult(other.sync, ErrorCode.NONE, other.assignment))
-                        other.sync = None
+                group.storing = self._store(group)
+                self._syncs_stored[group.storing] = group.group_id
+
+    def _stored(self, stored: GroupStored) -> None:
+        if stored.token in self._joins_stored:
+            self._static_member_stored(stored)
+            return
+        group = self.groups.get(self._syncs_stored.pop(stored.token, ""))
+        if group is None or group.storing != stored.token:
+            return  # an Empty group's record, or a generation abandoned since
+        group.storing = None
+        if stored.error == ErrorCode.NONE:
+            group.state = GroupState.STABLE
+            for member in group.members.values():
+                if member.sync is not None:
+                    self._answers.append(SyncGroupResult(member.sync, ErrorCode.NONE, member.assignment))
+                    member.sync = None
+            return
+        # Kafka: the members hear the write's error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) and
+        # join again; the group rebalances.
+        for member in group.members.values():
+            member.assignment = b""
+            if member.sync is not None:
+                self._answers.append(SyncGroupResult(member.sync, stored.error, message=stored.message))
+                member.sync = None
+        self._prepare_rebalance(group)
+
+    def _static_member_stored(self, stored: GroupStored) -> None:
+        """A replaced static member's JoinGroup is answered once its new id is stored, unless a
+        rebalance has taken it over since (it is answered by the rebalance)."""
+        group_id, member_id, shown_leader = self._joins_stored.pop(stored.token)
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None or member.join is None or group.state is not GroupState.STABLE:
+            return
+        if stored.error == ErrorCode.NONE:
+            self._answers.append(JoinGroupResult(member.join, ErrorCode.NONE, group.generation_id, group.protocol,
+                                                 shown_leader, member_id))
+        else:  # it joins again with an empty member id and takes its place again
+            self._answers.append(JoinGroupResult(member.join, stored.error, message=stored.message))
+        member.join = None
+        member.expires_ms = self._now_ms + member.session_timeout_ms
 
     def _heartbeat(self, heartbeat: Heartbeat) -> None:
-        error = self._member_error(heartbeat.group_id, heartbeat.generation_id, heartbeat.member_id)
+        error = self._member_error(heartbeat.group_id, heartbeat.generation_id, heartbeat.member_id,
+                                   heartbeat.group_instance_id)
         group = self.groups.get(heartbeat.group_id)
         if error is None and group is not None and group.state is GroupState.PREPARING_REBALANCE:
             member = group.members[heartbeat.member_id]
@@ -488,16 +679,28 @@ class ConsumerGroups:
 
     def _leave(self, leave: LeaveGroup) -> None:
         group = self.groups.get(leave.group_id)
-        unknown = [member_id for member_id in leave.member_ids if group is None or member_id not in group.members]
+        errors: list[tuple[ErrorCode, str]] = []
+        leaving = list(leave.member_ids)
+        for member_id, instance in leave.members:  # KIP-345: by instance id, its member id if given
+            fenced = _fenced(group, member_id, instance) if member_id != UNKNOWN_MEMBER else None
+            if fenced is not None:
+                errors.append(fenced)
+            elif group is None or instance not in group.static_members:
+                errors.append((ErrorCode.UNKNOWN_MEMBER_ID, f"instance {instance} is not in group {leave.group_id}"))
+            else:
+                leaving.append(group.static_members[instance])
+        unknown = [member_id for member_id in leaving if group is None or member_id not in group.members]
+        if unknown:
+            errors.append((ErrorCode.UNKNOWN_MEMBER_ID, f"not members: {unknown}"))
         if group is not None:
-            for member_id in leave.member_ids:
+            for member_id in dict.fromkeys(leaving):
                 if member_id in group.members:
                     self._remove(group, member_id)
-        code = ErrorCode.UNKNOWN_MEMBER_ID if unknown else ErrorCode.NONE
-        self._answers.append(GroupResult(leave.request_id, code, f"not members: {unknown}" if unknown else ""))
+        code, message = errors[0] if errors else (ErrorCode.NONE, "")
+        self._answers.append(GroupResult(leave.request_id, code, message))
 
     def _remove(self, group: Group, member_id: str) -> None:
-        member = group.members.pop(member_id)
+        member = _forget(group, member_id)
         if member.join is not None:
             self._answers.append(JoinGroupResult(member.join, ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
         if member.sync is not None:
@@ -532,10 +735,36 @@ class ConsumerGroups:
 
     def _check_invariants(self) -> None:
         for group in self.groups.values():
+            assert group.storing is None or group.state is GroupState.COMPLETING_REBALANCE, (
+                group.group_id, group.state, group.storing)
+            for instance, member_id in group.static_members.items():
+                assert group.members[member_id].group_instance_id == instance, (group.group_id, instance, member_id)
+            assert len(group.static_members) == sum(1 for member in group.members.values()
+                                                    if member.group_instance_id is not None), group.group_id
             assert (group.state is GroupState.EMPTY) == (not group.members) or group.state is \
                 GroupState.PREPARING_REBALANCE, (group.group_id, group.state, len(group.members))
             assert group.state is GroupState.EMPTY or not group.members or group.state is \
                 GroupState.PREPARING_REBALANCE or group.leader in group.members, (group.group_id, group.leader)
+
+
+def _fenced(group: Group | None, member_id: str, group_instance_id: str | None) -> tuple[ErrorCode, str] | None:
+    """KIP-345: a request naming a static member's instance id with another member id comes from a
+    process that instance has replaced since."""
+    if group is None or group_instance_id is None:
+        return None
+    current = group.static_members.get(group_instance_id)
+    if current is None or current == member_id:
+        return None
+    return ErrorCode.FENCED_INSTANCE_ID, (f"instance {group_instance_id} of group {group.group_id} has joined as "
+                                         "another member since; this consumer was replaced (two consumers with one "
+                                         "group.instance.id?)")
+
+
+def _forget(group: Group, member_id: str) -> Member:
+    member = group.members.pop(member_id)
+    if member.group_instance_id is not None:
+        del group.static_members[member.group_instance_id]
+    return member
 
 
 def _preference(member: Member, name: str) -> int:

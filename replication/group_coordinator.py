@@ -20,6 +20,9 @@ Fetches of one partition share one load; a fetch that joins a load in progress i
 read issued after it joined (its acknowledged commits are below the HW by then). `ListOffsetGroups`
 loads the same way and answers which groups have offsets on the partition (ListGroups and
 DescribeGroups show such groups, as Kafka's coordinator shows the groups it loaded).
+The same replay keeps the group metadata records (replication/group_metadata.py): `LoadGroups`,
+asked when a node takes office as a partition's coordinator, is answered like a fetch, with every
+group stored.
 
 Events in, `CoordinatorReady` out: the core never touches the log itself. The owner performs each
 request on its broker core (a produce, a "latest" ListOffsets, a consumer fetch at the replay's
@@ -33,6 +36,13 @@ import itertools
 import struct
 from dataclasses import dataclass, field
 
+from replication.group_metadata import (
+    GroupMetadata,
+    decode_group_key,
+    decode_group_value,
+    encode_group_key,
+    encode_group_value,
+)
 from storage.error_codes import ErrorCode
 from storage.records import build_batch, iter_records
 
@@ -115,6 +125,18 @@ class CommitOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteGroupMetadata:
+    """Store group `group_id`'s membership record (`value` None: a tombstone), as the membership
+    core asks (replication/consumer_groups.py); answered like a commit."""
+
+    request_id: int
+    group_id: str
+    partition: int
+    value: GroupMetadata | None
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchOffsets:
     """An OffsetFetch of group `group_id` for `topic_partitions` (None: every partition it committed)."""
 
@@ -122,6 +144,15 @@ class FetchOffsets:
     group_id: str
     partition: int
     topic_partitions: tuple[tuple[str, int], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadGroups:
+    """The group records of partition `partition`, as its coordinator takes office (a new leader
+    epoch): read with the offsets, by the same replay."""
+
+    request_id: int
+    partition: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +193,8 @@ class ListOffsetGroups:
     partition: int
 
 
-CoordinatorEvent = CommitOffsets | FetchOffsets | ListOffsetGroups | Produced | LatestListed | Read
+CoordinatorEvent = (CommitOffsets | WriteGroupMetadata | FetchOffsets | LoadGroups | ListOffsetGroups | Produced
+                    | LatestListed | Read)
 
 
 # -- what the owner does ----------------------------------------------------------------------------
@@ -197,6 +229,8 @@ class ReadOffsets:
 
 @dataclass(frozen=True, slots=True)
 class CommitAnswer:
+    """The answer to a CommitOffsets or a WriteGroupMetadata: the write acknowledged, or why not."""
+
     request_id: int
     error: ErrorCode
     message: str = ""
@@ -222,9 +256,20 @@ class OffsetGroupsAnswer:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class GroupsLoaded:
+    """Every group stored in the partition, replayed to the HW in leader epoch `leader_epoch`, or an error."""
+
+    request_id: int
+    error: ErrorCode
+    leader_epoch: int = NO_LEADER_EPOCH
+    groups: tuple[tuple[str, GroupMetadata], ...] = ()
+    message: str = ""
+
+
 CoordinatorRequest = ProduceOffsets | ListLatest | ReadOffsets
-CoordinatorAnswer = CommitAnswer | FetchAnswer | OffsetGroupsAnswer
-LoadWaiter = FetchOffsets | ListOffsetGroups
+CoordinatorAnswer = CommitAnswer | FetchAnswer | GroupsLoaded | OffsetGroupsAnswer
+LoadWaiter = FetchOffsets | LoadGroups | ListOffsetGroups
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +290,7 @@ class _Replay:
     leader_epoch: int
     next_offset: int = 0
     offsets: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
+    groups: dict[str, GroupMetadata] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -272,13 +318,15 @@ class GroupCoordinator:
         self._replays: dict[int, _Replay] = {}
         self._loads: dict[int, _Load] = {}  # by partition
         self._load_of: dict[int, _Load] = {}  # by the token of its request in flight
-        self._commits: dict[int, CommitOffsets] = {}  # by the token of its produce
+        self._commits: dict[int, CommitOffsets | WriteGroupMetadata] = {}  # by the token of its produce
 
     def handle(self, event: CoordinatorEvent) -> CoordinatorReady:
         out = _Output()
         if isinstance(event, CommitOffsets):
             self._on_commit(event, out)
-        elif isinstance(event, (FetchOffsets, ListOffsetGroups)):
+        elif isinstance(event, WriteGroupMetadata):
+            self._on_write_group(event, out)
+        elif isinstance(event, FetchOffsets | LoadGroups | ListOffsetGroups):
             self._on_fetch(event, out)
         elif isinstance(event, Produced):
             self._on_produced(event, out)
@@ -299,6 +347,15 @@ class GroupCoordinator:
         token = next(self._tokens)
         self._commits[token] = event
         out.requests.append(ProduceOffsets(token, event.partition, build_batch(records)))
+
+    def _on_write_group(self, event: WriteGroupMetadata, out: _Output) -> None:
+        """Through the commits' produce path: one writer per partition, one mapping of its errors,
+        and the records sit where the replay that loads them reads."""
+        value = None if event.value is None else encode_group_value(event.value, event.timestamp_ms)
+        token = next(self._tokens)
+        self._commits[token] = event
+        out.requests.append(ProduceOffsets(token, event.partition,
+                                           build_batch([(encode_group_key(event.group_id), value)])))
 
     def _on_produced(self, event: Produced, out: _Output) -> None:
         commit = self._commits.pop(event.token, None)
@@ -346,7 +403,15 @@ class GroupCoordinator:
             done = [waiter for waiter in load.waiters if waiter[1] < read_index]
             load.waiters = [waiter for waiter in load.waiters if waiter[1] >= read_index]
             for request, _ in done:
-                out.answers.append(_answer(request, replay.offsets))
+                if isinstance(request, LoadGroups):
+                    out.answers.append(GroupsLoaded(request.request_id, ErrorCode.NONE, replay.leader_epoch,
+                                                    tuple(replay.groups.items())))
+                elif isinstance(request, ListOffsetGroups):
+                    out.answers.append(OffsetGroupsAnswer(request.request_id, ErrorCode.NONE,
+                                                          frozenset(group for group, _, _ in replay.offsets)))
+                else:
+                    out.answers.append(FetchAnswer(request.request_id, ErrorCode.NONE,
+                                                   _answer(request, replay.offsets)))
             if not load.waiters:
                 del self._loads[load.partition]
                 return
@@ -366,7 +431,9 @@ class GroupCoordinator:
         del self._loads[load.partition]
         code = coordinator_error(error)
         for request, _ in load.waiters:
-            if isinstance(request, ListOffsetGroups):
+            if isinstance(request, LoadGroups):
+                out.answers.append(GroupsLoaded(request.request_id, code, message=message))
+            elif isinstance(request, ListOffsetGroups):
                 out.answers.append(OffsetGroupsAnswer(request.request_id, code, message=message))
             else:
                 out.answers.append(FetchAnswer(request.request_id, code, (), message))
@@ -381,10 +448,11 @@ def _apply(replay: _Replay, records: bytes) -> None:
                 continue
             try:
                 key = decode_key(record.key)
-                value = None if key is None or record.value is None else decode_value(record.value)
-            except (struct.error, UnicodeDecodeError):
-                continue
-            if key is None:
+                if key is None:
+                    _apply_group(replay, record.key, record.value)
+                    continue
+                value = None if record.value is None else decode_value(record.value)
+            except (struct.error, ValueError):  # UnicodeDecodeError is a ValueError
                 continue
             if value is None:
                 replay.offsets.pop(key, None)
@@ -393,10 +461,18 @@ def _apply(replay: _Replay, records: bytes) -> None:
         replay.next_offset = max(replay.next_offset, header.last_offset + 1)
 
 
-def _answer(request: LoadWaiter, offsets: dict[tuple[str, str, int], tuple[int, str]]
-            ) -> FetchAnswer | OffsetGroupsAnswer:
-    if isinstance(request, ListOffsetGroups):
-        return OffsetGroupsAnswer(request.request_id, ErrorCode.NONE, frozenset(group for group, _, _ in offsets))
+def _apply_group(replay: _Replay, key: bytes, value: bytes | None) -> None:
+    """A group metadata record (or a record of another kind, skipped)."""
+    group_id = decode_group_key(key)
+    if group_id is None:
+        return
+    if value is None:
+        replay.groups.pop(group_id, None)
+    else:
+        replay.groups[group_id] = decode_group_value(value)
+
+
+def _answer(request: FetchOffsets, offsets: dict[tuple[str, str, int], tuple[int, str]]) -> tuple[PartitionOffset, ...]:
     if request.topic_partitions is None:
         wanted = sorted((topic, partition) for group, topic, partition in offsets if group == request.group_id)
     else:
@@ -405,7 +481,7 @@ def _answer(request: LoadWaiter, offsets: dict[tuple[str, str, int], tuple[int, 
     for topic, partition in wanted:
         offset, metadata = offsets.get((request.group_id, topic, partition), (NO_OFFSET, ""))
         answer.append(PartitionOffset(topic, partition, offset, metadata))
-    return FetchAnswer(request.request_id, ErrorCode.NONE, tuple(answer))
+    return tuple(answer)
 
 
 def coordinator_error(code: ErrorCode) -> ErrorCode:

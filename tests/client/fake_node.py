@@ -138,13 +138,14 @@ class FakeCluster:
         # Consumer groups: the node's own edge and core, every node the coordinator of every group.
         self.groups = GroupMembership(0, 1, GroupsConfig(group_initial_rebalance_delay_ms=0), lambda partition: 0,
                                       lambda partition: 0, _coordinator_known, lambda partition: None, _no_forward,
-                                      lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
+                                      _stored, _loaded, lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
         self.group_queries = GroupQueries(0, 1, lambda partition: 0, _coordinator_known, lambda partition: None,
                                           _no_forward, self.groups, self._offset_groups)
 
     async def __aenter__(self) -> FakeCluster:
         for node_id in self.node_ids:
             await self.start_node(node_id)
+        await self.groups.take_office(0)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -446,7 +447,8 @@ class FakeCluster:
             return OffsetCommitResponse(tuple(
                 OffsetCommitPartitionResponse(p.topic, p.partition, code) for p in request.partitions
             ))
-        fenced, why = self.groups.commit_error(request.group_id, request.generation_id, request.member_id)
+        fenced, why = self.groups.commit_error(request.group_id, request.generation_id, request.member_id,
+                                               request.group_instance_id)
         if fenced != ErrorCode.NONE:
             return OffsetCommitResponse(tuple(
                 OffsetCommitPartitionResponse(p.topic, p.partition, fenced, why) for p in request.partitions))
@@ -572,3 +574,11 @@ async def _coordinator_known(partition: int, create: bool) -> None:
 
 async def _no_forward(address: str, api: Api, request: object, response_type: type) -> object:
     raise AssertionError("a fake node coordinates every group itself")
+
+
+async def _stored(partition: int, group_id: str, value: object) -> tuple[ErrorCode, str]:
+    return ErrorCode.NONE, ""  # a fake node keeps its groups in memory only
+
+
+async def _loaded(partition: int) -> tuple[ErrorCode, int, tuple[()]]:
+    return ErrorCode.NONE, 0, ()  # no groups stored; leader epoch 0, as `leader_epoch_of` says

@@ -1,7 +1,8 @@
 """Consumer groups against three real node processes: consumers that subscribe share a topic's six
 partitions, disjointly, and the group rebalances when a consumer joins, when one leaves, and when
 one is killed with -9 (its own process: its session runs out); every record is processed. The CLI's
-`groups list` and `groups describe` show the live group Stable, each partition with one owner."""
+`groups list` and `groups describe` show the live group Stable, each partition with one owner. A
+stable group whose coordinator is killed with -9 keeps its generation: the new coordinator loads it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from client.consumer import Consumer
 from client.metadata import TopicPartition
 from client.producer import Producer
 from node.dev import DevCluster
+from node.group_offsets import OFFSETS_TOPIC
+from replication.group_coordinator import coordinator_partition
 from tests.node.cluster_harness import eventually, start_cluster, stopped
 
 TOPIC = "shared"
@@ -55,9 +58,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 class Member:
     """A consumer of the group, polling in a task; `seen` collects the values it processed."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.consumer = Consumer(bootstrap, **CONSUMER_SETTINGS)  # type: ignore[arg-type]
-        self.consumer.subscribe([TOPIC])
+    def __init__(self, bootstrap: str, topic: str = TOPIC, **settings: object) -> None:
+        self.consumer = Consumer(bootstrap, **{**CONSUMER_SETTINGS, **settings})  # type: ignore[arg-type]
+        self.consumer.subscribe([topic])
         self.seen: list[bytes] = []
         self.task = asyncio.create_task(self._run())
 
@@ -169,3 +172,39 @@ async def test_consumers_share_the_partitions_and_rebalance_on_join_leave_and_ki
             process.kill()
         for member in members:
             await member.close()
+
+
+async def test_a_stable_group_keeps_its_generation_when_its_coordinator_is_killed(cluster: DevCluster) -> None:
+    """Kafka's new coordinator loads the group from __consumer_offsets: the members' commits (fenced
+    by generation and member id) go on in their generation, and their heartbeats keep them there
+    past their session timeout, without a rebalance."""
+    group, topic = "steady", "steady-topic"
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 2, 3)])
+    members = [Member(cluster.bootstrap, topic, group_id=group) for _ in range(2)]
+    killed = None
+    try:
+        async def stable() -> bool:
+            held = [member.assigned() for member in members]
+            return all(len(partitions) == 1 for partitions in held) and held[0] != held[1]
+
+        await eventually(stable, "two members hold one partition each")
+        before = [(m.consumer.member.member_id, m.consumer.member.generation_id) for m in members]  # type: ignore[union-attr]
+        assert before[0][1] == before[1][1]
+        async with Admin(cluster.bootstrap) as admin:
+            offsets = (await admin.describe_topics([OFFSETS_TOPIC]))[OFFSETS_TOPIC]
+        killed = offsets[coordinator_partition(group, len(offsets))].leader
+        cluster.kill_node(killed)
+        for member in members:  # answered by the new coordinator, once it has loaded the group
+            await member.consumer.commit({tp: 0 for tp in member.assigned()})
+        # What is tested is time passing: two session timeouts later nobody has rebalanced.
+        await asyncio.sleep(2 * CONSUMER_SETTINGS["session_timeout_ms"] / 1000)  # type: ignore[operator]
+        for member in members:
+            await member.consumer.commit({tp: 0 for tp in member.assigned()})
+        after = [(m.consumer.member.member_id, m.consumer.member.generation_id) for m in members]  # type: ignore[union-attr]
+        assert after == before and all(not m.consumer.member.needs_join for m in members)  # type: ignore[union-attr]
+    finally:
+        for member in members:
+            await member.close()
+        if killed is not None:
+            cluster.start_node(killed)

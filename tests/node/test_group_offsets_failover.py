@@ -10,19 +10,24 @@ follower knows at the leader change is fixed, not raced.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from client import protocol
 from controller.metadata_records import PartitionChange
+from node.group_membership import GroupMembership
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
+from replication.consumer_groups import GroupsConfig
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
-from tests.node.broker_harness import Cluster, log_bytes, started, until, wall_clock_ms
+from tests.node.broker_harness import Cluster, log_bytes, monotonic_ms, started, until, wall_clock_ms
 
+T = TypeVar("T")
 OFFSETS_TP = TopicPartition(OFFSETS_TOPIC, 0)
 GROUP = "billing"
 ORDERS = ("orders", 0)
@@ -35,11 +40,20 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
 
 
 def coordinator(cluster: Cluster, broker_id: int) -> GroupOffsets:
-    """The coordinator role of broker `broker_id`, wired as `Node._make_broker` wires it."""
+    """The coordinator role of broker `broker_id`, wired as `Node._make_broker` wires it, for a
+    group without members (commits are not fenced)."""
+    return coordinated(cluster, broker_id, with_members=False)[0]
+
+
+def coordinated(cluster: Cluster, broker_id: int, with_members: bool = True) -> tuple[GroupOffsets, GroupMembership]:
+    """Broker `broker_id`'s offsets and membership edges, wired as `Node._make_broker` wires them."""
     broker = cluster.broker(broker_id)
 
     def leader_of(partition: int) -> int:
         return cluster.quorum.partition(OFFSETS_TOPIC, partition).leader
+
+    def leader_epoch_of(partition: int) -> int:
+        return cluster.quorum.partition(OFFSETS_TOPIC, partition).leader_epoch
 
     def address_of(partition: int) -> str:
         return cluster.nodes[leader_of(partition)].address
@@ -50,9 +64,15 @@ def coordinator(cluster: Cluster, broker_id: int) -> GroupOffsets:
     async def create_topic() -> ErrorCode:
         raise AssertionError("the test creates __consumer_offsets itself")
 
-    return GroupOffsets(broker_id, 1, leader_of, address_of, broker.produce, broker.fetch, broker.list_offsets,
-                        forward, create_topic, wall_clock_ms, 5_000,
-                        lambda group, generation, member: (ErrorCode.NONE, ""))  # a group without members
+    def commit_error(group: str, generation: int, member: str, instance: str | None) -> tuple[ErrorCode, str]:
+        return membership.commit_error(group, generation, member, instance) if with_members else (ErrorCode.NONE, "")
+
+    offsets = GroupOffsets(broker_id, 1, leader_of, address_of, broker.produce, broker.fetch, broker.list_offsets,
+                           forward, create_topic, wall_clock_ms, 5_000, commit_error)
+    membership = GroupMembership(broker_id, 1, GroupsConfig(group_initial_rebalance_delay_ms=0), leader_of,
+                                 leader_epoch_of, offsets.route, address_of, forward, offsets.write_group,
+                                 offsets.load_groups, monotonic_ms, random.Random(broker_id))
+    return offsets, membership
 
 
 async def commit(coordinator: GroupOffsets, offset: int) -> ErrorCode:
@@ -124,3 +144,58 @@ async def test_coordinator_that_leads_again_reloads_instead_of_continuing_its_ol
     cluster.nodes[0].cut = False
     cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=0, isr=(0, 1))
     assert await committed(first) == (ErrorCode.NONE, 12)
+
+
+async def loaded(call: Callable[[], Awaitable[T]]) -> T:
+    """`call()` again while the coordinator answers that it is still loading its groups (it loads in
+    the background; a client retries after a backoff, as here)."""
+    for _ in range(500):
+        answer = await call()
+        code = answer.error_code if hasattr(answer, "error_code") else answer.partitions[0].error_code  # type: ignore[attr-defined]
+        if code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            return answer
+        await asyncio.sleep(0.01)
+    raise AssertionError("the coordinator never finished loading")
+
+
+def join(membership: GroupMembership, member_id: str = "") -> Awaitable[protocol.JoinGroupResponse]:
+    return loaded(lambda: membership.join(protocol.JoinGroupRequest(
+        GROUP, 10_000, 30_000, member_id, "consumer", (protocol.JoinGroupProtocol("range", b"orders"),))))
+
+
+def heartbeat(membership: GroupMembership, generation: int, member_id: str) -> Awaitable[protocol.GroupResponse]:
+    return loaded(lambda: membership.heartbeat(protocol.HeartbeatRequest(GROUP, generation, member_id)))
+
+
+async def member_commit(offsets: GroupOffsets, generation: int, member_id: str) -> ErrorCode:
+    response = await loaded(lambda: offsets.commit(protocol.OffsetCommitRequest(
+        GROUP, (protocol.OffsetCommitPartition(*ORDERS, 3),), generation, member_id)))
+    return response.partitions[0].error_code
+
+
+async def test_a_stable_group_keeps_its_generation_on_the_new_coordinator(cluster: Cluster) -> None:
+    """Two members reach generation 2 on broker 0; broker 1 takes over. Kafka's new coordinator
+    loads the group from __consumer_offsets: the members' heartbeats and commits go on in generation
+    2, a commit of generation 1 is still fenced, and no member has to join again."""
+    await cluster.create_topic(OFFSETS_TOPIC, {0: (0, 1)}, {"cleanup.policy": "compact"})
+    old_offsets, old = coordinated(cluster, 0)
+    one = (await join(old)).member_id
+    assert (await join(old, one)).generation_id == 1
+    await old.sync(protocol.SyncGroupRequest(GROUP, 1, one, (protocol.SyncGroupAssignment(one, b"p0 p1"),)))
+    two = (await join(old)).member_id
+    joined = await asyncio.gather(join(old, two), join(old, one))
+    assert [answer.generation_id for answer in joined] == [2, 2] and joined[1].leader == one
+    synced = await asyncio.gather(
+        old.sync(protocol.SyncGroupRequest(GROUP, 2, two)),
+        old.sync(protocol.SyncGroupRequest(GROUP, 2, one, (protocol.SyncGroupAssignment(one, b"p0"),
+                                                           protocol.SyncGroupAssignment(two, b"p1")))))
+    assert [answer.assignment for answer in synced] == [b"p1", b"p0"]
+    assert await member_commit(old_offsets, 2, one) == ErrorCode.NONE
+
+    cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=1, isr=(0, 1))
+    new_offsets, new = coordinated(cluster, 1)
+    assert [(await heartbeat(new, 2, member)).error_code for member in (one, two)] == [ErrorCode.NONE] * 2
+    assert await member_commit(new_offsets, 2, two) == ErrorCode.NONE
+    assert await member_commit(new_offsets, 1, two) == ErrorCode.ILLEGAL_GENERATION
+    rejoined = await join(new, two)
+    assert (rejoined.error_code, rejoined.generation_id) == (ErrorCode.NONE, 2), "a follower rejoins, no rebalance"

@@ -14,6 +14,7 @@ from node.group_membership import GroupMembership, with_client_host
 from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
+from replication.group_metadata import GroupMetadata
 
 PARTITIONS = 2
 
@@ -38,12 +39,19 @@ class Stubs:
             DescribedGroup(ErrorCode.NONE, group, ConsumerGroupState.STABLE, coordinator_id=2)
             for group in request.groups))
 
+    async def store(self, partition: int, group_id: str, value: GroupMetadata | None) -> tuple[ErrorCode, str]:
+        return ErrorCode.NONE, ""
+
+    async def load_groups(self, partition: int) -> tuple[ErrorCode, int, tuple[tuple[str, GroupMetadata], ...]]:
+        return ErrorCode.NONE, 0, ()  # no group stored
+
     async def offset_groups(self, partition: int) -> OffsetGroupsAnswer:
         return self.offsets.get(partition, OffsetGroupsAnswer(0, ErrorCode.NONE))
 
     def queries(self) -> GroupQueries:
         membership = GroupMembership(1, PARTITIONS, GroupsConfig(), self.leader_of, lambda partition: 0, self.route,
-                                     lambda partition: "node-2:9092", self.forward, lambda: 0, random.Random(0))
+                                     lambda partition: "node-2:9092", self.forward, self.store, self.load_groups,
+                                     lambda: 0, random.Random(0))
         return GroupQueries(1, PARTITIONS, self.leader_of, self.route, lambda partition: "node-2:9092", self.forward,
                             membership, self.offset_groups)
 

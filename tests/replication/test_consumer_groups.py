@@ -15,20 +15,24 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from replication.consumer_groups import (
     ConsumerGroups,
+    GroupAnswer,
     GroupOverview,
     GroupResult,
     GroupsConfig,
     GroupState,
     GroupsTick,
+    GroupStored,
     Heartbeat,
     JoinGroup,
     JoinGroupResult,
     LeaveGroup,
     MemberSummary,
+    StoreGroup,
     SyncGroup,
     SyncGroupResult,
 )
 from replication.group_listing import dead_group, merge_overviews
+from replication.group_metadata import GroupMetadata, MemberMetadata
 from storage.error_codes import ErrorCode
 
 SESSION_MS = 10_000
@@ -38,13 +42,18 @@ PROTOCOLS = (("range", b"sub:orders"),)
 
 
 class Coordinator:
-    """The core, a clock and numbered requests; each call returns the answers its Ready had."""
+    """The core, a clock and numbered requests; each call returns the answers its Ready had. The
+    group records the core stores are acknowledged at once (`acks_stores`), or when told;
+    `stored` holds each group's last acknowledged record, as a replay of the partition finds it."""
 
-    def __init__(self, config: GroupsConfig = CONFIG) -> None:
+    def __init__(self, config: GroupsConfig = CONFIG, acks_stores: bool = True) -> None:
         self.core = ConsumerGroups(config, random.Random(1))
         self.now_ms = 0
         self.next_id = 0
-        self.answers: dict[int, object] = {}
+        self.answers: dict[int, GroupAnswer] = {}
+        self.acks_stores = acks_stores
+        self.pending_stores: list[StoreGroup] = []
+        self.stored: dict[str, GroupMetadata | None] = {}
 
     def send(self, make: type, *fields: object) -> int:
         self.next_id += 1
@@ -59,9 +68,32 @@ class Coordinator:
         for answer in ready.answers:
             assert answer.request_id not in self.answers, f"request {answer.request_id} answered twice"
             self.answers[answer.request_id] = answer
+        self.pending_stores.extend(ready.stores)
+        if self.acks_stores:
+            self.ack_stores()
 
-    def join(self, member_id: str = "", group: str = "g", protocols: tuple = PROTOCOLS) -> int:
-        return self.send(JoinGroup, group, member_id, "client", SESSION_MS, REBALANCE_MS, "consumer", protocols)
+    def ack_stores(self, error: ErrorCode = ErrorCode.NONE) -> None:
+        """Answer the stores in flight, in the order they were asked (the partition appends them so)."""
+        while self.pending_stores:
+            store = self.pending_stores.pop(0)
+            if error == ErrorCode.NONE:
+                self.stored[store.group_id] = store.value
+            self._take(self.core.handle(GroupStored(store.token, error), self.now_ms))
+
+    def join(self, member_id: str = "", group: str = "g", protocols: tuple = PROTOCOLS,
+             instance: str | None = None) -> int:
+        return self.send(JoinGroup, group, member_id, "client", SESSION_MS, REBALANCE_MS, "consumer", protocols,
+                         instance)
+
+    def fail_over(self, land: bool) -> None:
+        """A new coordinator takes office: it loads what the partition holds. The stores in flight
+        were written before the old one died (`land`), or not; nothing answers them."""
+        if land:
+            for store in self.pending_stores:
+                self.stored[store.group_id] = store.value
+        self.pending_stores = []
+        self.core = ConsumerGroups(self.core.config, random.Random(self.now_ms))
+        self.core.load([(group, value) for group, value in self.stored.items() if value is not None], self.now_ms)
 
     def new_member(self, group: str = "g") -> tuple[str, int]:
         """A member joining from scratch: its id (MEMBER_ID_REQUIRED) and the request of its real join."""
@@ -98,6 +130,78 @@ def test_members_join_one_generation_and_the_leader_assigns() -> None:
     assert coordinator.core.commit_error("g", 2, two) == (ErrorCode.NONE, "")
 
 
+def test_the_syncs_are_answered_once_the_generations_record_is_stored() -> None:
+    """Kafka writes the group (members, subscriptions, assignments) when the leader's SyncGroup
+    arrives and answers the SyncGroups only once the write is acknowledged."""
+    coordinator = Coordinator(acks_stores=False)
+    one, two = stable_pair(coordinator, acked=False)
+    (store,) = coordinator.pending_stores
+    assert store.value == GroupMetadata("consumer", 2, "range", one, (
+        MemberMetadata(one, None, "client", "", REBALANCE_MS, SESSION_MS, b"sub:orders", b"a"),
+        MemberMetadata(two, None, "client", "", REBALANCE_MS, SESSION_MS, b"sub:orders", b"b")))
+    assert coordinator.state() is GroupState.COMPLETING_REBALANCE
+    assert not [answer for answer in coordinator.answers.values() if isinstance(answer, SyncGroupResult)]
+    assert coordinator.core.commit_error("g", 2, one)[0] == ErrorCode.REBALANCE_IN_PROGRESS
+    coordinator.ack_stores()
+    assert coordinator.state() is GroupState.STABLE
+    assert [answer.assignment for answer in coordinator.answers.values() if isinstance(answer, SyncGroupResult)] \
+        == [b"a", b"b"]
+
+
+def test_a_failed_store_fails_the_syncs_and_the_members_join_again() -> None:
+    coordinator = Coordinator(acks_stores=False)
+    one, _ = stable_pair(coordinator, acked=False)
+    coordinator.ack_stores(ErrorCode.NOT_COORDINATOR)
+    syncs = [answer for answer in coordinator.answers.values() if isinstance(answer, SyncGroupResult)]
+    assert [answer.error for answer in syncs] == [ErrorCode.NOT_COORDINATOR] * 2
+    assert coordinator.state() is GroupState.PREPARING_REBALANCE and coordinator.stored == {}
+    assert coordinator.core.commit_error("g", 1, one)[0] == ErrorCode.ILLEGAL_GENERATION, \
+        "the generation whose store failed still fences the one before"
+
+
+def test_a_group_left_empty_is_stored_with_its_next_generation() -> None:
+    coordinator = Coordinator()
+    one, two = stable_pair(coordinator)
+    coordinator.send(LeaveGroup, "g", (one, two))
+    assert coordinator.state() is GroupState.EMPTY
+    assert coordinator.stored["g"] == GroupMetadata("consumer", 3, None, None, ())
+
+
+def test_a_new_coordinator_resumes_a_stored_group_in_its_generation() -> None:
+    """Kafka's coordinator loads the groups on election: members that keep heartbeating stay in
+    their generation, with their assignments, and commits are fenced as before the failover."""
+    old = Coordinator()
+    one, two = stable_pair(old)
+    new = Coordinator()
+    new.now_ms = 100_000
+    new.core.load(old.stored.items(), new.now_ms)
+    assert new.state() is GroupState.STABLE
+    new.tick(SESSION_MS - 1)  # sessions count from the load
+    assert [new.answers[new.send(Heartbeat, "g", 2, member)].error for member in (one, two)] == [ErrorCode.NONE] * 2
+    assert new.core.commit_error("g", 2, one) == (ErrorCode.NONE, "")
+    assert new.core.commit_error("g", 1, one)[0] == ErrorCode.ILLEGAL_GENERATION
+    assert new.core.commit_error("g", 2, "stranger")[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    answer = new.answers[new.join(two)]
+    assert (answer.error, answer.generation_id, answer.leader) == (ErrorCode.NONE, 2, one), "a follower rejoins"
+    assert new.answers[new.send(SyncGroup, "g", 2, two, ())].assignment == b"b"
+    for _ in range(3):  # two falls silent: the group rebalances into a later generation
+        new.tick(SESSION_MS // 2)
+        new.send(Heartbeat, "g", 2, one)
+    assert new.answers[new.join(one)].generation_id == 3
+
+
+def test_an_empty_group_loads_empty_at_its_generation_and_a_bad_record_never_lowers_it() -> None:
+    new = Coordinator()
+    leader_elsewhere = GroupMetadata("consumer", 9, "range", "gone", (
+        MemberMetadata("m", None, "c", "", REBALANCE_MS, SESSION_MS, b"s", b"a"),))
+    new.core.load([("g", GroupMetadata("consumer", 5, None, None)), ("h", leader_elsewhere)], 0)
+    assert (new.state("g"), new.state("h")) == (GroupState.EMPTY, GroupState.EMPTY)
+    _, join = new.new_member("g")
+    assert new.answers[join].generation_id == 6
+    _, join = new.new_member("h")
+    assert new.answers[join].generation_id == 10
+
+
 def test_members_starting_together_join_one_generation_after_the_initial_delay() -> None:
     coordinator = Coordinator(GroupsConfig(group_initial_rebalance_delay_ms=3_000))
     _, join_one = coordinator.new_member()
@@ -108,14 +212,16 @@ def test_members_starting_together_join_one_generation_after_the_initial_delay()
     assert coordinator.answers[join_one].generation_id == coordinator.answers[join_two].generation_id == 1
 
 
-def stable_pair(coordinator: Coordinator) -> tuple[str, str]:
+def stable_pair(coordinator: Coordinator, acked: bool = True) -> tuple[str, str]:
+    """Two members in generation 2, `one` the leader assigning "a" and "b" (and the record stored,
+    unless the test holds stores back)."""
     one, _ = coordinator.new_member()
     two, join_two = coordinator.new_member()
     coordinator.join(one)
     generation = coordinator.answers[join_two].generation_id
     coordinator.send(SyncGroup, "g", generation, two, ())
     coordinator.send(SyncGroup, "g", generation, one, ((one, b"a"), (two, b"b")))
-    assert coordinator.state() is GroupState.STABLE
+    assert coordinator.state() is (GroupState.STABLE if acked else GroupState.COMPLETING_REBALANCE)
     return one, two
 
 
@@ -216,10 +322,10 @@ def test_describe_hides_subscriptions_and_assignments_while_the_group_rebalances
 def test_describe_records_the_client_host_of_the_first_join() -> None:
     coordinator = Coordinator()
     (asked,) = coordinator.core.handle(JoinGroup(1, "g", "", "app-1", SESSION_MS, REBALANCE_MS, "consumer", PROTOCOLS,
-                                                 "/10.0.0.7"), 0).answers
+                                                 client_host="/10.0.0.7"), 0).answers
     assert isinstance(asked, JoinGroupResult)
     coordinator.core.handle(JoinGroup(2, "g", asked.member_id, "app-1", SESSION_MS, REBALANCE_MS, "consumer",
-                                      PROTOCOLS, "/10.0.0.7"), 0)
+                                      PROTOCOLS, client_host="/10.0.0.7"), 0)
     summary = coordinator.core.describe("g")
     assert summary is not None and [(m.client_id, m.client_host) for m in summary.members] == [("app-1", "/10.0.0.7")]
 
@@ -249,6 +355,81 @@ def test_groups_with_only_offsets_are_listed_empty_and_the_states_filter_applies
     assert dead_group("x").state is GroupState.DEAD and dead_group("x").members == ()
 
 
+def static_pair(coordinator: Coordinator) -> tuple[str, str]:
+    """Static members "a" (the leader) and "b" in generation 2, assigned "a" and "b"."""
+    one = coordinator.answers[coordinator.join(instance="a")]
+    assert isinstance(one, JoinGroupResult) and one.error == ErrorCode.NONE, "KIP-345: no MEMBER_ID_REQUIRED round"
+    coordinator.send(SyncGroup, "g", 1, one.member_id, ((one.member_id, b"a"),), "a")
+    join_two = coordinator.join(instance="b")
+    rejoin = coordinator.answers[coordinator.join(one.member_id, instance="a")]
+    two = coordinator.answers[join_two].member_id
+    coordinator.send(SyncGroup, "g", 2, two, (), "b")
+    coordinator.send(SyncGroup, "g", 2, one.member_id, ((one.member_id, b"a"), (two, b"b")), "a")
+    assert rejoin.generation_id == 2 and coordinator.state() is GroupState.STABLE
+    return one.member_id, two
+
+
+def test_a_restarted_static_member_takes_its_place_without_a_rebalance() -> None:
+    """KIP-345: same instance id, empty member id, same subscription: a new member id in the same
+    generation with the old assignment, answered once stored; the old member id is fenced."""
+    coordinator = Coordinator(acks_stores=False)
+    coordinator.acks_stores = True
+    one, two = static_pair(coordinator)
+    coordinator.acks_stores = False
+    join = coordinator.join(instance="b")
+    assert join not in coordinator.answers, "answered once the new member id is stored"
+    (store,) = coordinator.pending_stores
+    assert store.value is not None and [(m.member_id, m.group_instance_id) for m in store.value.members] == [
+        (one, "a"), (coordinator.core.groups["g"].static_members["b"], "b")]
+    coordinator.ack_stores()
+    answer = coordinator.answers[join]
+    assert (answer.error, answer.generation_id, answer.leader) == (ErrorCode.NONE, 2, one)
+    assert answer.member_id not in (one, two) and coordinator.state() is GroupState.STABLE
+    assert coordinator.answers[coordinator.send(SyncGroup, "g", 2, answer.member_id, (), "b")].assignment == b"b"
+    assert coordinator.answers[coordinator.send(Heartbeat, "g", 2, two, "b")].error == ErrorCode.FENCED_INSTANCE_ID
+    assert coordinator.core.commit_error("g", 2, two, "b")[0] == ErrorCode.FENCED_INSTANCE_ID
+    assert coordinator.answers[coordinator.join(two, instance="b")].error == ErrorCode.FENCED_INSTANCE_ID
+    assert coordinator.answers[coordinator.send(Heartbeat, "g", 2, one, "a")].error == ErrorCode.NONE
+
+
+def test_a_restarted_static_leader_is_not_told_it_leads_and_keeps_the_generation() -> None:
+    coordinator = Coordinator()
+    one, _ = static_pair(coordinator)
+    answer = coordinator.answers[coordinator.join(instance="a")]
+    assert (answer.generation_id, answer.leader, answer.members) == (2, one, ()), "the previous leader id (Kafka)"
+    assert coordinator.core.groups["g"].leader == answer.member_id and coordinator.state() is GroupState.STABLE
+
+
+def test_a_static_member_with_a_new_subscription_rebalances() -> None:
+    coordinator = Coordinator()
+    one, _ = static_pair(coordinator)
+    join = coordinator.join(protocols=(("range", b"sub:other"),), instance="b")
+    assert join not in coordinator.answers and coordinator.state() is GroupState.PREPARING_REBALANCE
+    coordinator.join(one, instance="a")
+    assert coordinator.answers[join].generation_id == 3
+
+
+def test_a_static_member_leaves_by_instance_id_and_its_session_still_ends() -> None:
+    coordinator = Coordinator()
+    one, _ = static_pair(coordinator)
+    answer = coordinator.answers[coordinator.send(LeaveGroup, "g", (), (("", "b"),))]
+    assert answer.error == ErrorCode.NONE and set(coordinator.core.groups["g"].members) == {one}
+    assert coordinator.answers[coordinator.send(LeaveGroup, "g", (), (("", "b"),))].error == ErrorCode.UNKNOWN_MEMBER_ID
+    rejoin = coordinator.answers[coordinator.join(one, instance="a")]
+    coordinator.send(SyncGroup, "g", rejoin.generation_id, one, ((one, b"a"),), "a")
+    coordinator.tick(SESSION_MS)
+    assert coordinator.state() is GroupState.EMPTY and coordinator.core.groups["g"].static_members == {}
+
+
+def test_static_members_are_loaded_with_their_instance_ids() -> None:
+    coordinator = Coordinator()
+    one, two = static_pair(coordinator)
+    coordinator.fail_over(land=False)
+    assert coordinator.core.groups["g"].static_members == {"a": one, "b": two}
+    answer = coordinator.answers[coordinator.join(instance="b")]
+    assert (answer.error, answer.generation_id) == (ErrorCode.NONE, 2), "a restart after a failover keeps its place"
+
+
 # -- the state machine -----------------------------------------------------------------------------
 
 
@@ -256,19 +437,32 @@ class Client:
     """A consumer that follows the protocol: joins, syncs (as leader it assigns one slot per
     member), heartbeats, and joins again when told to."""
 
-    def __init__(self) -> None:
+    def __init__(self, instance: str | None) -> None:
+        self.instance = instance  # a static member's group.instance.id (KIP-345)
         self.member_id = ""
         self.generation = -1
         self.waiting: int | None = None  # a join or sync in flight
         self.silent = False
+        self.join_sent_in = 0  # the coordinator (failovers so far) its last JoinGroup went to
+        self.id_given_in = 0  # the coordinator that gave its member id
+
+    @property
+    def owner(self) -> str:
+        """Who holds an assignment: a static member's instance (a restart keeps it), else the member."""
+        return self.instance or self.member_id
 
 
 class GroupMachine(RuleBasedStateMachine):
+    """Clients 0 and 1 are static members, 2 and 3 dynamic. Group records are acknowledged, failed
+    or lost in a failover, after which a new core loads what was written."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.coordinator = Coordinator()
-        self.clients = [Client() for _ in range(4)]
-        self.handed_out: dict[int, dict[str, bytes]] = {}  # generation -> member -> assignment
+        self.coordinator = Coordinator(acks_stores=False)
+        self.clients = [Client("i0"), Client("i1"), Client(None), Client(None)]
+        self.handed_out: dict[int, dict[str, bytes]] = {}  # generation -> owner -> assignment
+        self.zombies: list[tuple[str, str, int]] = []  # (member id, instance, generation) of restarted members
+        self.failovers = 0
 
     @rule(index=st.integers(0, 3))
     def act(self, index: int) -> None:
@@ -284,12 +478,23 @@ class GroupMachine(RuleBasedStateMachine):
             self._take(client, answer)
             return
         if client.generation < 0:
-            client.waiting = coordinator.join(client.member_id)
+            client.join_sent_in = self.failovers
+            client.waiting = coordinator.join(client.member_id, instance=client.instance)
             self._take_if_answered(client)
         else:
-            heartbeat = coordinator.send(Heartbeat, "g", client.generation, client.member_id)
-            if coordinator.answers[heartbeat].error != ErrorCode.NONE:
+            heartbeat = coordinator.answers[coordinator.send(Heartbeat, "g", client.generation, client.member_id,
+                                                             client.instance)]
+            self._check_fenced(client, heartbeat.error)
+            if heartbeat.error != ErrorCode.NONE:
                 client.generation = -1
+
+    def _check_fenced(self, client: Client, error: ErrorCode) -> None:
+        """Only a replaced process is fenced, or one that joined again (a new member id) just before
+        a failover lost the record of its new id: as Kafka's consumer, it stops (FencedInstanceIdException)
+        and is started again."""
+        if error == ErrorCode.FENCED_INSTANCE_ID:
+            assert client.id_given_in < self.failovers, "only a replaced process is fenced"
+            client.member_id = ""
 
     def _take_if_answered(self, client: Client) -> None:
         if client.waiting in self.coordinator.answers:
@@ -297,26 +502,33 @@ class GroupMachine(RuleBasedStateMachine):
             client.waiting = None
             self._take(client, answer)
 
-    def _take(self, client: Client, answer: object) -> None:
+    def _take(self, client: Client, answer: GroupAnswer) -> None:
         coordinator = self.coordinator
+        self._check_fenced(client, answer.error)
         if isinstance(answer, JoinGroupResult):
             client.member_id = answer.member_id if answer.error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED) \
                 else ""
+            client.id_given_in = client.join_sent_in
             if answer.error != ErrorCode.NONE:
                 return
             assignments = tuple((member, b"slot-%d" % slot) for slot, (member, _) in enumerate(answer.members))
             client.generation = answer.generation_id
-            client.waiting = coordinator.send(SyncGroup, "g", answer.generation_id, client.member_id, assignments)
+            client.waiting = coordinator.send(SyncGroup, "g", answer.generation_id, client.member_id, assignments,
+                                              client.instance)
             self._take_if_answered(client)
         elif isinstance(answer, SyncGroupResult):
             if answer.error != ErrorCode.NONE:
                 client.generation = -1
+                if answer.error == ErrorCode.FENCED_INSTANCE_ID:
+                    client.member_id = ""
                 return
             handed = self.handed_out.setdefault(client.generation, {})
-            handed[client.member_id] = answer.assignment
+            assert handed.get(client.owner, answer.assignment) == answer.assignment, "a restart keeps its assignment"
+            handed[client.owner] = answer.assignment
             assert len(set(handed.values())) == len(handed), f"generation {client.generation} hands out {handed}"
         else:
             assert isinstance(answer, GroupResult)
+            client.member_id = "" if answer.error == ErrorCode.NOT_COORDINATOR else client.member_id
 
     @rule(index=st.integers(0, 3))
     def fall_silent_or_wake(self, index: int) -> None:
@@ -326,8 +538,51 @@ class GroupMachine(RuleBasedStateMachine):
     def leave(self, index: int) -> None:
         client = self.clients[index]
         if client.member_id and client.waiting is None:
-            self.coordinator.send(LeaveGroup, "g", (client.member_id,))
+            if client.instance is None:
+                self.coordinator.send(LeaveGroup, "g", (client.member_id,))
+            else:  # static members do not leave on close; an admin removes them by instance id (KIP-345)
+                self.coordinator.send(LeaveGroup, "g", (), ((client.member_id, client.instance),))
             client.member_id, client.generation = "", -1
+
+    @rule(index=st.integers(0, 3))
+    def restart(self, index: int) -> None:
+        """The client's process is killed and started again: it sends no LeaveGroup and forgets its
+        member id; what it had in flight is answered to nobody."""
+        client = self.clients[index]
+        if client.member_id and client.instance is not None:
+            self.zombies.append((client.member_id, client.instance, client.generation))
+        client.member_id, client.generation, client.waiting, client.silent = "", -1, None, False
+
+    @rule()
+    def a_replaced_process_is_fenced(self) -> None:
+        group = self.coordinator.core.groups.get("g")
+        for member_id, instance, generation in self.zombies:
+            if group is not None and group.static_members.get(instance) not in (None, member_id):
+                answer = self.coordinator.answers[self.coordinator.send(Heartbeat, "g", generation, member_id,
+                                                                        instance)]
+                assert answer.error == ErrorCode.FENCED_INSTANCE_ID
+                assert self.coordinator.core.commit_error("g", generation, member_id, instance)[0] == \
+                    ErrorCode.FENCED_INSTANCE_ID
+
+    @rule(failed=st.booleans())
+    def stores_answered(self, failed: bool) -> None:
+        self.coordinator.ack_stores(ErrorCode.NOT_COORDINATOR if failed else ErrorCode.NONE)
+
+    @rule(land=st.booleans())
+    def fail_over(self, land: bool) -> None:
+        """The coordinator moves: requests in flight are answered NOT_COORDINATOR (the node's edge
+        does so), and the new one resumes what was written; no generation a member was handed an
+        assignment in is ever handed out again."""
+        coordinator = self.coordinator
+        for client in self.clients:
+            if client.waiting is not None and client.waiting not in coordinator.answers:
+                coordinator.answers[client.waiting] = GroupResult(client.waiting, ErrorCode.NOT_COORDINATOR)
+                client.waiting, client.generation = None, -1
+        coordinator.fail_over(land)
+        self.failovers += 1
+        group = coordinator.core.groups.get("g")
+        if self.handed_out:
+            assert group is not None and group.generation_id >= max(self.handed_out), "generations never go back"
 
     @rule(advance_ms=st.sampled_from((100, 3_000, SESSION_MS, REBALANCE_MS)))
     def time_passes(self, advance_ms: int) -> None:

@@ -12,20 +12,30 @@ from replication.group_coordinator import (
     FetchAnswer,
     FetchOffsets,
     GroupCoordinator,
+    GroupsLoaded,
     LatestListed,
     ListLatest,
     ListOffsetGroups,
+    LoadGroups,
     OffsetGroupsAnswer,
     PartitionOffset,
     Produced,
     ProduceOffsets,
     Read,
     ReadOffsets,
+    WriteGroupMetadata,
     encode_key,
     encode_value,
 )
+from replication.group_metadata import (
+    GroupMetadata,
+    decode_group_key,
+    decode_group_value,
+    encode_group_key,
+    encode_group_value,
+)
 from storage.error_codes import ErrorCode
-from storage.records import build_batch
+from storage.records import build_batch, iter_records
 
 GROUP = "billing"
 
@@ -57,6 +67,22 @@ def test_a_commit_is_an_acks_all_produce_answered_with_the_coordinator_error() -
     assert isinstance(produce, ProduceOffsets)
     answers = core.handle(Produced(produce.token, ErrorCode.NOT_ENOUGH_REPLICAS)).answers
     assert answers == (CommitAnswer(2, ErrorCode.COORDINATOR_NOT_AVAILABLE),)
+
+
+def test_a_group_record_is_written_through_the_commit_path() -> None:
+    core = GroupCoordinator()
+    group = GroupMetadata("consumer", 3, None, None)
+    produce = only(core.handle(WriteGroupMetadata(1, GROUP, 0, group, 1_000)), ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    (record,) = [record for _, batch in iter_records(produce.records) for record in batch]
+    assert record.key is not None and record.value is not None
+    assert (decode_group_key(record.key), decode_group_value(record.value)) == (GROUP, group)
+    answers = core.handle(Produced(produce.token, ErrorCode.NOT_LEADER_OR_FOLLOWER)).answers
+    assert answers == (CommitAnswer(1, ErrorCode.NOT_COORDINATOR),)
+    produce = only(core.handle(WriteGroupMetadata(2, GROUP, 0, None, 1_000)), ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    (record,) = [record for _, batch in iter_records(produce.records) for record in batch]
+    assert record.value is None, "a deleted group's tombstone"
 
 
 def test_a_fetch_waits_while_the_new_leaders_hw_lags_its_epoch() -> None:
@@ -156,3 +182,21 @@ def test_a_listing_whose_load_fails_answers_the_coordinator_error() -> None:
     assert isinstance(latest, ListLatest)
     answers = core.handle(LatestListed(latest.token, ErrorCode.OFFSET_NOT_AVAILABLE, message="lags")).answers
     assert answers == (OffsetGroupsAnswer(1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, message="lags"),)
+
+
+def test_a_load_answers_every_group_stored_as_replayed_with_the_offsets() -> None:
+    core = GroupCoordinator()
+    latest = only(core.handle(LoadGroups(1, 0)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=4)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    first, second = GroupMetadata("consumer", 2, None, None), GroupMetadata("consumer", 3, None, None)
+    records = build_batch([(encode_group_key("a"), encode_group_value(first, 0)),
+                           (encode_group_key("b"), encode_group_value(first, 0)),
+                           (encode_key(GROUP, "orders", 0), encode_value(7, "", 0)),
+                           (encode_group_key("a"), encode_group_value(second, 0)),
+                           (encode_group_key("b"), None)])
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, records)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    assert core.handle(Read(read.token, ErrorCode.NONE)).answers == (
+        GroupsLoaded(1, ErrorCode.NONE, 4, (("a", second),)),)
