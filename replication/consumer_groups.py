@@ -22,7 +22,9 @@ A group moves through Kafka's states:
 - STABLE: a JoinGroup of a known member with the same subscription (a follower) is answered with
   the current generation; one of the leader or with another subscription, or of a new member,
   starts a rebalance. A member silent for its `session_timeout_ms` (heartbeats, joins, syncs)
-  is removed and the group rebalances; a LeaveGroup does the same at once.
+  is removed and the group rebalances; a LeaveGroup does the same at once. A member whose JoinGroup
+  or SyncGroup waits here is not silent (Kafka's shouldKeepAlive): its session restarts when the
+  answer goes out, so a slow store of the group's record cannot expire the members waiting on it.
 A new member joins with an empty member id and is given one (MEMBER_ID_REQUIRED, KIP-394), so that
 a member that never comes back with it holds no place in a rebalance. Heartbeats answer
 REBALANCE_IN_PROGRESS while the group prepares a rebalance (the member joins again),
@@ -520,6 +522,7 @@ class ConsumerGroups:
                 if member.sync is not None:
                     self._answers.append(SyncGroupResult(member.sync, ErrorCode.REBALANCE_IN_PROGRESS))
                     member.sync = None
+                    member.expires_ms = self._now_ms + member.session_timeout_ms
         if group.state is GroupState.EMPTY:  # members starting together join one generation
             group.initial_delay_until_ms = self._now_ms + self.config.group_initial_rebalance_delay_ms
             group.rebalance_deadline_ms = group.initial_delay_until_ms
@@ -637,6 +640,7 @@ class ConsumerGroups:
                 if member.sync is not None:
                     self._answers.append(SyncGroupResult(member.sync, ErrorCode.NONE, member.assignment))
                     member.sync = None
+                    member.expires_ms = self._now_ms + member.session_timeout_ms
             return
         # Kafka: the members hear the write's error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) and
         # join again; the group rebalances.
@@ -645,6 +649,7 @@ class ConsumerGroups:
             if member.sync is not None:
                 self._answers.append(SyncGroupResult(member.sync, stored.error, message=stored.message))
                 member.sync = None
+                member.expires_ms = self._now_ms + member.session_timeout_ms
         self._prepare_rebalance(group)
 
     def _static_member_stored(self, stored: GroupStored) -> None:
@@ -720,7 +725,7 @@ class ConsumerGroups:
                 if expires_ms <= now_ms:
                     del group.pending[member_id]
             for member in list(group.members.values()):
-                if member.expires_ms <= now_ms and member.join is None:
+                if member.expires_ms <= now_ms and member.join is None and member.sync is None:
                     self._remove(group, member.member_id)
             if group.state is GroupState.PREPARING_REBALANCE and group.rebalance_deadline_ms <= now_ms:
                 self._maybe_complete_rebalance(group, timed_out=True)
@@ -728,7 +733,7 @@ class ConsumerGroups:
     def _next_tick_ms(self) -> int | None:
         times = [group.rebalance_deadline_ms for group in self.groups.values()]
         times += [member.expires_ms for group in self.groups.values() for member in group.members.values()
-                  if member.join is None]
+                  if member.join is None and member.sync is None]
         times += [expires for group in self.groups.values() for expires in group.pending.values()]
         due = min(times, default=NEVER_MS)
         return None if due >= NEVER_MS else due

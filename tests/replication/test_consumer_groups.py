@@ -148,6 +148,21 @@ def test_the_syncs_are_answered_once_the_generations_record_is_stored() -> None:
         == [b"a", b"b"]
 
 
+def test_members_waiting_on_a_slow_store_are_not_expired_and_their_sessions_restart_with_the_answer() -> None:
+    """Kafka's shouldKeepAlive: a member whose SyncGroup waits at the coordinator is not silent
+    (the group simulation livelocked when stores outlasted sessions)."""
+    coordinator = Coordinator(acks_stores=False)
+    one, two = stable_pair(coordinator, acked=False)
+    coordinator.tick(2 * SESSION_MS)
+    assert set(coordinator.core.groups["g"].members) == {one, two}
+    coordinator.ack_stores()
+    assert coordinator.state() is GroupState.STABLE
+    coordinator.tick(SESSION_MS - 1)
+    assert set(coordinator.core.groups["g"].members) == {one, two}, "sessions count from the answer"
+    coordinator.tick(1)
+    assert coordinator.core.groups["g"].members == {}
+
+
 def test_a_failed_store_fails_the_syncs_and_the_members_join_again() -> None:
     coordinator = Coordinator(acks_stores=False)
     one, _ = stable_pair(coordinator, acked=False)
