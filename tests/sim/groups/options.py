@@ -31,6 +31,7 @@ class GroupSimOptions:
     heal_probability: float
     failover_probability: float  # the coordinator moves: a new core for the group's partition
     load_max_ms: int  # how long a new coordinator answers COORDINATOR_LOAD_IN_PROGRESS
+    store_failure_probability: float  # a group record's write fails
     safety_duration_ms: int
 
     @classmethod
@@ -45,9 +46,10 @@ class GroupSimOptions:
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=session_timeout_ms // rng.choice((3, 4)),
             # max.poll.interval.ms: Kafka's default is 300 s against a 45 s session. A rebalance
-            # timeout under a few heartbeat intervals removes members before they can hear of the
-            # rebalance, and each comes back as a new member and starts another (Kafka's too).
-            rebalance_timeout_ms=session_timeout_ms * rng.choice((1, 2, 4)),
+            # timeout under a heartbeat interval and a round trip or two removes members before they
+            # can hear of the rebalance and join, and each comes back and starts another (Kafka's
+            # coordinator too): seeds 1 and 18283 livelocked with it at 1 session.
+            rebalance_timeout_ms=session_timeout_ms * rng.choice((2, 4)),
             initial_rebalance_delay_ms=rng.choice((0, 0, 50, 200)),
             request_timeout_ms=rng.choice((50, 150)),
             retry_backoff_ms=rng.choice((5, 20)),
@@ -65,6 +67,7 @@ class GroupSimOptions:
             heal_probability=rng.choice((0.3, 0.6)),
             failover_probability=0.0 if calm else rng.choice((0.0, 0.03, 0.08)),
             load_max_ms=rng.choice((0, 20, 100)),
+            store_failure_probability=0.0 if calm else rng.choice((0.0, 0.05, 0.2)),
             safety_duration_ms=rng.choice((2_000, 4_000)),
         )
 

@@ -13,15 +13,15 @@ before it joins again) and commit the partitions they own every `commit_interval
 
 Faults: message drops, delays, duplicates; member crashes (no LeaveGroup) and clean closes
 (LeaveGroup), restarts as new consumers; pauses (the member keeps believing what it believed, as a
-stopped process does); a member cut off from the coordinator; coordinator failovers: the group's
-`__consumer_offsets` partition moves, so a new core takes over (answering
-COORDINATOR_LOAD_IN_PROGRESS while it loads) and requests waiting on the old one are answered
-NOT_COORDINATOR, as node/group_membership.py does. The new core starts without the group (its
-metadata records are not loaded yet), so its members join again; checks (1) and (2) therefore key
-generations by coordinator epoch.
+stopped process does); a member cut off from the coordinator; group records whose write fails;
+coordinator failovers: the group's `__consumer_offsets` partition moves, so a new core takes over,
+loaded from the records acknowledged so far (a write in flight at the failover may have landed or
+not), answering COORDINATOR_LOAD_IN_PROGRESS while it loads; requests waiting on the old core are
+answered NOT_COORDINATOR, as node/group_membership.py does. Generations therefore go on across
+failovers, and the checks hold across them.
 
-Checks (GroupChecker): (1) within one generation of one coordinator no partition is handed to two
-members; (2) a commit the core accepts comes from the owner of every partition it names in the
+Checks (GroupChecker): (1) within one generation no partition is handed to two members, whichever
+coordinator handed it out; (2) a commit the core accepts comes from the owner of every partition it names in the
 current generation; (3) after the faults heal, within `liveness_bound_ms` the group is Stable,
 every running member is in its current generation, and the partitions are split among them,
 each to exactly one. A partition owned by a member of an old generation at the same time as by a
@@ -53,13 +53,16 @@ from replication.consumer_groups import (
     GroupsConfig,
     GroupState,
     GroupsTick,
+    GroupStored,
     Heartbeat,
     JoinGroup,
     JoinGroupResult,
     LeaveGroup,
+    StoreGroup,
     SyncGroup,
     SyncGroupResult,
 )
+from replication.group_metadata import GroupMetadata
 from storage.error_codes import ErrorCode
 from tests.sim.groups.options import GroupSimOptions
 
@@ -74,6 +77,7 @@ class Kind(IntEnum):
     TO_COORDINATOR = 0
     TO_MEMBER = 1
     CORE_TICK = 2
+    STORED = 6
     MEMBER_TIMER = 3
     CHAOS = 4
     HEAL = 5
@@ -115,21 +119,21 @@ class GroupSimResult:
 
 @dataclass(slots=True)
 class GroupChecker:
-    claims: dict[tuple[int, int], dict[int, str]] = field(default_factory=dict)  # (epoch, gen) -> partition -> member
+    claims: dict[int, dict[int, str]] = field(default_factory=dict)  # generation -> partition -> member
 
     def assigned(self, epoch: int, generation: int, member_id: str, partitions: frozenset[int]) -> None:
-        claim = self.claims.setdefault((epoch, generation), {})
+        claim = self.claims.setdefault(generation, {})
         for partition in partitions:
             owner = claim.setdefault(partition, member_id)
-            assert owner == member_id, (f"(1) coordinator epoch {epoch} generation {generation}: partition {partition} "
-                                        f"handed to {member_id} and to {owner}")
+            assert owner == member_id, (f"(1) generation {generation} (coordinator epoch {epoch}): partition "
+                                        f"{partition} handed to {member_id} and to {owner}")
 
     def commit_accepted(self, epoch: int, generation: int, member_id: str, partitions: frozenset[int]) -> None:
-        claim = self.claims.get((epoch, generation), {})
+        claim = self.claims.get(generation, {})
         for partition in partitions:
             assert claim.get(partition) == member_id, (
-                f"(2) coordinator epoch {epoch} generation {generation} accepted {member_id}'s commit of partition "
-                f"{partition}, owned by {claim.get(partition)}")
+                f"(2) coordinator epoch {epoch} in generation {generation} accepted {member_id}'s commit of "
+                f"partition {partition}, owned by {claim.get(partition)}")
 
 
 class GroupSimulation:
@@ -149,6 +153,10 @@ class GroupSimulation:
         self.core_tick_ms: int | None = None
         # core request id -> member index, incarnation, correlation id, kind
         self.waiting: dict[int, tuple[int, int, int, str]] = {}
+        self.log: dict[str, GroupMetadata] = {}  # the group records acknowledged: what a new coordinator loads
+        # the writes in flight, in the order they were appended (a partition's log keeps it); each
+        # with whether it was appended at all (or fails) and whether a later acknowledgement committed it
+        self.writes: dict[int, tuple[StoreGroup, bool, bool]] = {}
         self.request_ids = 0
         self.correlations = 0
         self.faulty = True
@@ -205,6 +213,10 @@ class GroupSimulation:
             if epoch == self.epoch and at_ms == self.core_tick_ms:
                 self.core_tick_ms = None
                 self._step(GroupsTick())
+        elif kind is Kind.STORED:
+            epoch, store = payload
+            if epoch == self.epoch and store.token in self.writes:
+                self._stored(store)
         elif kind is Kind.MEMBER_TIMER:
             member = self.members[payload[0]]
             if member.incarnation == payload[1]:
@@ -267,9 +279,38 @@ class GroupSimulation:
         ready = self.core.handle(event, self.now_ms)
         for answer in ready.answers:
             self._deliver_answer(answer)
+        for store in ready.stores:
+            appended = not (self.faulty and self.rng.random() < self.options.store_failure_probability)
+            self.writes[store.token] = (store, appended, False)
+            self.schedule(self.now_ms + self.rng.randint(1, 2 * self.options.delay_max_ms), Kind.STORED,
+                          (self.epoch, store))
         if ready.next_tick_ms is not None and ready.next_tick_ms != self.core_tick_ms:
             self.core_tick_ms = max(ready.next_tick_ms, self.now_ms)
             self.schedule(self.core_tick_ms, Kind.CORE_TICK, (self.epoch, self.core_tick_ms))
+
+    def _stored(self, store: StoreGroup) -> None:
+        """The write of a group record ends: acknowledged by the ISR, which commits every record
+        appended before it too (the log is in order), or failed (its leader moved, too few replicas)."""
+        _, appended, _ = self.writes[store.token]
+        if not appended:
+            del self.writes[store.token]
+            self._step(GroupStored(store.token, self.rng.choice((ErrorCode.NOT_COORDINATOR,
+                                                                 ErrorCode.COORDINATOR_NOT_AVAILABLE))))
+            return
+        for token, (earlier, earlier_appended, committed) in list(self.writes.items()):
+            if earlier_appended and not committed:
+                self._commit(earlier)
+                self.writes[token] = (earlier, True, True)
+            if token == store.token:
+                break
+        del self.writes[store.token]
+        self._step(GroupStored(store.token, ErrorCode.NONE))
+
+    def _commit(self, store: StoreGroup) -> None:
+        if store.value is None:
+            self.log.pop(store.group_id, None)
+        else:
+            self.log[store.group_id] = store.value
 
     def _deliver_answer(self, answer: GroupAnswer) -> None:
         waiting = self.waiting.pop(answer.request_id, None)
@@ -282,10 +323,17 @@ class GroupSimulation:
         for request_id in list(self.waiting):
             member_index, incarnation, correlation, kind = self.waiting.pop(request_id)
             self._answer(member_index, incarnation, correlation, kind, ErrorCode.NOT_COORDINATOR)
+        appended = [(store, committed) for store, was_appended, committed in self.writes.values() if was_appended]
+        prefix = max([index + 1 for index, (_, committed) in enumerate(appended) if committed], default=0)
+        for store, committed in appended[:self.rng.randint(prefix, len(appended))]:  # the HW moved on, or not
+            if not committed:
+                self._commit(store)
+        self.writes.clear()
         self.epoch += 1
         self.core = self._new_core()
         self.core_tick_ms = None
         self.loaded_at_ms = self.now_ms + self.rng.randint(0, self.options.load_max_ms)
+        self.core.load(sorted(self.log.items()), self.loaded_at_ms)
         self.last_fault_ms = self.now_ms
         self.trace(f"coordinator fails over to epoch {self.epoch}, loaded at {self.loaded_at_ms}")
 
@@ -482,8 +530,7 @@ class GroupSimulation:
             return False
         members = {member.member_id: member for member in self.members}
         if set(group.members) != set(members) or any(
-                member.state != "stable" or member.generation != group.generation_id or member.epoch != self.epoch
-                for member in self.members):
+                member.state != "stable" or member.generation != group.generation_id for member in self.members):
             return False
         owned = [partition for member in self.members for partition in member.owned]
         return sorted(owned) == list(range(self.options.partitions))
