@@ -2,7 +2,7 @@
 
 `join` joins the group (again): a JoinGroup with an empty member id is answered MEMBER_ID_REQUIRED
 with an id to join with (KIP-394); the leader of the new generation assigns the partitions of
-every member's subscription (`consumer_protocol.range_assign`) and hands them over in its
+every member's subscription (`assignors.range_assign`) and hands them over in its
 SyncGroup; every member gets its part from its own. Then heartbeats run in the background every
 `heartbeat.interval.ms`; the first that answers REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or
 UNKNOWN_MEMBER_ID sets `needs_join`, and the consumer joins again on its next poll. Any node takes
@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from client.assignors import range_assign
 from client.consumer_protocol import (
+    Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
-    range_assign,
 )
 from client.errors import TributaryError, error_for
 from client.metadata import Metadata
@@ -68,10 +69,11 @@ class GroupMember:
     async def join(self) -> dict[str, list[int]]:
         """Join (again) and return this member's assignment, topic -> partitions."""
         await self._stop_heartbeats()
+        subscription = encode_subscription(Subscription(tuple(self.topics)))
         for _ in range(JOIN_ATTEMPTS_MAX):
             join = await self.metadata.request(Api.JOIN_GROUP, JoinGroupRequest(
                 self.group_id, self.session_timeout_ms, self.rebalance_timeout_ms, self.member_id, PROTOCOL_TYPE,
-                (JoinGroupProtocol(ASSIGNOR, encode_subscription(self.topics)),)), JoinGroupResponse,
+                (JoinGroupProtocol(ASSIGNOR, subscription),)), JoinGroupResponse,
                 self.rebalance_timeout_ms + self.request_timeout_ms)
             if join.error_code in (ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.UNKNOWN_MEMBER_ID):
                 self.member_id = join.member_id if join.error_code is ErrorCode.MEMBER_ID_REQUIRED else ""
@@ -98,7 +100,7 @@ class GroupMember:
 
     async def _assign(self, join: JoinGroupResponse) -> tuple[SyncGroupAssignment, ...]:
         subscriptions = {member.member_id: decode_subscription(member.metadata) for member in join.members}
-        topics = sorted({topic for subscribed in subscriptions.values() for topic in subscribed})
+        topics = sorted({topic for subscribed in subscriptions.values() for topic in subscribed.topics})
         plan = range_assign(subscriptions, await self._partition_counts(topics))
         return tuple(SyncGroupAssignment(member, encode_assignment(parts)) for member, parts in plan.items())
 
