@@ -10,6 +10,15 @@ is (Kafka's ConsumerCoordinator takes the protocol common to all), because it mu
 joining whether to give up its partitions: the coordinator names the assignor chosen only in the
 JoinGroup answer. An eager consumer revokes everything before joining; a cooperative one keeps
 its partitions, sends them as owned, and gives up only those the assignment moved away.
+
+Our default strategy is cooperative-sticky alone, where Kafka's Java client (3.x) has
+[range, cooperative-sticky]. Kafka lists range first so that groups of older, range-only clients
+can move to cooperative-sticky by two rolling restarts (KIP-429's upgrade path), and a consumer
+with both is eager by the rule above. We have no such installed base, and cooperative-sticky gives
+what a user wants by default: a join or leave moves only the partitions that must move, the
+others keep being read through the rebalance, and no partition changes owner unless balance asks.
+A group with range-only members (Kafka clients so configured) needs `range,cooperative-sticky`
+here (eager, as Kafka) until they are gone: the coordinator chooses a protocol every member offers.
 """
 
 from __future__ import annotations
@@ -18,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from client.consumer_protocol import Subscription
+from client.sticky_assignor import Plan, cooperative_sticky_assign
 
-Plan = dict[str, dict[str, list[int]]]
 KAFKA_PACKAGE = "org.apache.kafka.clients.consumer."
 
 
@@ -55,9 +64,30 @@ def range_assign(subscriptions: Mapping[str, Subscription], partition_counts: Ma
     return plan
 
 
+def round_robin_assign(subscriptions: Mapping[str, Subscription], partition_counts: Mapping[str, int]) -> Plan:
+    """Kafka's RoundRobinAssignor: every partition of every subscribed topic, in topic then partition
+    order, dealt in turn to the members in member-id order, passing over members not subscribed to
+    its topic (the turn goes on from the member that took it)."""
+    plan: Plan = {member: {} for member in subscriptions}
+    members = sorted(subscriptions)
+    turn = 0
+    for topic, count in sorted(partition_counts.items()):
+        if not subscribers(subscriptions, topic):
+            continue
+        for number in range(count):
+            while topic not in subscriptions[members[turn % len(members)]].topics:
+                turn += 1
+            plan[members[turn % len(members)]].setdefault(topic, []).append(number)
+            turn += 1
+    return plan
+
+
 RANGE = Assignor("range", KAFKA_PACKAGE + "RangeAssignor", False, range_assign)
-ASSIGNORS = {assignor.name: assignor for assignor in (RANGE,)}
-DEFAULT_STRATEGY = ("range",)
+ROUND_ROBIN = Assignor("roundrobin", KAFKA_PACKAGE + "RoundRobinAssignor", False, round_robin_assign)
+COOPERATIVE_STICKY = Assignor("cooperative-sticky", KAFKA_PACKAGE + "CooperativeStickyAssignor", True,
+                              cooperative_sticky_assign)
+ASSIGNORS = {assignor.name: assignor for assignor in (RANGE, ROUND_ROBIN, COOPERATIVE_STICKY)}
+DEFAULT_STRATEGY = ("cooperative-sticky",)
 
 
 def assignor_for(name: str) -> Assignor:
