@@ -148,7 +148,8 @@ def test_sticky_keeps_as_many_owned_partitions_as_a_balanced_assignment_can(
     ids = [f"m{n}" for n in range(members)]
     holder = data.draw(st.lists(st.sampled_from([*ids, None]), min_size=partitions, max_size=partitions))
     subscriptions = {member: Subscription(("t",), owned_partitions=frozenset(
-        TopicPartition("t", n) for n, owner in enumerate(holder) if owner == member), generation_id=3) for member in ids}
+        TopicPartition("t", n) for n, owner in enumerate(holder) if owner == member), generation_id=3)
+        for member in ids}
     plan = sticky_assign(subscriptions, {"t": partitions})
     assert_complete(plan, subscriptions, {"t": partitions})
     assert_balanced(plan, subscriptions)
