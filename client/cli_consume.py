@@ -7,7 +7,9 @@ for that long) end the run. With `--group` alone the consumer joins the group (`
 reads the partitions the group gives it, from the group's committed offsets, and commits as it
 goes and at the end); with `--group` and a `--partition`, `--offset` or `--timestamp` it reads
 what it is told and commits the positions reached at the end (refused while the group has
-members, as Kafka refuses it).
+members, as Kafka refuses it). `--consumer-property KEY=VALUE` sets a consumer setting by its
+Kafka name, e.g. `partition.assignment.strategy=range` (the assignors by Kafka's short or class
+names, comma-separated).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import argparse
 import asyncio
 from typing import Any, TextIO
 
-from client.cli_support import EXIT_OK, bootstrap_parent, run_command
+from client.cli_support import EXIT_OK, bootstrap_parent, parse_properties, run_command
 from client.consumer import Consumer
 from client.fetched_batch import ConsumerRecord
 from client.metadata import TopicPartition
@@ -37,6 +39,9 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--max-records", type=int, help="stop after this many records")
     parser.add_argument("--timeout-ms", type=int, help="stop when no record arrives for this long")
     parser.add_argument("--group", help="start at, and commit, this consumer group's offsets")
+    parser.add_argument("--consumer-property", action="append", metavar="KEY=VALUE",
+                        help="a consumer setting by its Kafka name, e.g. partition.assignment.strategy=range "
+                             "(repeatable)")
     parser.set_defaults(run=run_command(consume))
 
 
@@ -55,6 +60,31 @@ def _text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
+CONSUMER_PROPERTIES = (
+    "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
+    "enable.auto.commit", "auto.commit.interval.ms", "fetch.max.wait.ms", "fetch.min.bytes", "fetch.max.bytes",
+    "max.partition.fetch.bytes", "request.timeout.ms", "retry.backoff.ms",
+)
+
+
+def consumer_settings(properties: dict[str, str]) -> dict[str, Any]:
+    """Kafka consumer property names (`session.timeout.ms`) as `Consumer` keyword arguments."""
+    settings: dict[str, Any] = {}
+    for key, value in properties.items():
+        if key not in CONSUMER_PROPERTIES:
+            raise ValueError(f"unknown consumer property {key!r}; known: {', '.join(sorted(CONSUMER_PROPERTIES))}")
+        name = key.replace(".", "_")
+        if key == "partition.assignment.strategy":
+            settings[name] = value
+        elif key == "enable.auto.commit":
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"enable.auto.commit={value!r}: use true or false")
+            settings[name] = value.lower() == "true"
+        else:
+            settings[name] = int(value)
+    return settings
+
+
 def read_from(arguments: argparse.Namespace) -> str:
     if arguments.from_follower:
         return "follower"
@@ -67,6 +97,7 @@ async def consume(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> in
     consumer = Consumer(
         arguments.bootstrap, read_from=read_from(arguments), group_id=arguments.group,
         client_rack=arguments.client_rack, auto_offset_reset="earliest" if arguments.from_beginning else "latest",
+        **consumer_settings(parse_properties(arguments.consumer_property, "--consumer-property")),
     )
     subscribed = arguments.group is not None and arguments.partition is None and arguments.offset is None \
         and arguments.timestamp is None
