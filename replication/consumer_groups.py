@@ -26,10 +26,13 @@ REBALANCE_IN_PROGRESS while the group prepares a rebalance (the member joins aga
 ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID when the member is behind or gone.
 
 `commit_error(group_id, generation_id, member_id)` fences OffsetCommit: a commit with a generation
-(>= 0) must come from a current member in the current generation of a group that is not
-rebalancing; one without (-1, "") only to a group with no members (a consumer that assigns its
-partitions itself). So a consumer that lost its partitions cannot overwrite the new owner's
-offsets.
+(>= 0) must come from a current member in the current generation, and not while the group waits
+for its leader's assignment (COMPLETING_REBALANCE: the member does not know its partitions yet).
+While the group prepares a rebalance the current generation's assignment still holds, so its
+members may commit, as in Kafka: an eager member commits before giving its partitions up, a
+cooperative one (KIP-429) what it gives up between its two rebalances. One without (-1, "") only
+to a group with no members (a consumer that assigns its partitions itself). So a consumer that
+lost its partitions cannot overwrite the new owner's offsets.
 
 Bounds: `group.max.size` members per group (GROUP_MAX_SIZE_REACHED), session timeouts within
 [`group.min.session.timeout.ms`, `group.max.session.timeout.ms`] (INVALID_SESSION_TIMEOUT),
@@ -240,7 +243,7 @@ class ConsumerGroups:
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION, (f"generation {generation_id} is not group {group_id}'s "
                                                   f"{group.generation_id}; join again")
-        if group.state is not GroupState.STABLE:
+        if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS, f"group {group_id} is rebalancing; join again, then commit"
         return ErrorCode.NONE, ""
 

@@ -86,6 +86,8 @@ def test_members_join_one_generation_and_the_leader_assigns() -> None:
     assert leader.members == ((one, b"sub:orders"), (two, b"sub:orders")) and follower.members == ()
     follower_sync = coordinator.send(SyncGroup, "g", 2, two, ())
     assert follower_sync not in coordinator.answers, "a follower's sync waits for the leader's"
+    assert coordinator.core.commit_error("g", 2, two)[0] == ErrorCode.REBALANCE_IN_PROGRESS, \
+        "no commit before the member knows its partitions"
     leader_sync = coordinator.send(SyncGroup, "g", 2, one, ((one, b"p0"), (two, b"p1")))
     assert (coordinator.answers[leader_sync].assignment, coordinator.answers[follower_sync].assignment) == (
         b"p0", b"p1")
@@ -146,7 +148,8 @@ def test_leaving_rebalances_at_once_and_a_stale_member_is_fenced() -> None:
     one, two = stable_pair(coordinator)
     assert coordinator.answers[coordinator.send(LeaveGroup, "g", (two,))].error == ErrorCode.NONE
     assert coordinator.state() is GroupState.PREPARING_REBALANCE
-    assert coordinator.core.commit_error("g", 2, one)[0] == ErrorCode.REBALANCE_IN_PROGRESS
+    assert coordinator.core.commit_error("g", 2, one) == (ErrorCode.NONE, ""), \
+        "the generation's owners commit before giving their partitions up (Kafka, KIP-429)"
     coordinator.join(one)
     assert coordinator.core.commit_error("g", 2, one)[0] == ErrorCode.ILLEGAL_GENERATION, \
         "a commit of the old generation cannot overwrite the new owner's offsets"
