@@ -7,7 +7,9 @@ for that long) end the run. With `--group` alone the consumer joins the group (`
 reads the partitions the group gives it, from the group's committed offsets, and commits as it
 goes and at the end); with `--group` and a `--partition`, `--offset` or `--timestamp` it reads
 what it is told and commits the positions reached at the end (refused while the group has
-members, as Kafka refuses it).
+members, as Kafka refuses it). `--consumer-property KEY=VALUE` sets a consumer setting by its
+Kafka name, e.g. `partition.assignment.strategy=range` (the assignors by Kafka's short or class
+names, comma-separated).
 """
 
 from __future__ import annotations
@@ -38,23 +40,9 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--timeout-ms", type=int, help="stop when no record arrives for this long")
     parser.add_argument("--group", help="start at, and commit, this consumer group's offsets")
     parser.add_argument("--consumer-property", action="append", metavar="KEY=VALUE",
-                        help=f"a consumer property (repeatable): {', '.join(CONSUMER_PROPERTIES)}")
+                        help="a consumer setting by its Kafka name, e.g. partition.assignment.strategy=range "
+                             "(repeatable)")
     parser.set_defaults(run=run_command(consume))
-
-
-CONSUMER_PROPERTIES = ("group.instance.id", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
-                       "auto.commit.interval.ms")
-
-
-def consumer_settings(properties: dict[str, str]) -> dict[str, Any]:
-    """Kafka consumer property names as `Consumer` keyword arguments; `group.instance.id` makes the
-    consumer a static member of its `--group` (KIP-345)."""
-    settings: dict[str, Any] = {}
-    for key, value in properties.items():
-        if key not in CONSUMER_PROPERTIES:
-            raise ValueError(f"unknown consumer property {key!r}; known: {', '.join(CONSUMER_PROPERTIES)}")
-        settings[key.replace(".", "_")] = value if key == "group.instance.id" else int(value)
-    return settings
 
 
 def format_record(record: ConsumerRecord, print_key: bool, print_offset: bool) -> str:
@@ -70,6 +58,32 @@ def format_record(record: ConsumerRecord, print_key: bool, print_offset: bool) -
 
 def _text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+CONSUMER_PROPERTIES = (
+    "group.instance.id", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
+    "max.poll.interval.ms", "enable.auto.commit", "auto.commit.interval.ms", "fetch.max.wait.ms",
+    "fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes", "request.timeout.ms", "retry.backoff.ms",
+)
+
+
+def consumer_settings(properties: dict[str, str]) -> dict[str, Any]:
+    """Kafka consumer property names (`session.timeout.ms`) as `Consumer` keyword arguments;
+    `group.instance.id` makes the consumer a static member of its `--group` (KIP-345)."""
+    settings: dict[str, Any] = {}
+    for key, value in properties.items():
+        if key not in CONSUMER_PROPERTIES:
+            raise ValueError(f"unknown consumer property {key!r}; known: {', '.join(sorted(CONSUMER_PROPERTIES))}")
+        name = key.replace(".", "_")
+        if key in ("partition.assignment.strategy", "group.instance.id"):
+            settings[name] = value
+        elif key == "enable.auto.commit":
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"enable.auto.commit={value!r}: use true or false")
+            settings[name] = value.lower() == "true"
+        else:
+            settings[name] = int(value)
+    return settings
 
 
 def read_from(arguments: argparse.Namespace) -> str:

@@ -9,9 +9,17 @@ partition whose position moved meanwhile (a seek) is dropped.
 
 Consumer groups: `subscribe(topics, listener)` makes the consumer a member of `group_id`
 (client/group_member.py): its partitions are those the group's leader assigns it, and change when
-members come and go. Each poll first joins again if a heartbeat said so: the partitions it had are
-committed (with `enable_auto_commit`) and handed to `listener.on_partitions_revoked`, then the new
-ones to `on_partitions_assigned`, read from the group's committed offsets. Commits carry the
+members come and go. Each poll first joins again if a heartbeat said so. How depends on the
+`partition_assignment_strategy` (client/assignors.py):
+- eager (range, roundrobin): the partitions it had are committed (with `enable_auto_commit`) and
+  handed to `listener.on_partitions_revoked`, then it joins, and the new ones go to
+  `on_partitions_assigned`, read from the group's committed offsets.
+- cooperative (cooperative-sticky, KIP-429): it joins in the background and polls go on reading
+  its partitions meanwhile. When the join is done, only the partitions taken away are committed
+  and revoked, only the added ones are assigned; if any were taken away it joins again at once,
+  so that the next generation gives them to their new owner.
+Partitions the group went on without this member for (its session ran out) are `lost`: handed to
+`on_partitions_lost` (else `on_partitions_revoked`) without a commit, as in Kafka. Commits carry the
 generation and member id, so a member that lost its partitions cannot commit over their new
 owner's offsets (CommitFailedError names why). Auto-commit commits the positions every
 `auto_commit_interval_ms` during polls, before a rebalance and at close, after which the member
@@ -36,6 +44,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from client.assignors import DEFAULT_STRATEGY, strategy
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for, retrying
 from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
@@ -98,6 +107,7 @@ class Consumer:
         max_poll_interval_ms: int = 300000,
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5000,
+        partition_assignment_strategy: str | Iterable[str] = DEFAULT_STRATEGY,
         group_instance_id: str | None = None,
         connections: Connections | None = None,
     ) -> None:
@@ -120,8 +130,10 @@ class Consumer:
         self.max_poll_interval_ms = max_poll_interval_ms
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.assignors = strategy(partition_assignment_strategy)
         self.group_instance_id = group_instance_id  # group.instance.id: a static member (KIP-345)
         self.member: GroupMember | None = None
+        self._join: asyncio.Task[dict[str, list[int]]] | None = None  # a cooperative member's join
         self._listener: object | None = None
         self._next_auto_commit = 0.0
         self._own_connections = connections is None
@@ -142,6 +154,11 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
+        if self._join is not None:
+            self._join.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TributaryError):
+                await self._join
+            self._join = None
         if self.member is not None:
             await self._auto_commit()
             await self.member.leave()
@@ -163,8 +180,8 @@ class Consumer:
 
     def subscribe(self, topics: Iterable[str], listener: object | None = None) -> None:
         """Join `group_id` for `topics`; the group assigns the partitions (module docstring).
-        `listener` may have `on_partitions_revoked(partitions)` and `on_partitions_assigned(partitions)`,
-        plain or async (Kafka's ConsumerRebalanceListener)."""
+        `listener` may have `on_partitions_revoked(partitions)`, `on_partitions_assigned(partitions)`
+        and `on_partitions_lost(partitions)`, plain or async (Kafka's ConsumerRebalanceListener)."""
         group = self._require_group()
         names = sorted(set(topics))
         if not names:
@@ -174,7 +191,8 @@ class Consumer:
                                   rebalance_timeout_ms=self.max_poll_interval_ms,
                                   heartbeat_interval_ms=self.heartbeat_interval_ms,
                                   retry_backoff_ms=self.retry_backoff_ms, request_timeout_ms=self.request_timeout_ms,
-                                  partition_counts=self._partition_counts, group_instance_id=self.group_instance_id)
+                                  partition_counts=self._partition_counts, assignors=self.assignors,
+                                  group_instance_id=self.group_instance_id)
         self._listener = listener
         self.assign([])
 
@@ -184,8 +202,27 @@ class Consumer:
         return {topic: len(self.metadata.partitions_for(topic) or {}) for topic in topics}
 
     async def _rejoin_if_needed(self) -> None:
+        """Hand over lost partitions, apply a finished cooperative join, join again when told to
+        (the module docstring)."""
         member = self.member
-        if member is None or not member.needs_join:
+        if member is None:
+            return
+        if member.lost:
+            member.lost = False
+            lost, self.positions = set(self.positions), {}
+            self._buffer.clear()
+            if lost:
+                await _call(self._listener, "on_partitions_lost" if hasattr(self._listener, "on_partitions_lost")
+                            else "on_partitions_revoked", lost)
+        if self._join is not None:
+            if not self._join.done():
+                return
+            join, self._join = self._join, None
+            await self._apply_incremental(member, join.result())
+        if not member.needs_join:
+            return
+        if member.cooperative:
+            self._join = asyncio.create_task(member.join(), name=f"tributary-join-{member.group_id}")
             return
         revoked = set(self.positions)
         if revoked:
@@ -194,6 +231,19 @@ class Consumer:
         assignment = await member.join()
         self._assigned([TopicPartition(topic, index) for topic, indexes in assignment.items() for index in indexes])
         await _call(self._listener, "on_partitions_assigned", set(self.positions))
+
+    async def _apply_incremental(self, member: GroupMember, assignment: dict[str, list[int]]) -> None:
+        """KIP-429: give up only what the new assignment took away, take only what it added (the
+        kept partitions keep their positions); having given some up, join again at once."""
+        now = {TopicPartition(topic, index) for topic, indexes in assignment.items() for index in indexes}
+        revoked, added = set(self.positions) - now, now - set(self.positions)
+        if revoked:
+            await self._auto_commit()
+            await _call(self._listener, "on_partitions_revoked", revoked)
+        self.assign(now)
+        await _call(self._listener, "on_partitions_assigned", added)
+        if revoked:
+            member.needs_join = True
 
     def _assigned(self, partitions: list[TopicPartition]) -> None:
         """The group's assignment: positions come from the committed offsets again (another member
@@ -413,12 +463,17 @@ class Consumer:
             tasks: list[asyncio.Task] = [task for task, _ in self._in_flight.values()]
             if self._metadata_task is not None:
                 tasks.append(self._metadata_task)
+            if self._join is not None:
+                tasks.append(self._join)
             if not tasks:
                 await asyncio.sleep(min(remaining, self.retry_backoff_ms / 1000))
                 continue
             done, _ = await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if self._metadata_task in done:
                 self._metadata_task = None
+            if self._join in done:
+                await self._rejoin_if_needed()
+                await self._resolve_positions()
             for node in [node for node, (task, _) in self._in_flight.items() if task in done]:
                 await self._handle_fetch(node, *self._in_flight.pop(node))
 
@@ -554,7 +609,8 @@ class Consumer:
             response = await self.metadata.request(Api.OFFSET_COMMIT, request, OffsetCommitResponse)
             for p in response.partitions:
                 if p.error_code in FENCED_COMMIT and member is not None:
-                    member.needs_join = True  # Kafka's CommitFailedException: join again, then commit
+                    if member.generation_id == request.generation_id:  # not since joined again
+                        member.needs_join = True  # Kafka's CommitFailedException: join again, then commit
                     raise error_for(p.error_code, f"group {group} rebalanced: this member's generation "
                                     f"{member.generation_id} no longer owns its partitions ({p.error_message})")
                 if p.error_code is not ErrorCode.NONE:

@@ -1,13 +1,18 @@
 """GroupMember: one consumer's membership of its group (Kafka's ConsumerCoordinator, classic protocol).
 
 `join` joins the group (again): a JoinGroup with an empty member id is answered MEMBER_ID_REQUIRED
-with an id to join with (KIP-394); the leader of the new generation assigns the partitions of
-every member's subscription (`consumer_protocol.range_assign`) and hands them over in its
-SyncGroup; every member gets its part from its own. Then heartbeats run in the background every
+with an id to join with (KIP-394). The member offers one protocol per assignor of its
+`partition.assignment.strategy` (client/assignors.py), in its order of preference, each with
+its subscription: its topics and, for a cooperative member, the partitions it owns and the
+generation that gave them (KIP-429). The leader of the new generation runs the assignor the
+coordinator chose over every member's subscription and hands the result over in its SyncGroup;
+every member gets its part from its own. Then heartbeats run in the background every
 `heartbeat.interval.ms`; the first that answers REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or
-UNKNOWN_MEMBER_ID sets `needs_join`, and the consumer joins again on its next poll. Any node takes
-the requests (it forwards them to the coordinator). `leave` sends LeaveGroup, so the others
-rebalance at once instead of after this member's session.
+UNKNOWN_MEMBER_ID sets `needs_join`, and the consumer joins again on its next poll. The last two
+(and the same answers to a SyncGroup) mean the group went on without this member: its generation
+is reset and the partitions it owned are `lost` (Kafka's onPartitionsLost), since others may own
+them now. Any node takes the requests (it forwards them to the coordinator). `leave` sends
+LeaveGroup, so the others rebalance at once instead of after this member's session.
 
 With `group_instance_id` (`group.instance.id`) the member is static (KIP-345): restarted with the
 same instance id it takes its old place and assignment without a rebalance, so `leave` sends no
@@ -21,15 +26,17 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from client.assignors import Assignor, is_cooperative
 from client.consumer_protocol import (
+    ConsumerProtocolError,
+    Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
-    range_assign,
 )
 from client.errors import TributaryError, error_for
-from client.metadata import Metadata
+from client.metadata import Metadata, TopicPartition
 from client.protocol import (
     Api,
     ErrorCode,
@@ -45,18 +52,21 @@ from client.protocol import (
 )
 
 PROTOCOL_TYPE = "consumer"
-ASSIGNOR = "range"
 REJOIN = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
 JOIN_ATTEMPTS_MAX = 1000
 
 
 class GroupMember:
-    """See the module docstring. `partition_counts(topics)` gives each topic's partition count."""
+    """See the module docstring. `partition_counts(topics)` gives each topic's partition count;
+    `assignors` is the partition.assignment.strategy. `owned` is what the last SyncGroup gave,
+    in generation `generation_id`; `cooperative` (every assignor is) says whether the member keeps
+    it through a rebalance (KIP-429) or gives it all up before joining (eager)."""
 
     def __init__(self, group_id: str, topics: list[str], metadata: Metadata, *, session_timeout_ms: int,
                  rebalance_timeout_ms: int, heartbeat_interval_ms: int, retry_backoff_ms: int,
                  request_timeout_ms: int, partition_counts: Callable[[list[str]], Awaitable[dict[str, int]]],
-                 group_instance_id: str | None = None) -> None:
+                 assignors: tuple[Assignor, ...], group_instance_id: str | None = None) -> None:
+        assert assignors, "a member offers at least one assignor"
         self.group_id = group_id
         self.topics = topics
         self.metadata = metadata
@@ -66,54 +76,90 @@ class GroupMember:
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self._partition_counts = partition_counts
+        self.assignors = assignors
+        self.cooperative = is_cooperative(assignors)
         self.group_instance_id = group_instance_id
         self._fenced: str | None = None  # why another consumer replaced this static member
         self.member_id = ""
         self.generation_id = -1
+        self.owned: frozenset[TopicPartition] = frozenset()
+        self.lost = False
         self.needs_join = True
         self._heartbeat: asyncio.Task[None] | None = None
 
+    def _protocols(self) -> tuple[JoinGroupProtocol, ...]:
+        subscription = encode_subscription(Subscription(
+            tuple(self.topics), owned_partitions=self.owned if self.cooperative else frozenset(),
+            generation_id=self.generation_id))
+        return tuple(JoinGroupProtocol(assignor.name, subscription) for assignor in self.assignors)
+
     async def join(self) -> dict[str, list[int]]:
-        """Join (again) and return this member's assignment, topic -> partitions."""
+        """Join (again) and return this member's assignment, topic -> partitions. An eager member's
+        consumer has given up everything before calling this."""
         await self._stop_heartbeats()
         if self._fenced is not None:
             raise error_for(ErrorCode.FENCED_INSTANCE_ID, self._fenced)
+        if not self.cooperative:
+            self.owned = frozenset()
         for _ in range(JOIN_ATTEMPTS_MAX):
             join = await self.metadata.request(Api.JOIN_GROUP, JoinGroupRequest(
                 self.group_id, self.session_timeout_ms, self.rebalance_timeout_ms, self.member_id, PROTOCOL_TYPE,
-                (JoinGroupProtocol(ASSIGNOR, encode_subscription(self.topics)),),
-                group_instance_id=self.group_instance_id), JoinGroupResponse,
+                self._protocols(), group_instance_id=self.group_instance_id), JoinGroupResponse,
                 self.rebalance_timeout_ms + self.request_timeout_ms)
-            if join.error_code in (ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.UNKNOWN_MEMBER_ID):
-                self.member_id = join.member_id if join.error_code is ErrorCode.MEMBER_ID_REQUIRED else ""
+            if join.error_code is ErrorCode.MEMBER_ID_REQUIRED:
+                self.member_id = join.member_id
                 continue
             if join.error_code is not ErrorCode.NONE:
+                self._reset_if_left_behind(join.error_code)
                 await self._back_off_or_raise(join.error_code, join.error_message)
                 continue
-            self.generation_id = join.generation_id
             self.member_id = join.member_id  # a static member's id comes with its first answer (KIP-345)
             assignments: tuple[SyncGroupAssignment, ...] = ()
             if join.leader == self.member_id:
                 assignments = await self._assign(join)
             sync = await self.metadata.request(Api.SYNC_GROUP, SyncGroupRequest(
-                self.group_id, self.generation_id, self.member_id, assignments, self.group_instance_id),
+                self.group_id, join.generation_id, self.member_id, assignments, self.group_instance_id),
                 SyncGroupResponse)
-            if sync.error_code is ErrorCode.UNKNOWN_MEMBER_ID:
-                self.member_id = ""
             if sync.error_code is not ErrorCode.NONE:
+                self._reset_if_left_behind(sync.error_code)
                 await self._back_off_or_raise(sync.error_code, sync.error_message)
                 continue
+            assignment = decode_assignment(sync.assignment)
+            self.generation_id = join.generation_id
+            self.owned = frozenset(TopicPartition(topic, n) for topic, numbers in assignment.items() for n in numbers)
             self.needs_join = False
             self._heartbeat = asyncio.create_task(self._heartbeats(), name=f"tributary-heartbeat-{self.group_id}")
-            return decode_assignment(sync.assignment)
+            return assignment
         raise error_for(ErrorCode.REBALANCE_IN_PROGRESS, f"group {self.group_id}: no generation after "
                         f"{JOIN_ATTEMPTS_MAX} joins")
 
     async def _assign(self, join: JoinGroupResponse) -> tuple[SyncGroupAssignment, ...]:
-        subscriptions = {member.member_id: decode_subscription(member.metadata) for member in join.members}
-        topics = sorted({topic for subscribed in subscriptions.values() for topic in subscribed})
-        plan = range_assign(subscriptions, await self._partition_counts(topics))
+        """As the leader: the chosen assignor over every member's subscription. A subscription that
+        does not decode counts as one to nothing (that member gets nothing; the others go on)."""
+        assignor = next((found for found in self.assignors if found.name == join.protocol_name), None)
+        if assignor is None:
+            raise error_for(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"group {self.group_id} chose assignor "
+                            f"{join.protocol_name!r}, not one of {[found.name for found in self.assignors]}")
+        subscriptions: dict[str, Subscription] = {}
+        for member in join.members:
+            try:
+                subscriptions[member.member_id] = decode_subscription(member.metadata)
+            except ConsumerProtocolError:
+                subscriptions[member.member_id] = Subscription(())
+        topics = sorted({topic for subscribed in subscriptions.values() for topic in subscribed.topics})
+        plan = assignor.assign(subscriptions, await self._partition_counts(topics))
         return tuple(SyncGroupAssignment(member, encode_assignment(parts)) for member, parts in plan.items())
+
+    def _reset_if_left_behind(self, code: ErrorCode) -> None:
+        """ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID: the group went on without this member (Kafka's
+        resetGenerationOnResponseError); what it owned may be another member's now."""
+        if code not in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
+            return
+        if code is ErrorCode.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        self.generation_id = -1
+        self.lost = self.lost or bool(self.owned)
+        self.owned = frozenset()
 
     async def _back_off_or_raise(self, code: ErrorCode, message: str) -> None:
         if code not in REJOIN and not code.retriable:
@@ -133,8 +179,7 @@ class GroupMember:
                 self.needs_join = True
                 return
             if answer.error_code in REJOIN:
-                if answer.error_code is ErrorCode.UNKNOWN_MEMBER_ID:
-                    self.member_id = ""
+                self._reset_if_left_behind(answer.error_code)
                 self.needs_join = True
                 return
 
@@ -152,3 +197,4 @@ class GroupMember:
                 await self.metadata.request(Api.LEAVE_GROUP, LeaveGroupRequest(self.group_id, (self.member_id,)),
                                             GroupResponse)
         self.member_id, self.generation_id, self.needs_join = "", -1, True
+        self.owned, self.lost = frozenset(), False

@@ -31,11 +31,13 @@ REBALANCE_IN_PROGRESS while the group prepares a rebalance (the member joins aga
 ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID when the member is behind or gone.
 
 `commit_error(group_id, generation_id, member_id)` fences OffsetCommit: a commit with a generation
-(>= 0) must come from a current member in the current generation; one without (-1, "") only to a
-group with no members (a consumer that assigns its partitions itself). So a consumer that lost its
-partitions cannot overwrite the new owner's offsets. As in Kafka, a member may commit while the
-group prepares a rebalance (the generation has not moved, its partitions are still its own: this is
-when an eager consumer commits what it revokes), but not while it completes one (REBALANCE_IN_PROGRESS).
+(>= 0) must come from a current member in the current generation, and not while the group waits
+for its leader's assignment (COMPLETING_REBALANCE: the member does not know its partitions yet).
+While the group prepares a rebalance the current generation's assignment still holds, so its
+members may commit, as in Kafka: an eager member commits before giving its partitions up, a
+cooperative one (KIP-429) what it gives up between its two rebalances. One without (-1, "") only
+to a group with no members (a consumer that assigns its partitions itself). So a consumer that
+lost its partitions cannot overwrite the new owner's offsets.
 
 `describe(group_id)` and `overview()` are read-only views for DescribeGroups and ListGroups
 (replication/group_listing.py merges them with the groups that only have offsets).

@@ -24,7 +24,7 @@ from client.cli_perf import LatencyStats, produce_summary
 from client.cli_produce import producer_settings
 from client.fetched_batch import ConsumerRecord
 from client.metadata import PartitionInfo, TopicPartition
-from client.protocol import MetadataBroker, ReplicaState
+from client.protocol import Api, MetadataBroker, ReplicaState
 from tests.client.fake_node import FakeCluster, FakeClusterThread
 from tests.client.group_helpers import start_members
 
@@ -202,6 +202,23 @@ def test_consume_with_a_group_commits_and_resumes(fake: FakeCluster, capsys: pyt
     assert first.splitlines() == ["a", "b"]
     rest = run([*b, "consume", "grouped", "--group", "g", "--timeout-ms", "300"], capsys)[1]
     assert rest.splitlines() == ["c"]
+
+
+def test_consume_with_a_group_joins_with_the_assignors_it_is_given(
+        fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "assigned", "--partitions", "2"], capsys)
+    run([*b, "produce", "assigned"], capsys, stdin=b"a\n")
+    strategy = "partition.assignment.strategy=org.apache.kafka.clients.consumer.RoundRobinAssignor,range"
+    out = run([*b, "consume", "assigned", "--group", "strategic", "--from-beginning", "--max-records", "1",
+               "--consumer-property", strategy, "--consumer-property", "heartbeat.interval.ms=100"], capsys)[1]
+    assert out == "a\n"
+    joins = [request for _, request in fake.requests_of(Api.JOIN_GROUP) if request.group_id == "strategic"]
+    assert [protocol.name for protocol in joins[-1].protocols] == ["roundrobin", "range"]
+    status, _, err = run([*b, "consume", "assigned", "--group", "strategic", "--consumer-property",
+                          "partition.assignment.strategy=sticky"], capsys)
+    assert status == 2
+    assert "'sticky' is not an assignor we have; use one of range" in err
 
 
 def test_groups_describe_lag_and_reset_offsets(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:

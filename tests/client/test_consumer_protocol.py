@@ -1,4 +1,4 @@
-"""Kafka's consumer protocol formats and the range assignor."""
+"""Kafka's consumer protocol formats (ConsumerProtocolSubscription / ConsumerProtocolAssignment)."""
 
 from __future__ import annotations
 
@@ -7,38 +7,73 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client.consumer_protocol import (
+    SUBSCRIPTION_VERSION,
     ConsumerProtocolError,
+    Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
-    range_assign,
 )
+from client.metadata import TopicPartition
+
+names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=4)
+subscriptions = st.builds(
+    Subscription, st.lists(names, max_size=4).map(lambda topics: tuple(sorted(set(topics)))),
+    st.none() | st.binary(max_size=8),
+    st.frozensets(st.builds(TopicPartition, names, st.integers(0, 2**31 - 1)), max_size=6),
+    st.integers(-1, 2**31 - 1), st.none() | names)
 
 
-def test_the_range_assignor_gives_consecutive_ranges_the_first_members_one_more() -> None:
-    """Kafka's RangeAssignor example: two members, two topics of three partitions each."""
-    subscriptions = {"c0": ["t0", "t1"], "c1": ["t0", "t1"]}
-    assert range_assign(subscriptions, {"t0": 3, "t1": 3}) == {
-        "c0": {"t0": [0, 1], "t1": [0, 1]}, "c1": {"t0": [2], "t1": [2]}}
-    assert range_assign({"a": ["t"], "b": ["u"]}, {"t": 2, "u": 1}) == {"a": {"t": [0, 1]}, "b": {"u": [0]}}
+def test_a_v1_subscription_has_kafkas_layout() -> None:
+    """Version, topics, null user data, then the owned partitions grouped by topic (KIP-429)."""
+    data = encode_subscription(Subscription(("t",), owned_partitions=frozenset({TopicPartition("t", 0)})), version=1)
+    assert data == bytes.fromhex("0001" "00000001" "000174" "ffffffff" "00000001" "000174" "00000001" "00000000")
 
 
-@given(st.dictionaries(st.text(min_size=1, max_size=3), st.sets(st.sampled_from(["t", "u", "v"])), max_size=6),
-       st.fixed_dictionaries({"t": st.integers(0, 9), "u": st.integers(0, 9), "v": st.integers(0, 9)}))
-def test_every_partition_of_a_subscribed_topic_has_exactly_one_owner(subscriptions: dict, counts: dict) -> None:
-    plan = range_assign({member: sorted(topics) for member, topics in subscriptions.items()}, counts)
-    for topic, count in counts.items():
-        owners = [index for parts in plan.values() for index in parts.get(topic, [])]
-        subscribed = any(topic in topics for topics in subscriptions.values())
-        assert sorted(owners) == (list(range(count)) if subscribed else [])
+@given(subscriptions, st.integers(0, SUBSCRIPTION_VERSION))
+def test_a_subscription_keeps_the_fields_its_version_has(subscription: Subscription, version: int) -> None:
+    decoded = decode_subscription(encode_subscription(subscription, version))
+    assert decoded.topics == subscription.topics
+    assert decoded.user_data == subscription.user_data
+    assert decoded.owned_partitions == (subscription.owned_partitions if version >= 1 else frozenset())
+    assert decoded.generation_id == (subscription.generation_id if version >= 2 else -1)
+    assert decoded.rack_id == (subscription.rack_id if version >= 3 else None)
 
 
-def test_formats_round_trip_and_refuse_truncated_bytes() -> None:
-    assert decode_subscription(encode_subscription(["b", "a", "a"])) == ["a", "b"]
-    assignment = {"orders": [2, 0], "audit": [1]}
-    assert decode_assignment(encode_assignment(assignment)) == {"audit": [1], "orders": [0, 2]}
-    assert decode_assignment(b"") == {}
-    for data in (encode_assignment(assignment)[:-9], b"\x00\x00\x7f\xff\xff\xff"):
+@given(subscriptions, st.binary(max_size=12))
+def test_a_newer_version_is_read_as_the_newest_known_and_its_added_fields_ignored(
+        subscription: Subscription, added: bytes) -> None:
+    data = encode_subscription(subscription)
+    assert decode_subscription(b"\x00\x07" + data[2:] + added) == subscription
+
+
+@given(subscriptions)
+def test_every_truncated_subscription_is_refused(subscription: Subscription) -> None:
+    data = encode_subscription(subscription)
+    for end in range(len(data)):
         with pytest.raises(ConsumerProtocolError):
-            decode_assignment(data)
+            decode_subscription(data[:end])
+
+
+def test_counts_versions_and_partitions_from_outside_are_checked() -> None:
+    for data in (b"\xff\xff" + bytes(8),  # a negative version
+                 b"\x00\x00\x7f\xff\xff\xff",  # two billion topics in no bytes
+                 b"\x00\x00\xff\xff\xff\xfe",  # a negative count
+                 b"\x00\x00\x00\x00\x00\x01\x00\x01\xff\xff\xff\xff\xff"):  # a name that is not UTF-8
+        with pytest.raises(ConsumerProtocolError):
+            decode_subscription(data)
+    negative = encode_assignment({"t": [0]})[:-8] + b"\xff\xff\xff\xfe" + b"\xff\xff\xff\xff"
+    with pytest.raises(ConsumerProtocolError, match="negative partition"):
+        decode_assignment(negative)
+
+
+def test_assignments_round_trip_and_refuse_truncated_bytes() -> None:
+    assignment = {"orders": [2, 0], "audit": [1]}
+    data = encode_assignment(assignment)
+    assert decode_assignment(data) == {"audit": [1], "orders": [0, 2]}
+    assert decode_assignment(b"\x00\x09" + data[2:] + b"later fields") == {"audit": [1], "orders": [0, 2]}
+    assert decode_assignment(b"") == {}
+    for end in range(1, len(data)):
+        with pytest.raises(ConsumerProtocolError):
+            decode_assignment(data[:end])

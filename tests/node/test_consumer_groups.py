@@ -208,3 +208,109 @@ async def test_a_stable_group_keeps_its_generation_when_its_coordinator_is_kille
             await member.close()
         if killed is not None:
             cluster.start_node(killed)
+
+
+# -- cooperative-sticky (KIP-429): a member joins and the others read on --------------------------
+
+COOPERATIVE_TOPIC = "cooperative"
+
+
+class CooperativeMember:
+    """A cooperative-sticky member polling in a task. It records what it read, the partitions it read
+    while a rebalance was in progress (its join running in the background) and what was revoked."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer(bootstrap, **{**CONSUMER_SETTINGS, "group_id": "cooperators"},  # type: ignore[arg-type]
+                                 partition_assignment_strategy="cooperative-sticky")
+        self.seen: list[tuple[TopicPartition, int]] = []
+        self.read_while_rebalancing: set[TopicPartition] = set()
+        self.revoked: set[TopicPartition] = set()
+        self.consumer.subscribe([COOPERATIVE_TOPIC], self)
+        self.task = asyncio.create_task(self._run())
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        self.revoked |= partitions
+
+    async def _run(self) -> None:
+        member = self.consumer.member
+        assert member is not None
+        while True:
+            records = await self.consumer.poll(timeout_ms=200)
+            for record in records:
+                tp = TopicPartition(record.topic, record.partition)
+                self.seen.append((tp, record.offset))
+                if member.needs_join:
+                    self.read_while_rebalancing.add(tp)
+
+    def holds(self) -> set[TopicPartition]:
+        """Its partitions, once no rebalance is in progress for it."""
+        member = self.consumer.member
+        return set() if member is None or member.needs_join else self.consumer.assignment()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.consumer.close()
+
+
+async def produce_steadily(cluster: DevCluster, produced: list[tuple[int, int]], stop: asyncio.Event) -> None:
+    """A record to every partition every 20 ms until `stop`; `produced` gets (partition, offset)."""
+    async with Producer(cluster.bootstrap) as producer:
+        while not stop.is_set():
+            futures = [await producer.send(COOPERATIVE_TOPIC, b"v", partition=n) for n in range(PARTITIONS)]
+            produced.extend((metadata.partition, metadata.offset) for metadata in await asyncio.gather(*futures))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.02)
+
+
+def settled(members: list[CooperativeMember], each: int) -> bool:
+    held = [member.holds() for member in members]
+    return all(len(partitions) == each for partitions in held) and len(set().union(*held)) == each * len(held)
+
+
+async def test_a_cooperative_member_joins_while_the_others_read_on_what_they_keep(cluster: DevCluster) -> None:
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(COOPERATIVE_TOPIC, PARTITIONS, 3)])
+    produced: list[tuple[int, int]] = []
+    stop = asyncio.Event()
+    producing = asyncio.create_task(produce_steadily(cluster, produced, stop))
+    members = [CooperativeMember(cluster.bootstrap), CooperativeMember(cluster.bootstrap)]
+    try:
+        async def two_settled() -> bool:
+            return settled(members, 3)
+
+        await eventually(two_settled, "two cooperative members hold three partitions each")
+        before = [member.holds() for member in members]
+        for member in members:
+            member.read_while_rebalancing.clear()
+            member.revoked.clear()
+        members.append(CooperativeMember(cluster.bootstrap))
+
+        async def three_settled() -> bool:
+            return settled(members, 2)
+
+        rebalance_s = await eventually(three_settled, "the third member gets its share")
+        stop.set()
+        await producing
+        for member, held in zip(members, before, strict=False):
+            kept = held & member.holds()
+            assert len(kept) == 2, f"a member kept {kept} of {held}"
+            assert not member.revoked & kept, "a partition that stayed was revoked"
+            assert member.revoked == held - kept
+            assert kept & member.read_while_rebalancing, "the member stopped reading while the group rebalanced"
+            assert {tp for tp, _ in members[2].seen} & kept == set()
+
+        async def all_read() -> bool:
+            return {(tp.partition, offset) for member in members for tp, offset in member.seen} >= set(produced)
+
+        await eventually(all_read, "every record was read")
+        seen = [record for member in members for record in member.seen]
+        assert len(seen) == len(set(seen)), "a record was read twice (revoked partitions are committed first)"
+        print(f"\ncooperative-sticky: a third member got its share {rebalance_s * 1000:.0f} ms after subscribing; "
+              f"the two others read on through the rebalance; {len(seen)} records, each read once")
+    finally:
+        stop.set()
+        await producing
+        for member in members:
+            await member.close()

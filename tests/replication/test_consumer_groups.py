@@ -123,6 +123,8 @@ def test_members_join_one_generation_and_the_leader_assigns() -> None:
         "no commit between the join and the assignment of a generation"
     follower_sync = coordinator.send(SyncGroup, "g", 2, two, ())
     assert follower_sync not in coordinator.answers, "a follower's sync waits for the leader's"
+    assert coordinator.core.commit_error("g", 2, two)[0] == ErrorCode.REBALANCE_IN_PROGRESS, \
+        "no commit before the member knows its partitions"
     leader_sync = coordinator.send(SyncGroup, "g", 2, one, ((one, b"p0"), (two, b"p1")))
     assert (coordinator.answers[leader_sync].assignment, coordinator.answers[follower_sync].assignment) == (
         b"p0", b"p1")
