@@ -11,6 +11,7 @@ class GroupSimOptions:
     seed: int
     members: int  # consumer processes, each a member while it runs
     partitions: int  # of the one subscribed topic
+    assignor: str  # every member's partition.assignment.strategy
     session_timeout_ms: int
     heartbeat_interval_ms: int
     rebalance_timeout_ms: int
@@ -19,6 +20,8 @@ class GroupSimOptions:
     retry_backoff_ms: int
     commit_interval_ms: int
     delay_max_ms: int
+    long_delay_probability: float  # a message overtaken by later ones (a retransmission, a slow link)
+    long_delay_max_ms: int
     drop_probability: float
     duplicate_probability: float
     chaos_interval_ms: int
@@ -43,6 +46,7 @@ class GroupSimOptions:
             seed=seed,
             members=rng.randint(1, 5),
             partitions=rng.choice((1, 3, 6, 8)),
+            assignor=random.Random(f"groups-assignor-{seed}").choice(("range", "roundrobin", "cooperative-sticky")),
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=session_timeout_ms // rng.choice((3, 4)),
             # max.poll.interval.ms: Kafka's default is 300 s against a 45 s session. A rebalance
@@ -51,10 +55,15 @@ class GroupSimOptions:
             # coordinator too): seeds 1 and 18283 livelocked with it at 1 session.
             rebalance_timeout_ms=session_timeout_ms * rng.choice((2, 4)),
             initial_rebalance_delay_ms=rng.choice((0, 0, 50, 200)),
-            request_timeout_ms=rng.choice((50, 150)),
+            # A SyncGroup waits for the leader's and for the group's record to be stored: a request
+            # timeout under those round trips and the store makes members give up on answers that
+            # are coming and join again, a rebalance each time (seed 1378 livelocked at 50 ms).
+            request_timeout_ms=rng.choice((150, 300)),
             retry_backoff_ms=rng.choice((5, 20)),
             commit_interval_ms=rng.choice((10, 40)),
             delay_max_ms=rng.choice((2, 5, 20)),
+            long_delay_probability=0.0 if calm else random.Random(f"groups-delay-{seed}").choice((0.0, 0.01, 0.05)),
+            long_delay_max_ms=random.Random(f"groups-delay-max-{seed}").choice((100, 500)),
             drop_probability=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
             duplicate_probability=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
             chaos_interval_ms=rng.choice((50, 100)),

@@ -6,10 +6,13 @@ commit from a member that does not own the partition in the current generation, 
 group unable to settle once the faults end. Method: as the replication simulation, one seeded
 generator draws the options and every choice; the coordinator is the real core, stepped with
 its events and ticked when its Ready asks; the members are consumers that follow our client's
-rules (client/group_member.py: eager range assignment by the leader with the client's own
-`range_assign` and consumer-protocol encodings, heartbeats every `heartbeat.interval.ms`, joining
-again on REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID, revoking everything
-before it joins again) and commit the partitions they own every `commit_interval_ms`.
+rules (client/group_member.py: the leader assigns with the client's own assignor, drawn per seed
+from range, roundrobin and cooperative-sticky, and consumer-protocol encodings; heartbeats every
+`heartbeat.interval.ms`; joining again on REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and
+UNKNOWN_MEMBER_ID, the last two losing what it owned; an eager member revokes everything before it
+joins, a cooperative one (KIP-429) keeps its partitions and sends them as owned, gives up only
+what the new assignment took away, committing it first, and then joins again at once) and commit
+the partitions they own every `commit_interval_ms`, whatever their state.
 
 Faults: message drops, delays, duplicates; member crashes (no LeaveGroup) and clean closes
 (LeaveGroup), restarts as new consumers; pauses (the member keeps believing what it believed, as a
@@ -21,8 +24,10 @@ answered NOT_COORDINATOR, as node/group_membership.py does. Generations therefor
 failovers, and the checks hold across them.
 
 Checks (GroupChecker): (1) within one generation no partition is handed to two members, whichever
-coordinator handed it out; (2) a commit the core accepts comes from the owner of every partition it names in the
-current generation; (3) after the faults heal, within `liveness_bound_ms` the group is Stable,
+coordinator handed it out, and a generation's assignment as the coordinator holds it never
+changes; (2) a commit the core accepts names no partition that the current generation gives to
+another member (a cooperative member commits what it gives up in the generation that withholds it
+from everyone); (3) after the faults heal, within `liveness_bound_ms` the group is Stable,
 every running member is in its current generation, and the partitions are split among them,
 each to exactly one. A partition owned by a member of an old generation at the same time as by a
 member of the new one is not a violation: Kafka's classic protocol allows it (a cut-off member
@@ -38,13 +43,15 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from client.assignors import assignor_for
 from client.consumer_protocol import (
+    Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
-    range_assign,
 )
+from client.metadata import TopicPartition
 from replication.consumer_groups import (
     ConsumerGroups,
     GroupAnswer,
@@ -71,6 +78,7 @@ TOPIC = "events"
 PROTOCOL_TYPE = "consumer"
 REJOIN = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
 STEPS_MAX = 2_000_000
+NEVER_MS = 2**62
 
 
 class Kind(IntEnum):
@@ -93,8 +101,9 @@ class Member:
     paused_until_ms: int = 0
     cut_off: bool = False
     member_id: str = ""
-    generation: int = -1
-    epoch: int = -1  # the coordinator epoch its generation belongs to
+    generation: int = -1  # of what it owns
+    joining_generation: int = -1  # of the JoinGroup answer its SyncGroup is for
+    epoch: int = -1  # the coordinator epoch that answered its last JoinGroup
     state: str = "joining"  # joining | syncing | stable | backoff
     owned: frozenset[int] = frozenset()
     outstanding: int | None = None  # the correlation id of its join or sync in flight
@@ -102,6 +111,7 @@ class Member:
     next_heartbeat_ms: int = 0
     next_commit_ms: int = 0
     backoff_until_ms: int = 0
+    armed: set[int] = field(default_factory=set)  # when its timers fire
 
 
 @dataclass(slots=True)
@@ -120,6 +130,15 @@ class GroupSimResult:
 @dataclass(slots=True)
 class GroupChecker:
     claims: dict[int, dict[int, str]] = field(default_factory=dict)  # generation -> partition -> member
+    plans: dict[int, dict[int, str]] = field(default_factory=dict)  # generation -> the coordinator's assignment
+
+    def planned(self, generation: int, plan: dict[int, str]) -> None:
+        """The coordinator's view of a generation loses members that go, never changes an owner."""
+        known = self.plans.setdefault(generation, {})
+        for partition, member_id in plan.items():
+            owner = known.setdefault(partition, member_id)
+            assert owner == member_id, (f"(1) generation {generation}: the coordinator gives partition {partition} "
+                                        f"to {member_id}, before to {owner}")
 
     def assigned(self, epoch: int, generation: int, member_id: str, partitions: frozenset[int]) -> None:
         claim = self.claims.setdefault(generation, {})
@@ -129,11 +148,11 @@ class GroupChecker:
                                         f"{partition} handed to {member_id} and to {owner}")
 
     def commit_accepted(self, epoch: int, generation: int, member_id: str, partitions: frozenset[int]) -> None:
-        claim = self.claims.get(generation, {})
+        plan = self.plans.get(generation, {})
         for partition in partitions:
-            assert claim.get(partition) == member_id, (
+            assert plan.get(partition, member_id) == member_id, (
                 f"(2) coordinator epoch {epoch} in generation {generation} accepted {member_id}'s commit of "
-                f"partition {partition}, owned by {claim.get(partition)}")
+                f"partition {partition}, given to {plan.get(partition)}")
 
 
 class GroupSimulation:
@@ -146,6 +165,7 @@ class GroupSimulation:
         self.checker = GroupChecker()
         self.config = GroupsConfig(group_min_session_timeout_ms=1, group_max_session_timeout_ms=600_000,
                                    group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms)
+        self.assignor = assignor_for(options.assignor)
         self.members = [Member(index) for index in range(options.members)]
         self.epoch = 0
         self.core = self._new_core()
@@ -220,6 +240,7 @@ class GroupSimulation:
         elif kind is Kind.MEMBER_TIMER:
             member = self.members[payload[0]]
             if member.incarnation == payload[1]:
+                member.armed.discard(payload[2])
                 self._member_timer(member)
         elif kind is Kind.CHAOS:
             if self.faulty:
@@ -234,10 +255,16 @@ class GroupSimulation:
         options = self.options
         if cut or (self.faulty and self.rng.random() < options.drop_probability):
             return []
-        times = [self.now_ms + self.rng.randint(1, options.delay_max_ms)]
+        times = [self.now_ms + self._delay_ms()]
         if self.faulty and self.rng.random() < options.duplicate_probability:
-            times.append(self.now_ms + self.rng.randint(1, options.delay_max_ms))
+            times.append(self.now_ms + self._delay_ms())
         return times
+
+    def _delay_ms(self) -> int:
+        options = self.options
+        if self.faulty and self.rng.random() < options.long_delay_probability:
+            return self.rng.randint(options.delay_max_ms, options.long_delay_max_ms)
+        return self.rng.randint(1, options.delay_max_ms)
 
     def _send(self, member: Member, kind: str, make: Callable[[int], GroupEvent],
               commit: tuple[int, int, str, frozenset[int]] | None = None) -> int:
@@ -277,6 +304,7 @@ class GroupSimulation:
 
     def _step(self, event: GroupEvent) -> None:
         ready = self.core.handle(event, self.now_ms)
+        self._record_plan()
         for answer in ready.answers:
             self._deliver_answer(answer)
         for store in ready.stores:
@@ -287,6 +315,16 @@ class GroupSimulation:
         if ready.next_tick_ms is not None and ready.next_tick_ms != self.core_tick_ms:
             self.core_tick_ms = max(ready.next_tick_ms, self.now_ms)
             self.schedule(self.core_tick_ms, Kind.CORE_TICK, (self.epoch, self.core_tick_ms))
+
+    def _record_plan(self) -> None:
+        """The assignment the core holds for its current generation once it is stored (Stable): one
+        lost with its record before any member got it is not a generation anyone saw."""
+        group = self.core.groups.get(GROUP)
+        if group is None or group.state is not GroupState.STABLE:
+            return
+        plan = {partition: member.member_id for member in group.members.values()
+                for partition in decode_assignment(member.assignment).get(TOPIC, ())}
+        self.checker.planned(group.generation_id, plan)
 
     def _stored(self, store: StoreGroup) -> None:
         """The write of a group record ends: acknowledged by the ISR, which commits every record
@@ -340,22 +378,34 @@ class GroupSimulation:
     # -- the members ------------------------------------------------------------------------------
 
     def _join(self, member: Member) -> None:
-        """Revoke everything (eager protocol), then send a JoinGroup."""
+        """Send a JoinGroup; an eager member gives up everything first."""
         options = self.options
-        member.owned = frozenset()
+        if not self.assignor.cooperative:
+            member.owned, member.generation = frozenset(), -1
         member.state = "joining"
-        member.generation = -1
         member_id = member.member_id
         client_id = f"consumer-{member.index}"
-        metadata = encode_subscription([TOPIC])
+        metadata = encode_subscription(Subscription(
+            (TOPIC,), owned_partitions=frozenset(TopicPartition(TOPIC, partition) for partition in member.owned),
+            generation_id=member.generation))
+        protocols = ((self.assignor.name, metadata),)
         member.outstanding = self._send(member, "join", lambda request_id: JoinGroup(
             request_id, GROUP, member_id, client_id, options.session_timeout_ms, options.rebalance_timeout_ms,
-            PROTOCOL_TYPE, (("range", metadata),)))
+            PROTOCOL_TYPE, protocols))
         member.deadline_ms = self.now_ms + options.rebalance_timeout_ms + options.request_timeout_ms
         self._arm(member, member.deadline_ms)
 
+    def _left_behind(self, member: Member, code: ErrorCode) -> None:
+        """ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID: the group went on without it; what it owned is lost."""
+        if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
+            member.owned, member.generation = frozenset(), -1
+        if code is ErrorCode.UNKNOWN_MEMBER_ID:
+            member.member_id = ""
+
     def _arm(self, member: Member, at_ms: int) -> None:
-        self.schedule(at_ms, Kind.MEMBER_TIMER, (member.index, member.incarnation))
+        if at_ms not in member.armed:
+            member.armed.add(at_ms)
+            self.schedule(at_ms, Kind.MEMBER_TIMER, (member.index, member.incarnation, at_ms))
 
     def _running(self, member: Member) -> bool:
         return member.up and member.paused_until_ms <= self.now_ms
@@ -369,8 +419,7 @@ class GroupSimulation:
         if kind == "heartbeat":
             if member.state == "stable" and code in REJOIN:
                 assert isinstance(answer, GroupResult)
-                if code is ErrorCode.UNKNOWN_MEMBER_ID:
-                    member.member_id = ""
+                self._left_behind(member, code)
                 self.trace(f"member {member.index} heartbeat {code.name}: joins again")
                 self._join(member)
             return
@@ -383,22 +432,23 @@ class GroupSimulation:
             self._on_sync(member, answer, code, epoch)
 
     def _on_join(self, member: Member, answer: Any, code: ErrorCode, epoch: int) -> None:
-        if code in (ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.UNKNOWN_MEMBER_ID):
+        if code is ErrorCode.MEMBER_ID_REQUIRED:
             assert isinstance(answer, JoinGroupResult)
-            member.member_id = answer.member_id if code is ErrorCode.MEMBER_ID_REQUIRED else ""
+            member.member_id = answer.member_id
             self._join(member)
             return
         if code is not ErrorCode.NONE:
+            self._left_behind(member, code)
             self._back_off(member)
             return
         assert isinstance(answer, JoinGroupResult)
-        member.generation, member.epoch, member.state = answer.generation_id, epoch, "syncing"
+        member.joining_generation, member.epoch, member.state = answer.generation_id, epoch, "syncing"
         assignments: tuple[tuple[str, bytes], ...] = ()
         if answer.leader == member.member_id:
             subscriptions = {member_id: decode_subscription(metadata) for member_id, metadata in answer.members}
-            plan = range_assign(subscriptions, {TOPIC: self.options.partitions})
+            plan = self.assignor.assign(subscriptions, {TOPIC: self.options.partitions})
             assignments = tuple((member_id, encode_assignment(parts)) for member_id, parts in plan.items())
-        generation, member_id = member.generation, member.member_id
+        generation, member_id = member.joining_generation, member.member_id
         member.outstanding = self._send(member, "sync", lambda request_id: SyncGroup(
             request_id, GROUP, generation, member_id, assignments))
         member.deadline_ms = self.now_ms + self.options.request_timeout_ms
@@ -406,22 +456,31 @@ class GroupSimulation:
 
     def _on_sync(self, member: Member, answer: Any, code: ErrorCode, epoch: int) -> None:
         if code is not ErrorCode.NONE:
-            if code is ErrorCode.UNKNOWN_MEMBER_ID:
-                member.member_id = ""
+            self._left_behind(member, code)
             self._back_off(member)
             return
         assert isinstance(answer, SyncGroupResult)
-        member.owned = frozenset(decode_assignment(answer.assignment).get(TOPIC, ()))
-        member.state = "stable"
+        assigned = frozenset(decode_assignment(answer.assignment).get(TOPIC, ()))
+        revoked = member.owned - assigned
+        if revoked:  # cooperative: commit what it gives up, in the new generation (it holds it still)
+            self._send_commit(member, member.joining_generation, revoked)
+        member.owned, member.generation, member.state = assigned, member.joining_generation, "stable"
         self.checker.assigned(epoch, member.generation, member.member_id, member.owned)
         self.result.generations += 1
         if self._fault_active():
             self.result.generations_during_fault += 1
         self.trace(f"member {member.index} ({member.member_id}) owns {sorted(member.owned)} in epoch {epoch} "
-                   f"generation {member.generation}")
+                   f"generation {member.generation}" + (f", gave up {sorted(revoked)}" if revoked else ""))
         member.next_heartbeat_ms = self.now_ms + self.options.heartbeat_interval_ms
         member.next_commit_ms = self.now_ms + self.options.commit_interval_ms
-        self._arm(member, min(member.next_heartbeat_ms, member.next_commit_ms))
+        if revoked:
+            self._join(member)  # KIP-429: at once, so that what it gave up finds its new owner
+        else:
+            self._arm(member, min(member.next_heartbeat_ms, member.next_commit_ms))
+
+    def _send_commit(self, member: Member, generation: int, partitions: frozenset[int]) -> None:
+        self._send(member, "commit", lambda request_id: GroupsTick(),
+                   (member.epoch, generation, member.member_id, partitions))
 
     def _back_off(self, member: Member) -> None:
         member.state = "backoff"
@@ -437,17 +496,16 @@ class GroupSimulation:
         elif member.state in ("joining", "syncing") and member.outstanding is not None and now_ms >= member.deadline_ms:
             member.outstanding = None
             self._back_off(member)
-        elif member.state == "stable":
-            if now_ms >= member.next_heartbeat_ms:
-                generation, member_id = member.generation, member.member_id
-                self._send(member, "heartbeat", lambda request_id: Heartbeat(request_id, GROUP, generation, member_id))
-                member.next_heartbeat_ms = now_ms + self.options.heartbeat_interval_ms
-            if now_ms >= member.next_commit_ms:
-                if member.owned:
-                    commit = (member.epoch, member.generation, member.member_id, member.owned)
-                    self._send(member, "commit", lambda request_id: GroupsTick(), commit)
-                member.next_commit_ms = now_ms + self.options.commit_interval_ms
-            self._arm(member, min(member.next_heartbeat_ms, member.next_commit_ms))
+        if member.state == "stable" and now_ms >= member.next_heartbeat_ms:
+            generation, member_id = member.generation, member.member_id
+            self._send(member, "heartbeat", lambda request_id: Heartbeat(request_id, GROUP, generation, member_id))
+            member.next_heartbeat_ms = now_ms + self.options.heartbeat_interval_ms
+        if member.owned and now_ms >= member.next_commit_ms:  # a cooperative member commits while it rejoins
+            self._send_commit(member, member.generation, member.owned)
+            member.next_commit_ms = now_ms + self.options.commit_interval_ms
+        if member.state == "stable" or member.owned:
+            self._arm(member, min(member.next_heartbeat_ms if member.state == "stable" else NEVER_MS,
+                                  member.next_commit_ms if member.owned else NEVER_MS))
 
     # -- faults -----------------------------------------------------------------------------------
 
