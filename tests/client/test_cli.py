@@ -299,7 +299,7 @@ def test_groups_list_and_describe_a_live_group_like_kafka_consumer_groups(
         out = run([*b, "groups", "describe", "--group", "watchers", "--state"], capsys)[1]
         assert [line.split() for line in out.splitlines()] == [
             ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-            ["watchers", f"127.0.0.1:{fake.ports[0]}", "(0)", "range", "Stable", "2"]]
+            ["watchers", f"127.0.0.1:{fake.ports[0]}", "(0)", "cooperative-sticky", "Stable", "2"]]
         state = json.loads(run([*b, "groups", "describe", "--group", "watchers", "--state", "--json"], capsys)[1])
         assert (state["state"], state["members"], state["coordinator"]["id"]) == ("Stable", 2, 0)
         described = json.loads(run([*b, "groups", "describe", "--group", "watchers", "--json"], capsys)[1])
