@@ -5,7 +5,8 @@ position (the next offset to read), found on first use from the group's committe
 `auto.offset.reset`. `poll` keeps at most one FetchRequest in flight per node, carrying every
 partition that node serves and that has no buffered data, and returns buffered records; fetches
 still in flight when a poll returns stay in flight for the next one (prefetch). An answer for a
-partition whose position moved meanwhile (a seek) is dropped.
+partition whose position moved meanwhile (a seek) is dropped. `pause(partitions)` stops fetching
+them and keeps what is buffered out of polls until `resume` (Kafka's KafkaConsumer.pause).
 
 Consumer groups: `subscribe(topics, listener)` makes the consumer a member of `group_id`
 (client/group_member.py): its partitions are those the group's leader assigns it, and change when
@@ -130,6 +131,7 @@ class Consumer:
         self._buffer: dict[TopicPartition, deque[FetchedBatch]] = {}
         self._in_flight: dict[int, tuple[asyncio.Task[FetchResponse], dict[TopicPartition, int]]] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
+        self._paused: set[TopicPartition] = set()
         self._metadata_task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Consumer:
@@ -221,10 +223,29 @@ class Consumer:
         for tp in list(self._buffer):
             if tp not in self.positions:
                 del self._buffer[tp]
+        self._paused &= self.positions.keys()
         self.metadata.add_topics({tp.topic for tp in wanted})
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.positions)
+
+    def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Stop fetching these partitions: polls return none of their records until `resume`. What
+        was already fetched stays buffered for then (Kafka keeps a paused partition's fetched data);
+        a rebalance that takes a partition away forgets that it was paused."""
+        wanted = [as_tp(tp) for tp in partitions]
+        for tp in wanted:
+            self._require_assigned(tp)
+        self._paused.update(wanted)
+
+    def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        wanted = [as_tp(tp) for tp in partitions]
+        for tp in wanted:
+            self._require_assigned(tp)
+        self._paused.difference_update(wanted)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
 
     def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
         tp = as_tp(tp)
@@ -423,7 +444,7 @@ class Consumer:
         taken: list[FetchedBatch] = []
         count = 0
         for tp, queue in self._buffer.items():
-            while queue and (max_records is None or count < max_records):
+            while tp not in self._paused and queue and (max_records is None or count < max_records):
                 batch = queue.popleft()
                 taken.append(batch)
                 count += batch.next_offset - max(batch.start_offset, batch.base_offset)
@@ -452,7 +473,8 @@ class Consumer:
         busy = {tp for _, tps in self._in_flight.values() for tp in tps}
         by_node: dict[int, dict[TopicPartition, int]] = {}
         for tp, position in self.positions.items():
-            if position is None or tp in busy or self._buffer.get(tp) or self._backoff_until.get(tp, 0) > now:
+            if (position is None or tp in busy or tp in self._paused or self._buffer.get(tp)
+                    or self._backoff_until.get(tp, 0) > now):
                 continue
             node = self.fetch_node_for(tp)
             if node is None:

@@ -268,3 +268,47 @@ async def test_commit_and_committed_retry_while_the_coordinator_loads(cluster: F
         await consumer.commit({T0: 2})
         assert await consumer.committed([T0]) == {T0: 2}
     assert len(cluster.requests_of(Api.OFFSET_COMMIT)) == 2
+
+
+def fetched_partitions(cluster: FakeCluster, since: int = 0) -> set[int]:
+    """Partitions of `t` asked for by the fetches from the `since`-th on."""
+    return {p.partition for _, request in cluster.requests_of(Api.FETCH)[since:] if isinstance(request, FetchRequest)
+            for p in request.partitions}
+
+
+async def test_a_paused_partition_is_not_fetched_and_keeps_its_buffered_records_until_resumed(
+    cluster: FakeCluster,
+) -> None:
+    T1 = TopicPartition("t", 1)
+    await produce(cluster, 5)
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20) as consumer:
+        consumer.assign([T0, T1])
+        assert [r.offset for r in await consumer.poll(timeout_ms=2000, max_records=2)] == [0, 1]
+        consumer.pause([T0])  # offsets 2-4 are buffered
+        assert consumer.paused() == {T0}
+        await produce(cluster, 3, partition=1)
+        assert {(r.partition, r.offset) for r in await poll_until(consumer, 3)} == {(1, 0), (1, 1), (1, 2)}
+        consumer.resume([T0])
+        fetches = len(cluster.requests_of(Api.FETCH))
+        assert [r.offset for r in await consumer.poll(timeout_ms=2000)] == [2, 3, 4]
+        assert fetched_partitions(cluster, fetches) <= {1, 2}  # served from the buffer kept while paused
+        consumer.pause([("t", 0)])  # nothing buffered now: paused, it is not fetched at all
+        fetches = len(cluster.requests_of(Api.FETCH))
+        await produce(cluster, 2)
+        await produce(cluster, 2, partition=1)
+        assert {r.partition for r in await poll_until(consumer, 2)} == {1}
+        assert 0 not in fetched_partitions(cluster, fetches)
+        assert await consumer.position(T0) == 5
+
+
+async def test_pausing_or_resuming_a_partition_not_assigned_is_refused(cluster: FakeCluster) -> None:
+    async with Consumer(cluster.bootstrap) as consumer:
+        consumer.assign([T0])
+        with pytest.raises(ValueError, match="t-1 is not assigned"):
+            consumer.pause([T0, ("t", 1)])
+        with pytest.raises(ValueError, match="t-1 is not assigned"):
+            consumer.resume([("t", 1)])
+        assert consumer.paused() == set()
+        consumer.pause([T0])
+        consumer.assign([("t", 1)])
+        assert consumer.paused() == set()
