@@ -7,6 +7,8 @@ partition that node serves and that has no buffered data, and returns buffered r
 still in flight when a poll returns stay in flight for the next one (prefetch). An answer for a
 partition whose position moved meanwhile (a seek) is dropped. `pause(partitions)` stops fetching
 them and keeps what is buffered out of polls until `resume` (Kafka's KafkaConsumer.pause).
+`async for record in consumer` polls underneath and hands out one record at a time; records
+fetched but not yet handed out go back to the buffer before anything reads or commits positions.
 
 Consumer groups: `subscribe(topics, listener)` makes the consumer a member of `group_id`
 (client/group_member.py): its partitions are those the group's leader assigns it, and change when
@@ -64,6 +66,7 @@ T = TypeVar("T")
 FENCED_COMMIT = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS})
 READ_FROM = ("leader", "follower", "nearest")
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+ITERATION_POLL_MS = 1000  # `async for` polls this long at a time: a rebalance or an auto-commit waits no longer
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,9 @@ class Consumer:
         self._backoff_until: dict[TopicPartition, float] = {}
         self._paused: set[TopicPartition] = set()
         self._metadata_task: asyncio.Task[None] | None = None
+        self._pending: deque[tuple[FetchedBatch, ConsumerRecord]] = deque()  # fetched, not yet iterated
+        self._closed = False
+        self._close_signal: asyncio.Future[None] | None = None  # wakes a poll waiting when close() is called
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -140,7 +146,42 @@ class Consumer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """`async for record in consumer`: the records of successive polls, one at a time; the loop
+        ends when the consumer is closed. A record counts as consumed (its position, what
+        auto-commit commits) once it is handed out, not when its batch was fetched."""
+        while not self._pending:
+            if self._closed:
+                raise StopAsyncIteration
+            try:
+                batches = await self.poll_batches(ITERATION_POLL_MS)
+            except TributaryError:
+                if self._closed:  # closed under a poll: its requests failed with the connections
+                    raise StopAsyncIteration from None
+                raise
+            self._pending.extend((batch, record) for batch in batches for record in batch.consumer_records())
+        return self._pending.popleft()[1]
+
+    def _unread_pending(self) -> None:
+        """Put the records fetched for the iteration but not handed out back in the buffer, so that
+        positions and commits are those of the records handed out."""
+        batches: list[FetchedBatch] = []
+        for batch, record in self._pending:
+            if not batches or batches[-1].header is not batch.header:
+                batches.append(dataclasses.replace(batch, start_offset=record.offset))
+        self._pending.clear()
+        self._unread(batches)
+
     async def close(self) -> None:
+        """Commit (with `enable_auto_commit`), leave the group, stop fetching; a poll or an `async for`
+        waiting in another task returns."""
+        self._closed = True
+        if self._close_signal is not None and not self._close_signal.done():
+            self._close_signal.set_result(None)
+        self._unread_pending()
         if self.member is not None:
             await self._auto_commit()
             await self.member.leave()
@@ -219,6 +260,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions (no group rebalancing); positions are found on first poll."""
         wanted = [as_tp(item) for item in partitions]
+        self._unread_pending()
         self.positions = {tp: self.positions.get(tp) for tp in wanted}
         for tp in list(self._buffer):
             if tp not in self.positions:
@@ -236,6 +278,7 @@ class Consumer:
         wanted = [as_tp(tp) for tp in partitions]
         for tp in wanted:
             self._require_assigned(tp)
+        self._unread_pending()
         self._paused.update(wanted)
 
     def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
@@ -252,12 +295,14 @@ class Consumer:
         self._require_assigned(tp)
         if offset < 0:
             raise ValueError(f"seek to offset {offset}: offsets are >= 0 (use seek_to_beginning / seek_to_end)")
+        self._unread_pending()
         self.positions[tp] = offset
         self._buffer.pop(tp, None)
 
     async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
         tp = as_tp(tp)
         self._require_assigned(tp)
+        self._unread_pending()
         await self._resolve_positions()
         position = self.positions[tp]
         assert position is not None, f"{tp} has a position after resolving"
@@ -417,6 +462,7 @@ class Consumer:
         until that many records are reached; the rest stay buffered."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
+        self._unread_pending()
         await self._rejoin_if_needed()
         await self._maybe_auto_commit()
         await self._resolve_positions()
@@ -428,13 +474,16 @@ class Consumer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
-            tasks: list[asyncio.Task] = [task for task, _ in self._in_flight.values()]
+            tasks: list[asyncio.Future] = [task for task, _ in self._in_flight.values()]
             if self._metadata_task is not None:
                 tasks.append(self._metadata_task)
-            if not tasks:
-                await asyncio.sleep(min(remaining, self.retry_backoff_ms / 1000))
-                continue
-            done, _ = await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            wait_s = remaining if tasks else min(remaining, self.retry_backoff_ms / 1000)
+            if self._close_signal is None:
+                self._close_signal = loop.create_future()
+            done, _ = await asyncio.wait([*tasks, self._close_signal], timeout=wait_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if self._closed:
+                return []
             if self._metadata_task in done:
                 self._metadata_task = None
             for node in [node for node, (task, _) in self._in_flight.items() if task in done]:
@@ -562,6 +611,7 @@ class Consumer:
     async def commit(self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None) -> None:
         """Commit `offsets` (default: the current positions) for `group_id`."""
         group = self._require_group()
+        self._unread_pending()
         chosen = offsets if offsets is not None else {tp: p for tp, p in self.positions.items() if p is not None}
         member = self.member
         request = OffsetCommitRequest(group, tuple(

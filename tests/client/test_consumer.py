@@ -312,3 +312,46 @@ async def test_pausing_or_resuming_a_partition_not_assigned_is_refused(cluster: 
         consumer.pause([T0])
         consumer.assign([("t", 1)])
         assert consumer.paused() == set()
+
+
+async def test_async_for_yields_the_records_one_by_one_and_ends_when_the_consumer_is_closed(
+    cluster: FakeCluster,
+) -> None:
+    await produce(cluster, 5)
+    consumer = Consumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10_000)
+    consumer.assign([T0])
+    seen: list[int] = []
+    all_seen = asyncio.Event()
+
+    async def iterate() -> None:
+        async for record in consumer:
+            seen.append(record.offset)
+            if len(seen) == 5:
+                all_seen.set()
+
+    iteration = asyncio.create_task(iterate())
+    await all_seen.wait()
+    await cluster.state.fetch_parked.wait()  # the iteration waits in a long poll for more
+    await consumer.close()
+    await asyncio.wait_for(iteration, 5)  # ended without an error
+    assert seen == [0, 1, 2, 3, 4]
+    await produce(cluster, 1)  # answers the fake's parked fetch, which would hold up its shutdown
+
+
+async def test_records_fetched_but_not_yet_iterated_are_not_consumed(cluster: FakeCluster) -> None:
+    await produce(cluster, 10)
+    async with Consumer(cluster.bootstrap, group_id="g", auto_offset_reset="earliest") as consumer:
+        consumer.assign([T0])
+        offsets = []
+        async for record in consumer:  # the poll underneath fetched all ten
+            offsets.append(record.offset)
+            if len(offsets) == 3:
+                break
+        assert await consumer.position(T0) == 3
+        await consumer.commit()
+        assert await consumer.committed([T0]) == {T0: 3}
+        async for record in consumer:
+            offsets.append(record.offset)
+            if len(offsets) == 10:
+                break
+        assert offsets == list(range(10))
