@@ -18,7 +18,8 @@ ones to `on_partitions_assigned`, read from the group's committed offsets. Commi
 generation and member id, so a member that lost its partitions cannot commit over their new
 owner's offsets (CommitFailedError names why). Auto-commit commits the positions every
 `auto_commit_interval_ms` during polls, before a rebalance and at close, after which the member
-leaves the group.
+leaves the group. `subscribe(re.compile(...))` subscribes to the topics whose whole name matches,
+looked for again every `metadata_max_age_ms`, so that a new one is picked up.
 
 Where a partition is read from (KIP-392): `read_from="leader"`; `"follower"`: an in-sync replica
 that is not the leader (the leader if there is none); `"nearest"`: the leader, with
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -66,6 +68,8 @@ T = TypeVar("T")
 FENCED_COMMIT = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS})
 READ_FROM = ("leader", "follower", "nearest")
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+# Kafka's Topic.INTERNAL_TOPICS: left out of pattern subscriptions with `exclude_internal_topics`.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ITERATION_POLL_MS = 1000  # `async for` polls this long at a time: a rebalance or an auto-commit waits no longer
 
 
@@ -101,6 +105,8 @@ class Consumer:
         max_poll_interval_ms: int = 300000,
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5000,
+        metadata_max_age_ms: int = 300000,
+        exclude_internal_topics: bool = True,
         connections: Connections | None = None,
     ) -> None:
         if read_from not in READ_FROM:
@@ -122,6 +128,10 @@ class Consumer:
         self.max_poll_interval_ms = max_poll_interval_ms
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.exclude_internal_topics = exclude_internal_topics
+        self._pattern: re.Pattern[str] | None = None
+        self._pattern_matched_at: float | None = None  # loop time of the last match against every topic
         self.member: GroupMember | None = None
         self._listener: object | None = None
         self._next_auto_commit = 0.0
@@ -201,14 +211,21 @@ class Consumer:
 
     # -- assignment and positions -------------------------------------------------------
 
-    def subscribe(self, topics: Iterable[str], listener: object | None = None) -> None:
-        """Join `group_id` for `topics`; the group assigns the partitions (module docstring).
-        `listener` may have `on_partitions_revoked(partitions)` and `on_partitions_assigned(partitions)`,
-        plain or async (Kafka's ConsumerRebalanceListener)."""
+    def subscribe(self, topics: Iterable[str] | re.Pattern[str] | None = None, listener: object | None = None, *,
+                  pattern: re.Pattern[str] | None = None) -> None:
+        """Join `group_id` for `topics`, or for the topics whose whole name matches `pattern` (a
+        compiled regex, given as `topics` or `pattern=`); the group assigns the partitions (module
+        docstring). `listener` may have `on_partitions_revoked(partitions)` and
+        `on_partitions_assigned(partitions)`, plain or async (Kafka's ConsumerRebalanceListener)."""
         group = self._require_group()
-        names = sorted(set(topics))
-        if not names:
+        if isinstance(topics, re.Pattern):
+            topics, pattern = (None, topics) if pattern is None else (topics, pattern)
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe to a list of topics or to a pattern (re.compile(...)), one of them")
+        names = [] if topics is None else sorted(set(topics))
+        if pattern is None and not names:
             raise ValueError("subscribe to at least one topic")
+        self._pattern, self._pattern_matched_at = pattern, None
         self.metadata.add_topics(names)
         self.member = GroupMember(group, names, self.metadata, session_timeout_ms=self.session_timeout_ms,
                                   rebalance_timeout_ms=self.max_poll_interval_ms,
@@ -217,6 +234,26 @@ class Consumer:
                                   partition_counts=self._partition_counts)
         self._listener = listener
         self.assign([])
+
+    async def _maybe_match_pattern(self) -> None:
+        """Kafka's subscribe(Pattern): every `metadata_max_age_ms` (and before the first join) ask for
+        every topic and subscribe to those whose whole name matches (internal topics left out with
+        `exclude_internal_topics`); the member joins again when that changes the subscription, so a
+        new matching topic gets assigned and a deleted one leaves the assignment."""
+        if self._pattern is None or self.member is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if self._pattern_matched_at is not None and now - self._pattern_matched_at < self.metadata_max_age_ms / 1000:
+            return
+        response = await self.metadata.refresh(all_topics=True)
+        self._pattern_matched_at = now
+        matched = sorted(
+            topic.name for topic in response.topics
+            if topic.error_code is ErrorCode.NONE and self._pattern.fullmatch(topic.name)
+            and not (self.exclude_internal_topics and topic.name in INTERNAL_TOPICS)
+        )
+        self.metadata.add_topics(matched)
+        self.member.update_topics(matched)
 
     async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
         self.metadata.add_topics(topics)
@@ -463,6 +500,7 @@ class Consumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         self._unread_pending()
+        await self._maybe_match_pattern()
         await self._rejoin_if_needed()
         await self._maybe_auto_commit()
         await self._resolve_positions()

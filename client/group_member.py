@@ -65,6 +65,13 @@ class GroupMember:
         self.needs_join = True
         self._heartbeat: asyncio.Task[None] | None = None
 
+    def update_topics(self, topics: list[str]) -> None:
+        """A pattern subscription now matches `topics`: if they differ, join again with them (Kafka
+        joins again when the subscription is no longer the one it joined with)."""
+        if topics != self.topics:
+            self.topics = topics
+            self.needs_join = True
+
     async def join(self) -> dict[str, list[int]]:
         """Join (again) and return this member's assignment, topic -> partitions."""
         await self._stop_heartbeats()

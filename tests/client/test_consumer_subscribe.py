@@ -8,9 +8,13 @@ checked after every poll; the time limit is only a safety net.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
 from client.consumer import Consumer
+from client.fetched_batch import ConsumerRecord
+from client.metadata import TopicPartition
+from client.producer import Producer
 from tests.client.fake_node import FakeCluster
 
 SETTINGS = {"group_id": "g", "auto_offset_reset": "earliest", "heartbeat_interval_ms": 20, "fetch_max_wait_ms": 20,
@@ -23,11 +27,12 @@ class Polling:
 
     def __init__(self, *members: Consumer) -> None:
         self.polled = asyncio.Condition()
+        self.records: list[ConsumerRecord] = []
         self.tasks = [asyncio.create_task(self._run(member)) for member in members]
 
     async def _run(self, member: Consumer) -> None:
         while True:
-            await member.poll(timeout_ms=20)
+            self.records += await member.poll(timeout_ms=20)
             async with self.polled:
                 self.polled.notify_all()
 
@@ -42,6 +47,11 @@ class Polling:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def produce(cluster: FakeCluster, topic: str, count: int) -> None:
+    async with Producer(cluster.bootstrap) as producer:
+        await (await producer.send_many(topic, [b"v%d" % i for i in range(count)], partition=0))
 
 
 def settled(member: Consumer) -> bool:
@@ -73,3 +83,35 @@ async def test_a_rebalance_forgets_the_pause_of_partitions_taken_away(cluster: F
         await polling.stop()
         await first.close()
         await second.close()
+
+
+async def test_a_pattern_subscription_picks_up_a_new_matching_topic(cluster: FakeCluster) -> None:
+    cluster.create_topic("orders-eu")
+    cluster.create_topic("orders-eu.archive")  # the whole name must match, as with Java's Matcher.matches()
+    consumer = Consumer(cluster.bootstrap, metadata_max_age_ms=50, **SETTINGS)  # type: ignore[arg-type]
+    consumer.subscribe(pattern=re.compile(r"orders-[a-z]+"))
+    polling = Polling(consumer)
+    try:
+        await polling.until(lambda: settled(consumer) and consumer.assignment() == {TopicPartition("orders-eu", 0)},
+                            "the matching topic is assigned")
+        cluster.create_topic("orders-us", partitions=2)
+        await produce(cluster, "orders-us", 3)
+        await polling.until(lambda: len(polling.records) == 3, "the new topic's records are read")
+        assert consumer.assignment() == {TopicPartition("orders-eu", 0), TopicPartition("orders-us", 0),
+                                         TopicPartition("orders-us", 1)}
+        assert {record.topic for record in polling.records} == {"orders-us"}
+    finally:
+        await polling.stop()
+        await consumer.close()
+
+
+async def test_a_pattern_subscription_leaves_out_internal_topics(cluster: FakeCluster) -> None:
+    cluster.create_topic("__consumer_offsets", partitions=2)
+    async with Consumer(cluster.bootstrap, **SETTINGS) as consumer:  # type: ignore[arg-type]
+        consumer.subscribe(re.compile(".*"))
+        polling = Polling(consumer)
+        try:
+            await polling.until(lambda: settled(consumer), "the consumer joined")
+        finally:
+            await polling.stop()
+        assert {tp.topic for tp in consumer.assignment()} == {"t"}
