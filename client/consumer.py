@@ -27,6 +27,14 @@ that is not the leader (the leader if there is none); `"nearest"`: the leader, w
 mean stale metadata send the partition back to the leader after a metadata refresh.
 OFFSET_OUT_OF_RANGE resets per `auto_offset_reset` (earliest / latest / none: raise) unless the
 leader's range still holds the position (a follower behind its leader), which is retried.
+
+Log truncation (KIP-320): a position remembers the leader epoch of the record before it (from the
+batch header's partitionLeaderEpoch, or the committed leader epoch). When the partition's leader
+epoch in the metadata moves (after a refresh, which FENCED_LEADER_EPOCH and NOT_LEADER_OR_FOLLOWER
+on a fetch ask for), and for a position restored from a commit, the consumer asks the leader for
+the end offset of that epoch (OffsetsForLeaderEpoch) before it fetches again. An end offset below
+the position means the log was truncated under it: LogTruncationError with
+`auto_offset_reset="none"`, else a warning and a seek to that end offset, as Kafka's consumer does.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -41,13 +50,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.errors import TributaryError, error_for
+from client.errors import LogTruncationError, TributaryError, error_for
 from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
 from client.group_member import GroupMember
 from client.metadata import Metadata, TopicPartition
 from client.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    NO_EPOCH,
     Api,
     ErrorCode,
     FetchPartition,
@@ -62,9 +72,13 @@ from client.protocol import (
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetForLeaderPartition,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 FENCED_COMMIT = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS})
 READ_FROM = ("leader", "follower", "nearest")
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
@@ -145,6 +159,11 @@ class Consumer:
         self._in_flight: dict[int, tuple[asyncio.Task[FetchResponse], dict[TopicPartition, int]]] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
         self._paused: set[TopicPartition] = set()
+        # KIP-320, per position: the leader epoch of the record before it (NO_EPOCH: unknown), the
+        # leader epoch it was last known valid under, and the positions to validate before fetching.
+        self._offset_epochs: dict[TopicPartition, int] = {}
+        self._valid_under: dict[TopicPartition, int] = {}
+        self._awaiting_validation: set[TopicPartition] = set()
         self._metadata_task: asyncio.Task[None] | None = None
         self._pending: deque[tuple[FetchedBatch, ConsumerRecord]] = deque()  # fetched, not yet iterated
         self._closed = False
@@ -167,13 +186,15 @@ class Consumer:
             if self._closed:
                 raise StopAsyncIteration
             try:
-                batches = await self.poll_batches(ITERATION_POLL_MS)
+                batches = await self._poll_batches(ITERATION_POLL_MS, None)
             except TributaryError:
                 if self._closed:  # closed under a poll: its requests failed with the connections
                     raise StopAsyncIteration from None
                 raise
             self._pending.extend((batch, record) for batch in batches for record in batch.consumer_records())
-        return self._pending.popleft()[1]
+        batch, record = self._pending.popleft()
+        self._offset_epochs[TopicPartition(batch.topic, batch.partition)] = batch.header.partition_leader_epoch
+        return record
 
     def _unread_pending(self) -> None:
         """Put the records fetched for the iteration but not handed out back in the buffer, so that
@@ -282,11 +303,10 @@ class Consumer:
     async def _auto_commit(self) -> None:
         if self.member is None or not self.enable_auto_commit or self.member.generation_id < 0:
             return
-        positions = {tp: position for tp, position in self.positions.items() if position is not None}
-        if positions:
+        if any(position is not None for position in self.positions.values()):
             # Fenced or unreachable: the partitions' next owner reads from the last commit.
             with contextlib.suppress(TributaryError):
-                await self.commit(positions)
+                await self.commit()
 
     async def _maybe_auto_commit(self) -> None:
         now = asyncio.get_running_loop().time()
@@ -303,6 +323,9 @@ class Consumer:
             if tp not in self.positions:
                 del self._buffer[tp]
         self._paused &= self.positions.keys()
+        self._awaiting_validation &= self.positions.keys()
+        self._offset_epochs = {tp: epoch for tp, epoch in self._offset_epochs.items() if tp in self.positions}
+        self._valid_under = {tp: epoch for tp, epoch in self._valid_under.items() if tp in self.positions}
         self.metadata.add_topics({tp.topic for tp in wanted})
 
     def assignment(self) -> set[TopicPartition]:
@@ -333,8 +356,20 @@ class Consumer:
         if offset < 0:
             raise ValueError(f"seek to offset {offset}: offsets are >= 0 (use seek_to_beginning / seek_to_end)")
         self._unread_pending()
+        self._set_position(tp, offset)
+
+    def _set_position(self, tp: TopicPartition, offset: int, offset_epoch: int = NO_EPOCH,
+                      validate: bool = False) -> None:
+        """Move to `offset`, dropping what is buffered. `offset_epoch`: the leader epoch of the record
+        before it, if known; `validate`: check it with the leader before fetching (KIP-320)."""
         self.positions[tp] = offset
         self._buffer.pop(tp, None)
+        self._offset_epochs[tp] = offset_epoch
+        self._valid_under.pop(tp, None)
+        if validate and offset_epoch != NO_EPOCH:
+            self._awaiting_validation.add(tp)
+        else:
+            self._awaiting_validation.discard(tp)
 
     async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
         tp = as_tp(tp)
@@ -458,18 +493,22 @@ class Consumer:
         if not missing:
             return
         if self.group_id is not None:
-            for tp, offset in (await self.committed(missing)).items():
-                if offset is not None:
-                    self.positions[tp] = offset
+            for tp, committed in (await self._committed(missing)).items():
+                if committed is not None:  # KIP-320: validated first when the commit names its leader epoch
+                    self._set_position(tp, *committed, validate=True)
             missing = [tp for tp in missing if self.positions[tp] is None]
         if not missing:
             return
         if self.auto_offset_reset == "none":
             raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, f"no position for {', '.join(map(str, missing))} and "
                             "auto_offset_reset='none'; seek first or choose earliest / latest")
+        await self._reset_positions(missing)
+
+    async def _reset_positions(self, tps: list[TopicPartition]) -> None:
+        """Per `auto_offset_reset` (earliest or latest)."""
         timestamp = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
-        for tp, found in (await self._list_offsets(missing, timestamp)).items():
-            self.positions[tp] = found.offset
+        for tp, found in (await self._list_offsets(tps, timestamp)).items():
+            self._set_position(tp, found.offset)
 
     # -- polling ------------------------------------------------------------------------
 
@@ -497,6 +536,13 @@ class Consumer:
     async def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[FetchedBatch]:
         """Whole fetched batches (no per-record objects). With `max_records`, batches are returned
         until that many records are reached; the rest stay buffered."""
+        batches = await self._poll_batches(timeout_ms, max_records)
+        for batch in batches:  # handed out: the last record's leader epoch is the position's (KIP-320)
+            self._offset_epochs[TopicPartition(batch.topic, batch.partition)] = batch.header.partition_leader_epoch
+        return batches
+
+    async def _poll_batches(self, timeout_ms: int, max_records: int | None) -> list[FetchedBatch]:
+        """Batches taken from the buffer, fetching more until `timeout_ms`; positions move past them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         self._unread_pending()
@@ -505,9 +551,11 @@ class Consumer:
         await self._maybe_auto_commit()
         await self._resolve_positions()
         while True:
+            self._check_leader_epochs()
             taken = self._take_buffered(max_records)
             if taken:
                 return taken
+            await self._validate_positions()
             self._send_fetches()
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -560,8 +608,8 @@ class Consumer:
         busy = {tp for _, tps in self._in_flight.values() for tp in tps}
         by_node: dict[int, dict[TopicPartition, int]] = {}
         for tp, position in self.positions.items():
-            if (position is None or tp in busy or tp in self._paused or self._buffer.get(tp)
-                    or self._backoff_until.get(tp, 0) > now):
+            if (position is None or tp in busy or tp in self._paused or tp in self._awaiting_validation
+                    or self._buffer.get(tp) or self._backoff_until.get(tp, 0) > now):
                 continue
             node = self.fetch_node_for(tp)
             if node is None:
@@ -605,8 +653,8 @@ class Consumer:
         for p in response.partitions:
             tp = TopicPartition(p.topic, p.partition)
             fetch_offset = tps.get(tp)
-            if fetch_offset is None or self.positions.get(tp) != fetch_offset:
-                continue  # not asked for, or seeked since: the answer is stale
+            if fetch_offset is None or self.positions.get(tp) != fetch_offset or tp in self._awaiting_validation:
+                continue  # not asked for, seeked since, or the leader changed since: the answer is stale
             await self._handle_partition(node, tp, fetch_offset, p)
 
     async def _handle_partition(
@@ -642,18 +690,108 @@ class Consumer:
         if self.auto_offset_reset == "none":
             raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {fetch_offset} is outside [{earliest}, {latest}] "
                             f"of {tp}; seek to {earliest} (earliest) or {latest} (latest)")
-        self.positions[tp] = earliest if self.auto_offset_reset == "earliest" else latest
+        self._set_position(tp, earliest if self.auto_offset_reset == "earliest" else latest)
+
+    # -- log truncation (KIP-320) ----------------------------------------------------------
+
+    def _check_leader_epochs(self) -> None:
+        """A position read under another leader epoch than the metadata's now awaits validation, its
+        buffered records dropped (the new leader may not have them); one with no known record
+        epoch is simply taken to be valid under the new leader, as Kafka does."""
+        for tp, position in self.positions.items():
+            current = self._leader_epoch(tp)
+            if position is None or current == NO_EPOCH or self._valid_under.get(tp) == current:
+                continue
+            if tp in self._valid_under and self._offset_epochs.get(tp, NO_EPOCH) != NO_EPOCH:
+                self._awaiting_validation.add(tp)
+                self._buffer.pop(tp, None)
+            if tp not in self._awaiting_validation:
+                self._valid_under[tp] = current
+
+    async def _validate_positions(self) -> None:
+        """Ask each awaiting position's leader for the end offset of the position's record epoch
+        (OffsetsForLeaderEpoch, with the current leader epoch so a stale leader is fenced)."""
+        now = asyncio.get_running_loop().time()
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in self._awaiting_validation:
+            leader = self.metadata.leader_for(tp)
+            if leader is None:
+                self.metadata.invalidate()
+            elif self._backoff_until.get(tp, 0) <= now:
+                by_leader.setdefault(leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            await self._validate_at(leader, tps)
+
+    async def _validate_at(self, leader: int, tps: list[TopicPartition]) -> None:
+        asked = {tp: (self.positions[tp], self._offset_epochs[tp], self._leader_epoch(tp)) for tp in tps}
+        request = OffsetsForLeaderEpochRequest(tuple(
+            OffsetForLeaderPartition(tp.topic, tp.partition, epoch, current)
+            for tp, (_, epoch, current) in asked.items()
+        ))
+        try:
+            response = await self.connections.call(self.metadata.address_of(leader) or "", Api.OFFSETS_FOR_LEADER_EPOCH,
+                                                   request, OffsetsForLeaderEpochResponse, self.request_timeout_ms)
+        except NodeUnavailableError:
+            for tp in tps:
+                self._retry_later(tp)
+            return
+        except RequestRejectedError as error:
+            raise error_for(error.code, error.message) from None
+        for p in response.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            if (tp not in asked or tp not in self._awaiting_validation
+                    or (self.positions.get(tp), self._offset_epochs.get(tp)) != asked[tp][:2]):
+                continue  # not asked, or moved since (Kafka skips a validation whose position changed)
+            if p.error_code is not ErrorCode.NONE:
+                error = error_for(p.error_code, p.error_message or f"validating the position of {tp}")
+                if not error.retriable:
+                    raise error
+                self._retry_later(tp)
+                continue
+            position, _, current = asked[tp]
+            await self._complete_validation(tp, position, current, p.leader_epoch, p.end_offset)
+
+    async def _complete_validation(self, tp: TopicPartition, position: int, current: int, epoch: int,
+                                   end_offset: int) -> None:
+        """Kafka's SubscriptionState.maybeCompleteValidation: the leader's log ends, for the position's
+        record epoch, at or after the position: valid. Before it: truncated there; with no epoch or
+        offset: the leader keeps nothing of that epoch or earlier. Truncation raises
+        LogTruncationError with auto_offset_reset="none"; otherwise the consumer goes on from the
+        diverging offset (or resets, when there is none) and says so in a warning, never silently."""
+        diverging = None if epoch == NO_EPOCH or end_offset < 0 else end_offset
+        if diverging is not None and diverging >= position:
+            self._awaiting_validation.discard(tp)
+            self._valid_under[tp] = current
+            return
+        if self.auto_offset_reset == "none":
+            raise LogTruncationError(tp, position, diverging)
+        if diverging is None:
+            log.warning("log truncation detected on %s at offset %d: the leader keeps no record of leader epoch %d "
+                        "or earlier; resetting to the %s offset", tp, position, self._offset_epochs[tp],
+                        self.auto_offset_reset)
+            await self._reset_positions([tp])
+            return
+        log.warning("log truncation detected on %s at offset %d: the leader's log diverges at offset %d (leader "
+                    "epoch %d); reading on from there", tp, position, diverging, epoch)
+        self._set_position(tp, diverging, epoch)
+        self._valid_under[tp] = current
 
     # -- committed offsets --------------------------------------------------------------
 
     async def commit(self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None) -> None:
-        """Commit `offsets` (default: the current positions) for `group_id`."""
+        """Commit `offsets` (default: the current positions, with the leader epoch of the record before
+        each, KIP-320's committed_leader_epoch) for `group_id`."""
         group = self._require_group()
         self._unread_pending()
-        chosen = offsets if offsets is not None else {tp: p for tp, p in self.positions.items() if p is not None}
+        if offsets is None:
+            chosen = {tp: (position, self._offset_epochs.get(tp, NO_EPOCH))
+                      for tp, position in self.positions.items() if position is not None}
+        else:
+            chosen = {as_tp(tp): (offset, NO_EPOCH) for tp, offset in offsets.items()}
         member = self.member
         request = OffsetCommitRequest(group, tuple(
-            OffsetCommitPartition(as_tp(tp).topic, as_tp(tp).partition, offset) for tp, offset in chosen.items()
+            OffsetCommitPartition(tp.topic, tp.partition, offset, committed_leader_epoch=epoch)
+            for tp, (offset, epoch) in chosen.items()
         ), member.generation_id if member is not None else -1, member.member_id if member is not None else "")
 
         async def attempt() -> None:
@@ -673,19 +811,26 @@ class Consumer:
     ) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None: nothing committed); `tps` None: every partition the
         group has committed (Kafka's Admin listConsumerGroupOffsets)."""
+        return {tp: None if found is None else found[0] for tp, found in (await self._committed(tps)).items()}
+
+    async def _committed(
+        self, tps: Iterable[TopicPartition | tuple[str, int]] | None
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """`committed`, with each offset's committed leader epoch (KIP-320; NO_EPOCH: none)."""
         group = self._require_group()
         wanted = [] if tps is None else [as_tp(tp) for tp in tps]
         request = OffsetFetchRequest(group, None if tps is None else tuple((tp.topic, tp.partition) for tp in wanted))
 
-        async def attempt() -> dict[TopicPartition, int | None]:
+        async def attempt() -> dict[TopicPartition, tuple[int, int] | None]:
             response = await self.metadata.request(Api.OFFSET_FETCH, request, OffsetFetchResponse)
             if response.error_code is not ErrorCode.NONE:
                 raise error_for(response.error_code, response.error_message or f"fetching offsets of {group}")
-            found: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+            found: dict[TopicPartition, tuple[int, int] | None] = dict.fromkeys(wanted)
             for p in response.partitions:
                 if p.error_code is not ErrorCode.NONE:
                     raise error_for(p.error_code, f"fetching the offset of {p.topic}-{p.partition} for {group}")
-                found[TopicPartition(p.topic, p.partition)] = p.committed_offset if p.committed_offset >= 0 else None
+                found[TopicPartition(p.topic, p.partition)] = (
+                    (p.committed_offset, p.committed_leader_epoch) if p.committed_offset >= 0 else None)
             return found
 
         return await self._retrying(attempt)

@@ -8,7 +8,12 @@ of `TributaryError` carrying `.code`, `.retriable` and `.invalid_metadata`. Call
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from storage.error_codes import ErrorCode
+
+if TYPE_CHECKING:
+    from client.metadata import TopicPartition
 
 # Codes after which the client's metadata is probably stale (Kafka's InvalidMetadataException).
 INVALID_METADATA = frozenset(
@@ -72,3 +77,22 @@ UnknownTopicOrPartitionError = ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 OffsetOutOfRangeError = ERRORS[ErrorCode.OFFSET_OUT_OF_RANGE]
 RequestTimedOutError = ERRORS[ErrorCode.REQUEST_TIMED_OUT]
 NetworkException = ERRORS[ErrorCode.NETWORK_EXCEPTION]
+
+
+class LogTruncationError(OffsetOutOfRangeError):  # type: ignore[valid-type, misc]
+    """KIP-320, Kafka's LogTruncationException: the partition's log was truncated under the
+    consumer's position (a leader elected without some of the records it had read), found by
+    validating the position with OffsetsForLeaderEpoch after a leader change. Raised when
+    `auto_offset_reset="none"`; `diverging_offset` is where the leader's log leaves what the
+    consumer read (None: the leader keeps nothing of the consumer's leader epoch or earlier)."""
+
+    def __init__(self, partition: TopicPartition, position: int, diverging_offset: int | None) -> None:
+        where = ("the leader keeps no record of its leader epoch or earlier" if diverging_offset is None
+                 else f"the leader's log diverges from it at offset {diverging_offset}")
+        advice = "seek to an offset to go on" if diverging_offset is None else (
+            f"records from {diverging_offset} on may differ from those read; seek to {diverging_offset} to read "
+            "them again, or elsewhere")
+        super().__init__(f"log truncation detected on {partition} at position {position}: {where}; {advice}")
+        self.partition = partition
+        self.position = position
+        self.diverging_offset = diverging_offset
