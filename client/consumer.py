@@ -5,7 +5,10 @@ position (the next offset to read), found on first use from the group's committe
 `auto.offset.reset`. `poll` keeps at most one FetchRequest in flight per node, carrying every
 partition that node serves and that has no buffered data, and returns buffered records; fetches
 still in flight when a poll returns stay in flight for the next one (prefetch). An answer for a
-partition whose position moved meanwhile (a seek) is dropped.
+partition whose position moved meanwhile (a seek) is dropped. `pause(partitions)` stops fetching
+them and keeps what is buffered out of polls until `resume` (Kafka's KafkaConsumer.pause).
+`async for record in consumer` polls underneath and hands out one record at a time; records
+fetched but not yet handed out go back to the buffer before anything reads or commits positions.
 
 Consumer groups: `subscribe(topics, listener)` makes the consumer a member of `group_id`
 (client/group_member.py): its partitions are those the group's leader assigns it, and change when
@@ -25,6 +28,8 @@ owner's offsets (CommitFailedError names why). Auto-commit commits the positions
 `auto_commit_interval_ms` during polls, before a rebalance and at close, after which the member
 leaves the group, unless it is static (`group_instance_id`, KIP-345: restarted with the same id it
 takes its place back without a rebalance; only its session timeout removes it).
+`subscribe(re.compile(...))` subscribes to the topics whose whole name matches, looked for again
+every `metadata_max_age_ms`, so that a new one is picked up.
 
 Where a partition is read from (KIP-392): `read_from="leader"`; `"follower"`: an in-sync replica
 that is not the leader (the leader if there is none); `"nearest"`: the leader, with
@@ -32,6 +37,14 @@ that is not the leader (the leader if there is none); `"nearest"`: the leader, w
 mean stale metadata send the partition back to the leader after a metadata refresh.
 OFFSET_OUT_OF_RANGE resets per `auto_offset_reset` (earliest / latest / none: raise) unless the
 leader's range still holds the position (a follower behind its leader), which is retried.
+
+Log truncation (KIP-320): a position remembers the leader epoch of the record before it (from the
+batch header's partitionLeaderEpoch, or the committed leader epoch). When the partition's leader
+epoch in the metadata moves (after a refresh, which FENCED_LEADER_EPOCH and NOT_LEADER_OR_FOLLOWER
+on a fetch ask for), and for a position restored from a commit, the consumer asks the leader for
+the end offset of that epoch (OffsetsForLeaderEpoch) before it fetches again. An end offset below
+the position means the log was truncated under it: LogTruncationError with
+`auto_offset_reset="none"`, else a warning and a seek to that end offset, as Kafka's consumer does.
 """
 
 from __future__ import annotations
@@ -39,6 +52,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -46,13 +61,14 @@ from typing import TypeVar
 
 from client.assignors import DEFAULT_STRATEGY, strategy
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.errors import TributaryError, error_for, retrying
+from client.errors import LogTruncationError, TributaryError, error_for, retrying
 from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
 from client.group_member import GroupMember
 from client.metadata import Metadata, TopicPartition
 from client.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    NO_EPOCH,
     Api,
     ErrorCode,
     FetchPartition,
@@ -67,12 +83,19 @@ from client.protocol import (
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetForLeaderPartition,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 FENCED_COMMIT = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS})
 READ_FROM = ("leader", "follower", "nearest")
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+# Kafka's Topic.INTERNAL_TOPICS: left out of pattern subscriptions with `exclude_internal_topics`.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+ITERATION_POLL_MS = 1000  # `async for` polls this long at a time: a rebalance or an auto-commit waits no longer
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +132,8 @@ class Consumer:
         auto_commit_interval_ms: int = 5000,
         partition_assignment_strategy: str | Iterable[str] = DEFAULT_STRATEGY,
         group_instance_id: str | None = None,
+        metadata_max_age_ms: int = 300000,
+        exclude_internal_topics: bool = True,
         connections: Connections | None = None,
     ) -> None:
         if read_from not in READ_FROM:
@@ -132,6 +157,10 @@ class Consumer:
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.assignors = strategy(partition_assignment_strategy)
         self.group_instance_id = group_instance_id  # group.instance.id: a static member (KIP-345)
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.exclude_internal_topics = exclude_internal_topics
+        self._pattern: re.Pattern[str] | None = None
+        self._pattern_matched_at: float | None = None  # loop time of the last match against every topic
         self.member: GroupMember | None = None
         self._join: asyncio.Task[dict[str, list[int]]] | None = None  # a cooperative member's join
         self._listener: object | None = None
@@ -145,7 +174,16 @@ class Consumer:
         self._buffer: dict[TopicPartition, deque[FetchedBatch]] = {}
         self._in_flight: dict[int, tuple[asyncio.Task[FetchResponse], dict[TopicPartition, int]]] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
+        self._paused: set[TopicPartition] = set()
+        # KIP-320, per position: the leader epoch of the record before it (NO_EPOCH: unknown), the
+        # leader epoch it was last known valid under, and the positions to validate before fetching.
+        self._offset_epochs: dict[TopicPartition, int] = {}
+        self._valid_under: dict[TopicPartition, int] = {}
+        self._awaiting_validation: set[TopicPartition] = set()
         self._metadata_task: asyncio.Task[None] | None = None
+        self._pending: deque[tuple[FetchedBatch, ConsumerRecord]] = deque()  # fetched, not yet iterated
+        self._closed = False
+        self._close_signal: asyncio.Future[None] | None = None  # wakes a poll waiting when close() is called
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -153,7 +191,44 @@ class Consumer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """`async for record in consumer`: the records of successive polls, one at a time; the loop
+        ends when the consumer is closed. A record counts as consumed (its position, what
+        auto-commit commits) once it is handed out, not when its batch was fetched."""
+        while not self._pending:
+            if self._closed:
+                raise StopAsyncIteration
+            try:
+                batches = await self._poll_batches(ITERATION_POLL_MS, None)
+            except TributaryError:
+                if self._closed:  # closed under a poll: its requests failed with the connections
+                    raise StopAsyncIteration from None
+                raise
+            self._pending.extend((batch, record) for batch in batches for record in batch.consumer_records())
+        batch, record = self._pending.popleft()
+        self._offset_epochs[TopicPartition(batch.topic, batch.partition)] = batch.header.partition_leader_epoch
+        return record
+
+    def _unread_pending(self) -> None:
+        """Put the records fetched for the iteration but not handed out back in the buffer, so that
+        positions and commits are those of the records handed out."""
+        batches: list[FetchedBatch] = []
+        for batch, record in self._pending:
+            if not batches or batches[-1].header is not batch.header:
+                batches.append(dataclasses.replace(batch, start_offset=record.offset))
+        self._pending.clear()
+        self._unread(batches)
+
     async def close(self) -> None:
+        """Commit (with `enable_auto_commit`), leave the group, stop fetching; a poll or an `async for`
+        waiting in another task returns."""
+        self._closed = True
+        if self._close_signal is not None and not self._close_signal.done():
+            self._close_signal.set_result(None)
+        self._unread_pending()
         if self._join is not None:
             self._join.cancel()
             with contextlib.suppress(asyncio.CancelledError, TributaryError):
@@ -178,14 +253,22 @@ class Consumer:
 
     # -- assignment and positions -------------------------------------------------------
 
-    def subscribe(self, topics: Iterable[str], listener: object | None = None) -> None:
-        """Join `group_id` for `topics`; the group assigns the partitions (module docstring).
-        `listener` may have `on_partitions_revoked(partitions)`, `on_partitions_assigned(partitions)`
-        and `on_partitions_lost(partitions)`, plain or async (Kafka's ConsumerRebalanceListener)."""
+    def subscribe(self, topics: Iterable[str] | re.Pattern[str] | None = None, listener: object | None = None, *,
+                  pattern: re.Pattern[str] | None = None) -> None:
+        """Join `group_id` for `topics`, or for the topics whose whole name matches `pattern` (a
+        compiled regex, given as `topics` or `pattern=`); the group assigns the partitions (module
+        docstring). `listener` may have `on_partitions_revoked(partitions)`,
+        `on_partitions_assigned(partitions)` and `on_partitions_lost(partitions)`, plain or async
+        (Kafka's ConsumerRebalanceListener)."""
         group = self._require_group()
-        names = sorted(set(topics))
-        if not names:
+        if isinstance(topics, re.Pattern):
+            topics, pattern = (None, topics) if pattern is None else (topics, pattern)
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe to a list of topics or to a pattern (re.compile(...)), one of them")
+        names = [] if topics is None else sorted(set(topics))
+        if pattern is None and not names:
             raise ValueError("subscribe to at least one topic")
+        self._pattern, self._pattern_matched_at = pattern, None
         self.metadata.add_topics(names)
         self.member = GroupMember(group, names, self.metadata, session_timeout_ms=self.session_timeout_ms,
                                   rebalance_timeout_ms=self.max_poll_interval_ms,
@@ -195,6 +278,26 @@ class Consumer:
                                   group_instance_id=self.group_instance_id)
         self._listener = listener
         self.assign([])
+
+    async def _maybe_match_pattern(self) -> None:
+        """Kafka's subscribe(Pattern): every `metadata_max_age_ms` (and before the first join) ask for
+        every topic and subscribe to those whose whole name matches (internal topics left out with
+        `exclude_internal_topics`); the member joins again when that changes the subscription, so a
+        new matching topic gets assigned and a deleted one leaves the assignment."""
+        if self._pattern is None or self.member is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if self._pattern_matched_at is not None and now - self._pattern_matched_at < self.metadata_max_age_ms / 1000:
+            return
+        response = await self.metadata.refresh(all_topics=True)
+        self._pattern_matched_at = now
+        matched = sorted(
+            topic.name for topic in response.topics
+            if topic.error_code is ErrorCode.NONE and self._pattern.fullmatch(topic.name)
+            and not (self.exclude_internal_topics and topic.name in INTERNAL_TOPICS)
+        )
+        self.metadata.add_topics(matched)
+        self.member.update_topics(matched)
 
     async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
         self.metadata.add_topics(topics)
@@ -255,11 +358,10 @@ class Consumer:
     async def _auto_commit(self) -> None:
         if self.member is None or not self.enable_auto_commit or self.member.generation_id < 0:
             return
-        positions = {tp: position for tp, position in self.positions.items() if position is not None}
-        if positions:
+        if any(position is not None for position in self.positions.values()):
             # Fenced or unreachable: the partitions' next owner reads from the last commit.
             with contextlib.suppress(TributaryError):
-                await self.commit(positions)
+                await self.commit()
 
     async def _maybe_auto_commit(self) -> None:
         now = asyncio.get_running_loop().time()
@@ -270,26 +372,64 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions (no group rebalancing); positions are found on first poll."""
         wanted = [as_tp(item) for item in partitions]
+        self._unread_pending()
         self.positions = {tp: self.positions.get(tp) for tp in wanted}
         for tp in list(self._buffer):
             if tp not in self.positions:
                 del self._buffer[tp]
+        self._paused &= self.positions.keys()
+        self._awaiting_validation &= self.positions.keys()
+        self._offset_epochs = {tp: epoch for tp, epoch in self._offset_epochs.items() if tp in self.positions}
+        self._valid_under = {tp: epoch for tp, epoch in self._valid_under.items() if tp in self.positions}
         self.metadata.add_topics({tp.topic for tp in wanted})
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.positions)
+
+    def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Stop fetching these partitions: polls return none of their records until `resume`. What
+        was already fetched stays buffered for then (Kafka keeps a paused partition's fetched data);
+        a rebalance that takes a partition away forgets that it was paused."""
+        wanted = [as_tp(tp) for tp in partitions]
+        for tp in wanted:
+            self._require_assigned(tp)
+        self._unread_pending()
+        self._paused.update(wanted)
+
+    def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        wanted = [as_tp(tp) for tp in partitions]
+        for tp in wanted:
+            self._require_assigned(tp)
+        self._paused.difference_update(wanted)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
 
     def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
         tp = as_tp(tp)
         self._require_assigned(tp)
         if offset < 0:
             raise ValueError(f"seek to offset {offset}: offsets are >= 0 (use seek_to_beginning / seek_to_end)")
+        self._unread_pending()
+        self._set_position(tp, offset)
+
+    def _set_position(self, tp: TopicPartition, offset: int, offset_epoch: int = NO_EPOCH,
+                      validate: bool = False) -> None:
+        """Move to `offset`, dropping what is buffered. `offset_epoch`: the leader epoch of the record
+        before it, if known; `validate`: check it with the leader before fetching (KIP-320)."""
         self.positions[tp] = offset
         self._buffer.pop(tp, None)
+        self._offset_epochs[tp] = offset_epoch
+        self._valid_under.pop(tp, None)
+        if validate and offset_epoch != NO_EPOCH:
+            self._awaiting_validation.add(tp)
+        else:
+            self._awaiting_validation.discard(tp)
 
     async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
         tp = as_tp(tp)
         self._require_assigned(tp)
+        self._unread_pending()
         await self._resolve_positions()
         position = self.positions[tp]
         assert position is not None, f"{tp} has a position after resolving"
@@ -408,18 +548,22 @@ class Consumer:
         if not missing:
             return
         if self.group_id is not None:
-            for tp, offset in (await self.committed(missing)).items():
-                if offset is not None:
-                    self.positions[tp] = offset
+            for tp, committed in (await self._committed(missing)).items():
+                if committed is not None:  # KIP-320: validated first when the commit names its leader epoch
+                    self._set_position(tp, *committed, validate=True)
             missing = [tp for tp in missing if self.positions[tp] is None]
         if not missing:
             return
         if self.auto_offset_reset == "none":
             raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, f"no position for {', '.join(map(str, missing))} and "
                             "auto_offset_reset='none'; seek first or choose earliest / latest")
+        await self._reset_positions(missing)
+
+    async def _reset_positions(self, tps: list[TopicPartition]) -> None:
+        """Per `auto_offset_reset` (earliest or latest)."""
         timestamp = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
-        for tp, found in (await self._list_offsets(missing, timestamp)).items():
-            self.positions[tp] = found.offset
+        for tp, found in (await self._list_offsets(tps, timestamp)).items():
+            self._set_position(tp, found.offset)
 
     # -- polling ------------------------------------------------------------------------
 
@@ -447,28 +591,42 @@ class Consumer:
     async def poll_batches(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[FetchedBatch]:
         """Whole fetched batches (no per-record objects). With `max_records`, batches are returned
         until that many records are reached; the rest stay buffered."""
+        batches = await self._poll_batches(timeout_ms, max_records)
+        for batch in batches:  # handed out: the last record's leader epoch is the position's (KIP-320)
+            self._offset_epochs[TopicPartition(batch.topic, batch.partition)] = batch.header.partition_leader_epoch
+        return batches
+
+    async def _poll_batches(self, timeout_ms: int, max_records: int | None) -> list[FetchedBatch]:
+        """Batches taken from the buffer, fetching more until `timeout_ms`; positions move past them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
+        self._unread_pending()
+        await self._maybe_match_pattern()
         await self._rejoin_if_needed()
         await self._maybe_auto_commit()
         await self._resolve_positions()
         while True:
+            self._check_leader_epochs()
             taken = self._take_buffered(max_records)
             if taken:
                 return taken
+            await self._validate_positions()
             self._send_fetches()
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
-            tasks: list[asyncio.Task] = [task for task, _ in self._in_flight.values()]
+            tasks: list[asyncio.Future] = [task for task, _ in self._in_flight.values()]
             if self._metadata_task is not None:
                 tasks.append(self._metadata_task)
             if self._join is not None:
                 tasks.append(self._join)
-            if not tasks:
-                await asyncio.sleep(min(remaining, self.retry_backoff_ms / 1000))
-                continue
-            done, _ = await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            wait_s = remaining if tasks else min(remaining, self.retry_backoff_ms / 1000)
+            if self._close_signal is None:
+                self._close_signal = loop.create_future()
+            done, _ = await asyncio.wait([*tasks, self._close_signal], timeout=wait_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if self._closed:
+                return []
             if self._metadata_task in done:
                 self._metadata_task = None
             if self._join in done:
@@ -481,7 +639,7 @@ class Consumer:
         taken: list[FetchedBatch] = []
         count = 0
         for tp, queue in self._buffer.items():
-            while queue and (max_records is None or count < max_records):
+            while tp not in self._paused and queue and (max_records is None or count < max_records):
                 batch = queue.popleft()
                 taken.append(batch)
                 count += batch.next_offset - max(batch.start_offset, batch.base_offset)
@@ -510,7 +668,8 @@ class Consumer:
         busy = {tp for _, tps in self._in_flight.values() for tp in tps}
         by_node: dict[int, dict[TopicPartition, int]] = {}
         for tp, position in self.positions.items():
-            if position is None or tp in busy or self._buffer.get(tp) or self._backoff_until.get(tp, 0) > now:
+            if (position is None or tp in busy or tp in self._paused or tp in self._awaiting_validation
+                    or self._buffer.get(tp) or self._backoff_until.get(tp, 0) > now):
                 continue
             node = self.fetch_node_for(tp)
             if node is None:
@@ -554,8 +713,8 @@ class Consumer:
         for p in response.partitions:
             tp = TopicPartition(p.topic, p.partition)
             fetch_offset = tps.get(tp)
-            if fetch_offset is None or self.positions.get(tp) != fetch_offset:
-                continue  # not asked for, or seeked since: the answer is stale
+            if fetch_offset is None or self.positions.get(tp) != fetch_offset or tp in self._awaiting_validation:
+                continue  # not asked for, seeked since, or the leader changed since: the answer is stale
             await self._handle_partition(node, tp, fetch_offset, p)
 
     async def _handle_partition(
@@ -591,17 +750,108 @@ class Consumer:
         if self.auto_offset_reset == "none":
             raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {fetch_offset} is outside [{earliest}, {latest}] "
                             f"of {tp}; seek to {earliest} (earliest) or {latest} (latest)")
-        self.positions[tp] = earliest if self.auto_offset_reset == "earliest" else latest
+        self._set_position(tp, earliest if self.auto_offset_reset == "earliest" else latest)
+
+    # -- log truncation (KIP-320) ----------------------------------------------------------
+
+    def _check_leader_epochs(self) -> None:
+        """A position read under another leader epoch than the metadata's now awaits validation, its
+        buffered records dropped (the new leader may not have them); one with no known record
+        epoch is simply taken to be valid under the new leader, as Kafka does."""
+        for tp, position in self.positions.items():
+            current = self._leader_epoch(tp)
+            if position is None or current == NO_EPOCH or self._valid_under.get(tp) == current:
+                continue
+            if tp in self._valid_under and self._offset_epochs.get(tp, NO_EPOCH) != NO_EPOCH:
+                self._awaiting_validation.add(tp)
+                self._buffer.pop(tp, None)
+            if tp not in self._awaiting_validation:
+                self._valid_under[tp] = current
+
+    async def _validate_positions(self) -> None:
+        """Ask each awaiting position's leader for the end offset of the position's record epoch
+        (OffsetsForLeaderEpoch, with the current leader epoch so a stale leader is fenced)."""
+        now = asyncio.get_running_loop().time()
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in self._awaiting_validation:
+            leader = self.metadata.leader_for(tp)
+            if leader is None:
+                self.metadata.invalidate()
+            elif self._backoff_until.get(tp, 0) <= now:
+                by_leader.setdefault(leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            await self._validate_at(leader, tps)
+
+    async def _validate_at(self, leader: int, tps: list[TopicPartition]) -> None:
+        asked = {tp: (self.positions[tp], self._offset_epochs[tp], self._leader_epoch(tp)) for tp in tps}
+        request = OffsetsForLeaderEpochRequest(tuple(
+            OffsetForLeaderPartition(tp.topic, tp.partition, epoch, current)
+            for tp, (_, epoch, current) in asked.items()
+        ))
+        try:
+            response = await self.connections.call(self.metadata.address_of(leader) or "", Api.OFFSETS_FOR_LEADER_EPOCH,
+                                                   request, OffsetsForLeaderEpochResponse, self.request_timeout_ms)
+        except NodeUnavailableError:
+            for tp in tps:
+                self._retry_later(tp)
+            return
+        except RequestRejectedError as error:
+            raise error_for(error.code, error.message) from None
+        for p in response.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            if (tp not in asked or tp not in self._awaiting_validation
+                    or (self.positions.get(tp), self._offset_epochs.get(tp)) != asked[tp][:2]):
+                continue  # not asked, or moved since (Kafka skips a validation whose position changed)
+            if p.error_code is not ErrorCode.NONE:
+                error = error_for(p.error_code, p.error_message or f"validating the position of {tp}")
+                if not error.retriable:
+                    raise error
+                self._retry_later(tp)
+                continue
+            position, _, current = asked[tp]
+            await self._complete_validation(tp, position, current, p.leader_epoch, p.end_offset)
+
+    async def _complete_validation(self, tp: TopicPartition, position: int, current: int, epoch: int,
+                                   end_offset: int) -> None:
+        """Kafka's SubscriptionState.maybeCompleteValidation: the leader's log ends, for the position's
+        record epoch, at or after the position: valid. Before it: truncated there; with no epoch or
+        offset: the leader keeps nothing of that epoch or earlier. Truncation raises
+        LogTruncationError with auto_offset_reset="none"; otherwise the consumer goes on from the
+        diverging offset (or resets, when there is none) and says so in a warning, never silently."""
+        diverging = None if epoch == NO_EPOCH or end_offset < 0 else end_offset
+        if diverging is not None and diverging >= position:
+            self._awaiting_validation.discard(tp)
+            self._valid_under[tp] = current
+            return
+        if self.auto_offset_reset == "none":
+            raise LogTruncationError(tp, position, diverging)
+        if diverging is None:
+            log.warning("log truncation detected on %s at offset %d: the leader keeps no record of leader epoch %d "
+                        "or earlier; resetting to the %s offset", tp, position, self._offset_epochs[tp],
+                        self.auto_offset_reset)
+            await self._reset_positions([tp])
+            return
+        log.warning("log truncation detected on %s at offset %d: the leader's log diverges at offset %d (leader "
+                    "epoch %d); reading on from there", tp, position, diverging, epoch)
+        self._set_position(tp, diverging, epoch)
+        self._valid_under[tp] = current
 
     # -- committed offsets --------------------------------------------------------------
 
     async def commit(self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None) -> None:
-        """Commit `offsets` (default: the current positions) for `group_id`."""
+        """Commit `offsets` (default: the current positions, with the leader epoch of the record before
+        each, KIP-320's committed_leader_epoch) for `group_id`."""
         group = self._require_group()
-        chosen = offsets if offsets is not None else {tp: p for tp, p in self.positions.items() if p is not None}
+        self._unread_pending()
+        if offsets is None:
+            chosen = {tp: (position, self._offset_epochs.get(tp, NO_EPOCH))
+                      for tp, position in self.positions.items() if position is not None}
+        else:
+            chosen = {as_tp(tp): (offset, NO_EPOCH) for tp, offset in offsets.items()}
         member = self.member
         request = OffsetCommitRequest(group, tuple(
-            OffsetCommitPartition(as_tp(tp).topic, as_tp(tp).partition, offset) for tp, offset in chosen.items()
+            OffsetCommitPartition(tp.topic, tp.partition, offset, committed_leader_epoch=epoch)
+            for tp, (offset, epoch) in chosen.items()
         ), member.generation_id if member is not None else -1, member.member_id if member is not None else "",
             member.group_instance_id if member is not None else None)
 
@@ -623,19 +873,26 @@ class Consumer:
     ) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None: nothing committed); `tps` None: every partition the
         group has committed (Kafka's Admin listConsumerGroupOffsets)."""
+        return {tp: None if found is None else found[0] for tp, found in (await self._committed(tps)).items()}
+
+    async def _committed(
+        self, tps: Iterable[TopicPartition | tuple[str, int]] | None
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """`committed`, with each offset's committed leader epoch (KIP-320; NO_EPOCH: none)."""
         group = self._require_group()
         wanted = [] if tps is None else [as_tp(tp) for tp in tps]
         request = OffsetFetchRequest(group, None if tps is None else tuple((tp.topic, tp.partition) for tp in wanted))
 
-        async def attempt() -> dict[TopicPartition, int | None]:
+        async def attempt() -> dict[TopicPartition, tuple[int, int] | None]:
             response = await self.metadata.request(Api.OFFSET_FETCH, request, OffsetFetchResponse)
             if response.error_code is not ErrorCode.NONE:
                 raise error_for(response.error_code, response.error_message or f"fetching offsets of {group}")
-            found: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+            found: dict[TopicPartition, tuple[int, int] | None] = dict.fromkeys(wanted)
             for p in response.partitions:
                 if p.error_code is not ErrorCode.NONE:
                     raise error_for(p.error_code, f"fetching the offset of {p.topic}-{p.partition} for {group}")
-                found[TopicPartition(p.topic, p.partition)] = p.committed_offset if p.committed_offset >= 0 else None
+                found[TopicPartition(p.topic, p.partition)] = (
+                    (p.committed_offset, p.committed_leader_epoch) if p.committed_offset >= 0 else None)
             return found
 
         return await self._retrying(attempt)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from storage.error_codes import ErrorCode
+
+if TYPE_CHECKING:
+    from client.metadata import TopicPartition
 
 T = TypeVar("T")
 
@@ -91,3 +94,22 @@ UnknownTopicOrPartitionError = ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 OffsetOutOfRangeError = ERRORS[ErrorCode.OFFSET_OUT_OF_RANGE]
 RequestTimedOutError = ERRORS[ErrorCode.REQUEST_TIMED_OUT]
 NetworkException = ERRORS[ErrorCode.NETWORK_EXCEPTION]
+
+
+class LogTruncationError(OffsetOutOfRangeError):  # type: ignore[valid-type, misc]
+    """KIP-320, Kafka's LogTruncationException: the partition's log was truncated under the
+    consumer's position (a leader elected without some of the records it had read), found by
+    validating the position with OffsetsForLeaderEpoch after a leader change. Raised when
+    `auto_offset_reset="none"`; `diverging_offset` is where the leader's log leaves what the
+    consumer read (None: the leader keeps nothing of the consumer's leader epoch or earlier)."""
+
+    def __init__(self, partition: TopicPartition, position: int, diverging_offset: int | None) -> None:
+        where = ("the leader keeps no record of its leader epoch or earlier" if diverging_offset is None
+                 else f"the leader's log diverges from it at offset {diverging_offset}")
+        advice = "seek to an offset to go on" if diverging_offset is None else (
+            f"records from {diverging_offset} on may differ from those read; seek to {diverging_offset} to read "
+            "them again, or elsewhere")
+        super().__init__(f"log truncation detected on {partition} at position {position}: {where}; {advice}")
+        self.partition = partition
+        self.position = position
+        self.diverging_offset = diverging_offset

@@ -93,6 +93,13 @@ class GroupMember:
             generation_id=self.generation_id))
         return tuple(JoinGroupProtocol(assignor.name, subscription) for assignor in self.assignors)
 
+    def update_topics(self, topics: list[str]) -> None:
+        """A pattern subscription now matches `topics`: if they differ, join again with them (Kafka
+        joins again when the subscription is no longer the one it joined with)."""
+        if topics != self.topics:
+            self.topics = topics
+            self.needs_join = True
+
     async def join(self) -> dict[str, list[int]]:
         """Join (again) and return this member's assignment, topic -> partitions. An eager member's
         consumer has given up everything before calling this."""

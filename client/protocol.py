@@ -432,6 +432,7 @@ class OffsetCommitPartition:
     partition: int
     committed_offset: int
     committed_metadata: str = ""
+    committed_leader_epoch: int = NO_EPOCH  # KIP-320: the leader epoch of the record before the offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,6 +476,7 @@ class OffsetFetchPartitionResponse:
     error_code: ErrorCode
     committed_offset: int = -1
     committed_metadata: str = ""
+    committed_leader_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from client import protocol
-from client.protocol import ErrorCode
+from client.protocol import NO_EPOCH, ErrorCode
 from replication.group_coordinator import (
     OFFSETS_TOPIC,
     CommitAnswer,
@@ -45,6 +45,7 @@ from replication.group_metadata import GroupMetadata
 __all__ = ["OFFSETS_TOPIC", "GroupOffsets"]
 
 REPLAY_MAX_BYTES = 4 * 1024 * 1024
+INT32_MAX = 2**31 - 1  # committed_leader_epoch is Kafka's int32, as the OffsetCommitValue stores it
 
 
 class GroupOffsets:
@@ -99,8 +100,11 @@ class GroupOffsets:
                                          request.group_instance_id)
         if fenced != ErrorCode.NONE:
             return self._commit_failed(request, fenced, why)
-        offsets = tuple(PartitionOffset(p.topic, p.partition, p.committed_offset, p.committed_metadata)
-                        for p in request.partitions)
+        if any(not NO_EPOCH <= p.committed_leader_epoch <= INT32_MAX for p in request.partitions):
+            return self._commit_failed(request, ErrorCode.INVALID_REQUEST, "committed_leader_epoch is an epoch "
+                                       f"(0 to {INT32_MAX}) or {NO_EPOCH} for none")
+        offsets = tuple(PartitionOffset(p.topic, p.partition, p.committed_offset, p.committed_metadata,
+                                        p.committed_leader_epoch) for p in request.partitions)
         answer = await self._ask(lambda request_id: CommitOffsets(request_id, request.group_id, partition, offsets,
                                                                   self._clock()))
         assert isinstance(answer, CommitAnswer), answer
@@ -129,7 +133,7 @@ class GroupOffsets:
             return protocol.OffsetFetchResponse(answer.error, (), _message(answer.error, answer.message))
         return protocol.OffsetFetchResponse(ErrorCode.NONE, tuple(
             protocol.OffsetFetchPartitionResponse(entry.topic, entry.partition, ErrorCode.NONE, entry.offset,
-                                                  entry.metadata)
+                                                  entry.metadata, entry.leader_epoch)
             for entry in answer.offsets))
 
     async def group_ids(self, partition: int) -> OffsetGroupsAnswer:

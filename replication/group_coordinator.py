@@ -70,8 +70,8 @@ def encode_key(group_id: str, topic: str, partition: int) -> bytes:
     return struct.pack(">h", KEY_VERSION) + _string(group_id) + _string(topic) + struct.pack(">i", partition)
 
 
-def encode_value(offset: int, metadata: str, commit_timestamp_ms: int) -> bytes:
-    return (struct.pack(">hqi", VALUE_VERSION, offset, NO_LEADER_EPOCH) + _string(metadata)
+def encode_value(offset: int, metadata: str, commit_timestamp_ms: int, leader_epoch: int = NO_LEADER_EPOCH) -> bytes:
+    return (struct.pack(">hqi", VALUE_VERSION, offset, leader_epoch) + _string(metadata)
             + struct.pack(">q", commit_timestamp_ms))
 
 
@@ -92,12 +92,13 @@ def decode_key(data: bytes) -> tuple[str, str, int] | None:
     return group, topic, partition
 
 
-def decode_value(data: bytes) -> tuple[int, str]:
-    """(offset, metadata) of an OffsetCommitValue of version 1 to 3."""
+def decode_value(data: bytes) -> tuple[int, str, int]:
+    """(offset, metadata, leader epoch) of an OffsetCommitValue of version 1 to 3 (the leader
+    epoch, KIP-320's committed_leader_epoch, only from version 3)."""
     (version, offset) = struct.unpack_from(">hq", data, 0)
-    position = 10 + (4 if version >= 3 else 0)
-    metadata, _ = _read_string(data, position)
-    return offset, metadata
+    leader_epoch = struct.unpack_from(">i", data, 10)[0] if version >= 3 else NO_LEADER_EPOCH
+    metadata, _ = _read_string(data, 10 + (4 if version >= 3 else 0))
+    return offset, metadata, leader_epoch
 
 
 # -- events ---------------------------------------------------------------------------------------
@@ -105,12 +106,14 @@ def decode_value(data: bytes) -> tuple[int, str]:
 
 @dataclass(frozen=True, slots=True)
 class PartitionOffset:
-    """A committed offset of one partition of a group, with its metadata string."""
+    """A committed offset of one partition of a group, with its metadata string and the leader epoch
+    of the record before it (KIP-320: a consumer that starts there validates it first)."""
 
     topic: str
     partition: int
     offset: int
     metadata: str = ""
+    leader_epoch: int = NO_LEADER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +292,7 @@ class _Replay:
 
     leader_epoch: int
     next_offset: int = 0
-    offsets: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
+    offsets: dict[tuple[str, str, int], tuple[int, str, int]] = field(default_factory=dict)
     groups: dict[str, GroupMetadata] = field(default_factory=dict)
 
 
@@ -343,7 +346,8 @@ class GroupCoordinator:
             out.answers.append(CommitAnswer(event.request_id, ErrorCode.NONE))
             return
         records = [(encode_key(event.group_id, entry.topic, entry.partition),
-                    encode_value(entry.offset, entry.metadata, event.timestamp_ms)) for entry in event.offsets]
+                    encode_value(entry.offset, entry.metadata, event.timestamp_ms, entry.leader_epoch))
+                   for entry in event.offsets]
         token = next(self._tokens)
         self._commits[token] = event
         out.requests.append(ProduceOffsets(token, event.partition, build_batch(records)))
@@ -472,15 +476,17 @@ def _apply_group(replay: _Replay, key: bytes, value: bytes | None) -> None:
         replay.groups[group_id] = decode_group_value(value)
 
 
-def _answer(request: FetchOffsets, offsets: dict[tuple[str, str, int], tuple[int, str]]) -> tuple[PartitionOffset, ...]:
+def _answer(request: FetchOffsets,
+            offsets: dict[tuple[str, str, int], tuple[int, str, int]]) -> tuple[PartitionOffset, ...]:
     if request.topic_partitions is None:
         wanted = sorted((topic, partition) for group, topic, partition in offsets if group == request.group_id)
     else:
         wanted = list(request.topic_partitions)
     answer = []
     for topic, partition in wanted:
-        offset, metadata = offsets.get((request.group_id, topic, partition), (NO_OFFSET, ""))
-        answer.append(PartitionOffset(topic, partition, offset, metadata))
+        offset, metadata, leader_epoch = offsets.get((request.group_id, topic, partition),
+                                                     (NO_OFFSET, "", NO_LEADER_EPOCH))
+        answer.append(PartitionOffset(topic, partition, offset, metadata, leader_epoch))
     return tuple(answer)
 
 

@@ -1,11 +1,13 @@
 """A small fake cluster for client tests: aiohttp servers on 127.0.0.1 over real `storage.Log`s.
 
-Every fake node serves metadata, produce, fetch, list_offsets, delete_records, create/delete
-topics, describe_configs, incremental_alter_configs, describe_replicas, offset commit/fetch and
-the group APIs (the node's own edges and cores: every node coordinates every group) from one
-shared state: one `Log` per partition (a single copy; the HW moves to the LEO on every
-append, and a follower-served fetch sees `follower_lag` records less), the leader of each
-partition, and committed offsets. Tests steer it: move a leader (`move_leader`), queue
+Every fake node serves metadata, produce, fetch, list_offsets, offsets_for_leader_epoch,
+delete_records, create/delete topics, describe_configs, incremental_alter_configs,
+describe_replicas, offset commit/fetch and the group APIs (the node's own edges and cores: every
+node coordinates every group) from one shared state: one `Log` per partition (a single copy; the
+HW moves to the LEO on every append, and a follower-served fetch sees `follower_lag` records
+less), the leader of each partition, and committed offsets (with their leader epochs). A current
+leader epoch in a request is checked as a node checks it. Tests steer it: move a leader
+(`move_leader`), truncate a log under a new leader epoch (`truncate`), queue
 per-partition errors for an API (`inject`), drop connections (`disconnect`), or stop a node.
 Fetches long-poll on an `asyncio.Condition` signalled by appends, as a node's purgatory does.
 """
@@ -48,6 +50,7 @@ from client.protocol import (
     DescribeGroupsResponse,
     DescribeReplicasRequest,
     DescribeReplicasResponse,
+    EpochEndOffsetResponse,
     ErrorCode,
     FetchPartitionResponse,
     FetchRequest,
@@ -77,6 +80,8 @@ from client.protocol import (
     OffsetFetchPartitionResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
     ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
@@ -115,7 +120,8 @@ class FakeState:
     directory: Path
     partitions: dict[tuple[str, int], FakePartition] = field(default_factory=dict)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
-    committed: dict[str, dict[tuple[str, int], int]] = field(default_factory=lambda: defaultdict(dict))
+    # group -> (topic, partition) -> (offset, leader epoch)
+    committed: dict[str, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=lambda: defaultdict(dict))
     injected: dict[tuple[Api, str, int], list[ErrorCode]] = field(default_factory=lambda: defaultdict(list))
     disconnects: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
     lost_answers: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
@@ -189,6 +195,13 @@ class FakeCluster:
     def move_leader(self, topic: str, partition: int, leader: int) -> None:
         fake = self.state.partitions[(topic, partition)]
         fake.leader = leader
+        fake.leader_epoch += 1
+
+    def truncate(self, topic: str, partition: int, offset: int) -> None:
+        """A new leader in a new epoch whose log ends at `offset` (an unclean election: the records
+        from `offset` on were only on the replica that led before)."""
+        fake = self.state.partitions[(topic, partition)]
+        fake.log.truncate_to(offset, now_ms())
         fake.leader_epoch += 1
 
     def inject(self, api: Api, topic: str, partition: int, *codes: ErrorCode) -> None:
@@ -311,6 +324,8 @@ class FakeCluster:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif code is None and node_id not in fake.replicas:
             code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif code is None:
+            code = _epoch_error(p.current_leader_epoch, fake.leader_epoch)
         if code is not None:
             return FetchPartitionResponse(p.topic, p.partition, code, f"injected {code.name}")
         log = fake.log
@@ -454,7 +469,7 @@ class FakeCluster:
                 OffsetCommitPartitionResponse(p.topic, p.partition, fenced, why) for p in request.partitions))
         committed = self.state.committed[request.group_id]
         for p in request.partitions:
-            committed[(p.topic, p.partition)] = p.committed_offset
+            committed[(p.topic, p.partition)] = (p.committed_offset, p.committed_leader_epoch)
         return OffsetCommitResponse(tuple(
             OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.NONE) for p in request.partitions
         ))
@@ -496,9 +511,28 @@ class FakeCluster:
         committed = self.state.committed.get(request.group_id, {})
         wanted = list(committed) if request.partitions is None else list(request.partitions)
         return OffsetFetchResponse(ErrorCode.NONE, tuple(
-            OffsetFetchPartitionResponse(topic, partition, ErrorCode.NONE, committed.get((topic, partition), -1))
-            for topic, partition in wanted
+            OffsetFetchPartitionResponse(topic, partition, ErrorCode.NONE, offset, committed_leader_epoch=epoch)
+            for topic, partition in wanted for offset, epoch in [committed.get((topic, partition), (-1, -1))]
         ))
+
+    async def _offsets_for_leader_epoch(
+        self, node_id: int, request: OffsetsForLeaderEpochRequest
+    ) -> OffsetsForLeaderEpochResponse:
+        answers = []
+        for p in request.partitions:
+            fake = self.state.partitions.get((p.topic, p.partition))
+            if fake is None:
+                answers.append(EpochEndOffsetResponse(p.topic, p.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            code = (self._injected(Api.OFFSETS_FOR_LEADER_EPOCH, p.topic, p.partition)
+                    or _epoch_error(p.current_leader_epoch, fake.leader_epoch)
+                    or (ErrorCode.NOT_LEADER_OR_FOLLOWER if fake.leader != node_id else None))
+            if code is not None:
+                answers.append(EpochEndOffsetResponse(p.topic, p.partition, code, code.name))
+                continue
+            epoch, end_offset = fake.log.leader_epoch_cache.end_offset_for(p.leader_epoch, fake.log.log_end_offset)
+            answers.append(EpochEndOffsetResponse(p.topic, p.partition, ErrorCode.NONE, "", epoch, end_offset))
+        return OffsetsForLeaderEpochResponse(tuple(answers))
 
 
 class FakeClusterThread:
@@ -566,6 +600,13 @@ def count_refreshes(metadata: Metadata) -> list[int]:
 
     metadata.refresh = counted  # type: ignore[method-assign]
     return calls
+
+
+def _epoch_error(requested: int, current: int) -> ErrorCode | None:
+    """A request's current_leader_epoch checked as a node does: older is fenced, newer unknown."""
+    if requested in (-1, current):
+        return None
+    return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 async def _coordinator_known(partition: int, create: bool) -> None:

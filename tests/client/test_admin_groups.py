@@ -24,7 +24,8 @@ async def test_groups_are_listed_and_described_with_each_partitions_owner(cluste
             assert [g.group_id for g in await admin.list_groups([ConsumerGroupState.EMPTY])] == ["solo"]
             described = await admin.describe_groups(["g", "solo", "nobody"])
         group = described["g"]
-        assert (group.state, group.protocol_type, group.assignor) == (ConsumerGroupState.STABLE, "consumer", "cooperative-sticky")
+        assert (group.state, group.protocol_type, group.assignor) == (
+            ConsumerGroupState.STABLE, "consumer", "cooperative-sticky")
         assert group.coordinator is not None and group.coordinator.node_id == 0
         members = {consumer.member.member_id for consumer in consumers if consumer.member is not None}
         assert {member.member_id for member in group.members} == members

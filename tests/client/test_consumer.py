@@ -268,3 +268,90 @@ async def test_commit_and_committed_retry_while_the_coordinator_loads(cluster: F
         await consumer.commit({T0: 2})
         assert await consumer.committed([T0]) == {T0: 2}
     assert len(cluster.requests_of(Api.OFFSET_COMMIT)) == 2
+
+
+def fetched_partitions(cluster: FakeCluster, since: int = 0) -> set[int]:
+    """Partitions of `t` asked for by the fetches from the `since`-th on."""
+    return {p.partition for _, request in cluster.requests_of(Api.FETCH)[since:] if isinstance(request, FetchRequest)
+            for p in request.partitions}
+
+
+async def test_a_paused_partition_is_not_fetched_and_keeps_its_buffered_records_until_resumed(
+    cluster: FakeCluster,
+) -> None:
+    T1 = TopicPartition("t", 1)
+    await produce(cluster, 5)
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20) as consumer:
+        consumer.assign([T0, T1])
+        assert [r.offset for r in await consumer.poll(timeout_ms=2000, max_records=2)] == [0, 1]
+        consumer.pause([T0])  # offsets 2-4 are buffered
+        assert consumer.paused() == {T0}
+        await produce(cluster, 3, partition=1)
+        assert {(r.partition, r.offset) for r in await poll_until(consumer, 3)} == {(1, 0), (1, 1), (1, 2)}
+        consumer.resume([T0])
+        fetches = len(cluster.requests_of(Api.FETCH))
+        assert [r.offset for r in await consumer.poll(timeout_ms=2000)] == [2, 3, 4]
+        assert fetched_partitions(cluster, fetches) <= {1, 2}  # served from the buffer kept while paused
+        consumer.pause([("t", 0)])  # nothing buffered now: paused, it is not fetched at all
+        fetches = len(cluster.requests_of(Api.FETCH))
+        await produce(cluster, 2)
+        await produce(cluster, 2, partition=1)
+        assert {r.partition for r in await poll_until(consumer, 2)} == {1}
+        assert 0 not in fetched_partitions(cluster, fetches)
+        assert await consumer.position(T0) == 5
+
+
+async def test_pausing_or_resuming_a_partition_not_assigned_is_refused(cluster: FakeCluster) -> None:
+    async with Consumer(cluster.bootstrap) as consumer:
+        consumer.assign([T0])
+        with pytest.raises(ValueError, match="t-1 is not assigned"):
+            consumer.pause([T0, ("t", 1)])
+        with pytest.raises(ValueError, match="t-1 is not assigned"):
+            consumer.resume([("t", 1)])
+        assert consumer.paused() == set()
+        consumer.pause([T0])
+        consumer.assign([("t", 1)])
+        assert consumer.paused() == set()
+
+
+async def test_async_for_yields_the_records_one_by_one_and_ends_when_the_consumer_is_closed(
+    cluster: FakeCluster,
+) -> None:
+    await produce(cluster, 5)
+    consumer = Consumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10_000)
+    consumer.assign([T0])
+    seen: list[int] = []
+    all_seen = asyncio.Event()
+
+    async def iterate() -> None:
+        async for record in consumer:
+            seen.append(record.offset)
+            if len(seen) == 5:
+                all_seen.set()
+
+    iteration = asyncio.create_task(iterate())
+    await all_seen.wait()
+    await cluster.state.fetch_parked.wait()  # the iteration waits in a long poll for more
+    await consumer.close()
+    await asyncio.wait_for(iteration, 5)  # ended without an error
+    assert seen == [0, 1, 2, 3, 4]
+    await produce(cluster, 1)  # answers the fake's parked fetch, which would hold up its shutdown
+
+
+async def test_records_fetched_but_not_yet_iterated_are_not_consumed(cluster: FakeCluster) -> None:
+    await produce(cluster, 10)
+    async with Consumer(cluster.bootstrap, group_id="g", auto_offset_reset="earliest") as consumer:
+        consumer.assign([T0])
+        offsets = []
+        async for record in consumer:  # the poll underneath fetched all ten
+            offsets.append(record.offset)
+            if len(offsets) == 3:
+                break
+        assert await consumer.position(T0) == 3
+        await consumer.commit()
+        assert await consumer.committed([T0]) == {T0: 3}
+        async for record in consumer:
+            offsets.append(record.offset)
+            if len(offsets) == 10:
+                break
+        assert offsets == list(range(10))

@@ -34,16 +34,16 @@ def test_partition_matches_the_reference_hash(group: str, count: int) -> None:
 
 
 @given(st.text(max_size=30), st.text(max_size=30), st.integers(0, 2**31 - 1), st.integers(-1, 2**62),
-       st.text(max_size=20), st.integers(0, 2**50))
+       st.text(max_size=20), st.integers(0, 2**50), st.integers(-1, 2**31 - 1))
 def test_key_and_value_round_trip(group: str, topic: str, partition: int, offset: int, metadata: str,
-                                  timestamp: int) -> None:
+                                  timestamp: int, leader_epoch: int) -> None:
     assert decode_key(encode_key(group, topic, partition)) == (group, topic, partition)
-    assert decode_value(encode_value(offset, metadata, timestamp)) == (offset, metadata)
+    assert decode_value(encode_value(offset, metadata, timestamp, leader_epoch)) == (offset, metadata, leader_epoch)
 
 
 def test_value_has_kafkas_version_3_layout() -> None:
-    value = encode_value(42, "m", 7)
-    assert struct.unpack(">hqih", value[:16]) == (3, 42, -1, 1)
+    value = encode_value(42, "m", 7, leader_epoch=5)
+    assert struct.unpack(">hqih", value[:16]) == (3, 42, 5, 1)
     assert value[16:17] == b"m" and struct.unpack(">q", value[17:]) == (7,)
 
 

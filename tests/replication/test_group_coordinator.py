@@ -200,3 +200,20 @@ def test_a_load_answers_every_group_stored_as_replayed_with_the_offsets() -> Non
     assert isinstance(read, ReadOffsets)
     assert core.handle(Read(read.token, ErrorCode.NONE)).answers == (
         GroupsLoaded(1, ErrorCode.NONE, 4, (("a", second),)),)
+
+
+def test_a_commits_leader_epoch_is_stored_and_answered() -> None:
+    """KIP-320's committed_leader_epoch travels in the OffsetCommitValue (version 3) and back."""
+    core = GroupCoordinator()
+    produce = only(core.handle(CommitOffsets(1, GROUP, 0, (PartitionOffset("orders", 0, 42, "", 4),), 1_000)),
+                   ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    core.handle(Produced(produce.token, ErrorCode.NONE))
+    latest = only(core.handle(fetch(2)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=1)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, produce.records)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
+    assert answers == (FetchAnswer(2, ErrorCode.NONE, (PartitionOffset("orders", 0, 42, "", 4),)),)

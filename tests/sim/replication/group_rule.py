@@ -53,7 +53,7 @@ class GroupOffsetsRule:
                 if record.key is None or record.value is None:
                     continue
                 key = decode_key(record.key)
-                _, metadata = decode_value(record.value)
+                _, metadata, _ = decode_value(record.value)
                 if key is None or not metadata.isdigit():
                     continue
                 _, topic, partition = key
