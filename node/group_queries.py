@@ -44,6 +44,7 @@ class GroupQueries:
     async def list_groups(self, request: protocol.ListGroupsRequest) -> protocol.ListGroupsResponse:
         states = {GroupState(state.value) for state in request.states_filter}
         led = [partition for partition in range(self._partition_count) if self._leader_of(partition) == self._node_id]
+        await asyncio.gather(*(self._membership.take_office(partition) for partition in led))
         answers = await asyncio.gather(*(self._offset_groups(partition) for partition in led))
         listed = []
         for partition, answer in zip(led, answers, strict=True):
@@ -76,6 +77,7 @@ class GroupQueries:
                 return protocol.DescribedGroup(ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id, error_message=(
                     f"the coordinator answered for {[group.group_id for group in response.groups]}; retry"))
             return response.groups[0]
+        await self._membership.take_office(partition)  # a group is described as loaded, not as offsets alone
         summary = self._membership.describe(group_id)
         if summary is None:
             answer = await self._offset_groups(partition)

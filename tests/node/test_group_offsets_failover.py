@@ -22,6 +22,7 @@ from client import protocol
 from controller.metadata_records import PartitionChange
 from node.group_membership import GroupMembership
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
+from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
@@ -73,6 +74,15 @@ def coordinated(cluster: Cluster, broker_id: int, with_members: bool = True) -> 
                                  leader_epoch_of, offsets.route, address_of, forward, offsets.write_group,
                                  offsets.load_groups, monotonic_ms, random.Random(broker_id))
     return offsets, membership
+
+
+def queries(cluster: Cluster, broker_id: int, offsets: GroupOffsets, membership: GroupMembership) -> GroupQueries:
+    """Broker `broker_id`'s ListGroups/DescribeGroups edge over its offsets and membership edges."""
+    async def forward(address: str, api: protocol.Api, request: Any, response_type: type) -> Any:
+        raise AssertionError(f"broker {broker_id} forwarded {api.value}: the test asks the leader only")
+
+    return GroupQueries(broker_id, 1, lambda partition: cluster.quorum.partition(OFFSETS_TOPIC, partition).leader,
+                        offsets.route, lambda partition: "", forward, membership, offsets.group_ids)
 
 
 async def commit(coordinator: GroupOffsets, offset: int) -> ErrorCode:
@@ -167,6 +177,10 @@ def heartbeat(membership: GroupMembership, generation: int, member_id: str) -> A
     return loaded(lambda: membership.heartbeat(protocol.HeartbeatRequest(GROUP, generation, member_id)))
 
 
+async def _describe_one(view: GroupQueries) -> protocol.DescribedGroup:
+    return (await view.describe_groups(protocol.DescribeGroupsRequest((GROUP,)))).groups[0]
+
+
 async def member_commit(offsets: GroupOffsets, generation: int, member_id: str) -> ErrorCode:
     response = await loaded(lambda: offsets.commit(protocol.OffsetCommitRequest(
         GROUP, (protocol.OffsetCommitPartition(*ORDERS, 3),), generation, member_id)))
@@ -194,6 +208,10 @@ async def test_a_stable_group_keeps_its_generation_on_the_new_coordinator(cluste
 
     cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=1, isr=(0, 1))
     new_offsets, new = coordinated(cluster, 1)
+    view = queries(cluster, 1, new_offsets, new)
+    described = await loaded(lambda: _describe_one(view))
+    assert (described.group_state, sorted(member.member_id for member in described.members)) == (
+        protocol.ConsumerGroupState.STABLE, sorted([one, two])), "described as loaded, before any member speaks"
     assert [(await heartbeat(new, 2, member)).error_code for member in (one, two)] == [ErrorCode.NONE] * 2
     assert await member_commit(new_offsets, 2, two) == ErrorCode.NONE
     assert await member_commit(new_offsets, 1, two) == ErrorCode.ILLEGAL_GENERATION
