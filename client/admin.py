@@ -6,11 +6,14 @@ replica's log end offset and lag can be shown (`tributary cluster status`); a no
 answer is reported as unreachable instead of failing the whole description. `list_groups` asks
 every broker for the groups it coordinates and merges them, `describe_groups` any node (it asks each
 group's coordinator), as Kafka's AdminClient does; both retry while a coordinator loads or moves.
+`delete_groups` and `delete_offsets` (Kafka's deleteConsumerGroups, deleteConsumerGroupOffsets) go to
+any node too and answer each group's or partition's outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -28,6 +31,8 @@ from client.protocol import (
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteRecordsPartition,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
@@ -47,6 +52,8 @@ from client.protocol import (
     ListGroupsRequest,
     ListGroupsResponse,
     MetadataBroker,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     ReplicaState,
 )
 
@@ -276,6 +283,49 @@ class Admin:
 
         response = await retrying(attempt, self.request_timeout_ms, self.metadata.retry_backoff_ms)
         return {group.group_id: self._group_description(group) for group in response.groups}
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, TributaryError | None]:
+        """Delete each group with its committed offsets: None where it was deleted, else the error
+        (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP while it has members, ...). The groups whose coordinator
+        is loading or moving are asked again until the request timeout."""
+        outcomes: dict[str, TributaryError | None] = {}
+        pending = list(dict.fromkeys(group_ids))
+        wanted = tuple(pending)
+
+        async def attempt() -> None:
+            response = await self.metadata.request(Api.DELETE_GROUPS, DeleteGroupsRequest(tuple(pending)),
+                                                   DeleteGroupsResponse)
+            for result in response.results:
+                outcomes[result.group_id] = None if result.error_code is ErrorCode.NONE else error_for(
+                    result.error_code, f"deleting group {result.group_id!r}: {result.error_message}")
+            retriable = [outcome for group_id in pending
+                         if (outcome := outcomes.get(group_id)) is not None and outcome.retriable]
+            pending[:] = [group_id for group_id in pending if outcomes.get(group_id) in retriable]
+            if retriable:
+                raise retriable[0]
+
+        with contextlib.suppress(TributaryError):  # out of time: each group's last outcome stands
+            await retrying(attempt, self.request_timeout_ms, self.metadata.retry_backoff_ms)
+        missing = [group_id for group_id in wanted if group_id not in outcomes]
+        if missing:
+            raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for groups {missing}")
+        return {group_id: outcomes[group_id] for group_id in wanted}
+
+    async def delete_offsets(self, group_id: str,
+                             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, TributaryError | None]:
+        """Delete the group's committed offsets of `partitions`: None where deleted, else the error
+        (GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to the topic, UNKNOWN_TOPIC_OR_PARTITION).
+        An error of the whole group (GROUP_ID_NOT_FOUND, ...) is raised."""
+        request = OffsetDeleteRequest(group_id, tuple((tp.topic, tp.partition) for tp in dict.fromkeys(partitions)))
+
+        async def attempt() -> OffsetDeleteResponse:
+            response = await self.metadata.request(Api.OFFSET_DELETE, request, OffsetDeleteResponse)
+            _raise_for(response.error_code, response.error_message, f"deleting offsets of group {group_id!r}")
+            return response
+
+        response = await retrying(attempt, self.request_timeout_ms, self.metadata.retry_backoff_ms)
+        return {TopicPartition(p.topic, p.partition): None if p.error_code is ErrorCode.NONE
+                else error_for(p.error_code, p.error_message) for p in response.partitions}
 
     def _group_description(self, group: DescribedGroup) -> GroupDescription:
         assert group.group_state is not None, f"group {group.group_id} described without a state"

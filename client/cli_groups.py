@@ -1,7 +1,10 @@
-"""`tributary groups list|describe|reset-offsets`: consumer groups, their members, committed offsets
-and lag, and moving the offsets (Kafka's kafka-consumer-groups.sh). A reset is refused while the
-group has members (as Kafka requires an inactive group); like Kafka's tool it is a dry run without
-`--execute`.
+"""`tributary groups list|describe|reset-offsets|delete|delete-offsets`: consumer groups, their
+members, committed offsets and lag, moving the offsets, deleting groups and offsets (Kafka's
+kafka-consumer-groups.sh). A reset is refused while the group has members (as Kafka requires an
+inactive group); like Kafka's tool it is a dry run without `--execute`. `delete` removes groups
+without members with their offsets (`--delete`), `delete-offsets` a group's offsets of some
+partitions (`--delete-offsets`: refused for a topic a member subscribes to); both print each
+group's or partition's outcome and exit 1 if any failed.
 
 `describe` shows Kafka's tool's views: each partition's committed offset, log end offset, lag and
 owner (the member whose assignment holds it; "-" for none; a partition assigned and never committed
@@ -24,6 +27,7 @@ from client.admin import Admin, GroupDescription, MemberDescription
 from client.cli_cluster import format_rows
 from client.cli_support import EXIT_FAILED, EXIT_OK, bootstrap_parent, run_command
 from client.consumer import Consumer
+from client.errors import TributaryError
 from client.metadata import TopicPartition
 from client.protocol import ConsumerGroupState
 
@@ -61,6 +65,19 @@ def register(subcommands: Any) -> None:
     target.add_argument("--shift-by", type=int, metavar="N", help="move the committed offset by N (may be negative)")
     reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
     reset.set_defaults(run=run_command(reset_offsets))
+
+    delete = actions.add_parser("delete", parents=[parent], help="delete groups without members, with their offsets")
+    delete.add_argument("--group", required=True, action="append", help="a group to delete (repeatable)")
+    delete.add_argument("--json", action="store_true", help="print one JSON object")
+    delete.set_defaults(run=run_command(delete_groups))
+
+    delete_offsets = actions.add_parser("delete-offsets", parents=[parent],
+                                        help="delete a group's committed offsets of some partitions")
+    delete_offsets.add_argument("--group", required=True)
+    delete_offsets.add_argument("--topic", required=True, action="append", metavar="TOPIC[:P,P...]",
+                                help="the partitions whose offsets go (repeatable)")
+    delete_offsets.add_argument("--json", action="store_true", help="print one JSON object")
+    delete_offsets.set_defaults(run=run_command(delete_group_offsets))
 
 
 async def list_groups(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -200,6 +217,50 @@ async def reset_offsets(arguments: argparse.Namespace, out: TextIO, err: TextIO)
     if not arguments.execute:
         print("(dry run: nothing was committed; add --execute to commit these offsets)", file=err)
     return EXIT_OK
+
+
+async def delete_groups(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    async with Admin(arguments.bootstrap) as admin:
+        outcomes = await admin.delete_groups(arguments.group)
+    if arguments.json:
+        print(json.dumps({"groups": [{"group": group_id, "error": _error_name(error), "message": _error_text(error)}
+                                     for group_id, error in outcomes.items()]}), file=out)
+    else:
+        table = [("GROUP", "STATUS")] + [(group_id, _status(error)) for group_id, error in outcomes.items()]
+        out.write("\n".join(format_rows(table)) + "\n")
+    return EXIT_FAILED if any(outcomes.values()) else EXIT_OK
+
+
+async def delete_group_offsets(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    async with Admin(arguments.bootstrap) as admin:
+        described = await admin.describe_topics(sorted({spec.partition(":")[0] for spec in arguments.topic}))
+        partitions = sorted({tp for spec in arguments.topic for tp in _partitions_of(spec, described)}, key=_order)
+        if not partitions:
+            raise ValueError(f"--topic {' '.join(arguments.topic)}: no partitions found")
+        outcomes = await admin.delete_offsets(arguments.group, partitions)
+    rows = sorted(outcomes.items(), key=lambda item: _order(item[0]))
+    if arguments.json:
+        print(json.dumps({"group": arguments.group, "partitions": [
+            {"topic": tp.topic, "partition": tp.partition, "error": _error_name(error), "message": _error_text(error)}
+            for tp, error in rows]}), file=out)
+    else:
+        table = [("TOPIC", "PARTITION", "STATUS")] + [(tp.topic, str(tp.partition), _status(error))
+                                                     for tp, error in rows]
+        out.write("\n".join(format_rows(table)) + "\n")
+    return EXIT_FAILED if any(error is not None for _, error in rows) else EXIT_OK
+
+
+def _status(error: TributaryError | None) -> str:
+    """Kafka's tool's STATUS column: Successful, or the error."""
+    return "Successful" if error is None else f"Error: {error}"
+
+
+def _error_name(error: TributaryError | None) -> str | None:
+    return None if error is None else error.code.name
+
+
+def _error_text(error: TributaryError | None) -> str | None:
+    return None if error is None else error.message
 
 
 async def _targets(arguments: argparse.Namespace, consumer: Consumer, partitions: list[TopicPartition],

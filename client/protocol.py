@@ -85,6 +85,8 @@ class Api(enum.Enum):
     LEAVE_GROUP = "leave_group"
     LIST_GROUPS = "list_groups"
     DESCRIBE_GROUPS = "describe_groups"
+    DELETE_GROUPS = "delete_groups"
+    OFFSET_DELETE = "offset_delete"
     # node to node
     RAFT = "raft"
     BROKER_REGISTRATION = "broker_registration"
@@ -661,6 +663,56 @@ class DescribeGroupsResponse:
     groups: tuple[DescribedGroup, ...]
 
 
+# ---- DeleteGroups, OffsetDelete: kafka-consumer-groups.sh --delete, --delete-offsets ---------
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsRequest:
+    """Any node answers, asking each group's coordinator. A group is deleted only when it has no
+    members (NON_EMPTY_GROUP otherwise), with its committed offsets."""
+
+    groups_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletableGroupResult:
+    group_id: str
+    error_code: ErrorCode
+    error_message: str = ""  # ours: Kafka's DeleteGroups has none
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsResponse:
+    results: tuple[DeletableGroupResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    """Delete the group's committed offsets of these (topic, partition)s: allowed for an Empty group,
+    or for topics none of its members subscribes to (GROUP_SUBSCRIBED_TO_TOPIC otherwise)."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeletePartitionResponse:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    """A group-level `error_code` (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, a coordinator error) leaves
+    `partitions` holding only those refused before the coordinator was asked."""
+
+    error_code: ErrorCode
+    partitions: tuple[OffsetDeletePartitionResponse, ...] = ()
+    error_message: str = ""
+
+
 # ---- InitProducerId (KIP-98) -------------------------------------------------------------------
 
 
@@ -730,6 +782,8 @@ REQUESTS: dict[Api, type] = {
     Api.LEAVE_GROUP: LeaveGroupRequest,
     Api.LIST_GROUPS: ListGroupsRequest,
     Api.DESCRIBE_GROUPS: DescribeGroupsRequest,
+    Api.DELETE_GROUPS: DeleteGroupsRequest,
+    Api.OFFSET_DELETE: OffsetDeleteRequest,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,
@@ -758,6 +812,8 @@ RESPONSES: dict[Api, type] = {
     Api.LEAVE_GROUP: GroupResponse,
     Api.LIST_GROUPS: ListGroupsResponse,
     Api.DESCRIBE_GROUPS: DescribeGroupsResponse,
+    Api.DELETE_GROUPS: DeleteGroupsResponse,
+    Api.OFFSET_DELETE: OffsetDeleteResponse,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,

@@ -10,6 +10,12 @@ it asks for through `store` (GroupOffsets.write_group), handing the outcome back
 one leader epoch of its partition: when this node takes office (the first request in a new epoch)
 it replays the partition for the stored groups and the core resumes them (members keep their
 generation); until then requests are answered COORDINATOR_LOAD_IN_PROGRESS, as Kafka's are.
+DeleteGroups and OffsetDelete reach it already routed (node/group_deletion.py).
+
+The core reads the members' subscriptions (for OffsetDelete) through Kafka's consumer protocol
+decoder, given here: one that does not decode counts as subscribed to every topic, as Kafka counts a
+group whose subscriptions it cannot parse. Refusing an OffsetDelete costs a retry once the member is
+gone; deleting offsets a live member reads from would reset it by auto.offset.reset.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from client import protocol
+from client.consumer_protocol import ConsumerProtocolError, decode_subscription
 from client.protocol import ErrorCode
 from replication.consumer_groups import (
     ConsumerGroups,
+    DeleteGroup,
     GroupAnswer,
     GroupEvent,
     GroupOverview,
@@ -132,6 +140,28 @@ class GroupMembership:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, _message(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         return core.commit_error(group_id, generation_id, member_id, group_instance_id)
 
+    async def delete_group(self, group_id: str, has_offsets: bool) -> tuple[ErrorCode, str]:
+        """On the coordinator: DeleteGroups of one group, answered once its tombstones are stored
+        (`has_offsets`: the offsets core holds offsets of it)."""
+        partition = coordinator_partition(group_id, self._partition_count)
+        core = self._core(partition)
+        if core is None:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, _message(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        answer = await self._ask(partition, core, lambda request_id: DeleteGroup(request_id, group_id, has_offsets))
+        if isinstance(answer, ErrorCode):
+            return answer, _message(answer)
+        assert isinstance(answer, GroupResult), answer
+        return answer.error, answer.message
+
+    def offsets_deletable(self, group_id: str, topics: Iterable[str],
+                          has_offsets: bool) -> tuple[ErrorCode, str, frozenset[str]]:
+        """On the coordinator: OffsetDelete's decision (replication/consumer_groups.py), once the
+        partition's groups are loaded."""
+        core = self._core(coordinator_partition(group_id, self._partition_count))
+        if core is None:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, _message(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), frozenset()
+        return core.offsets_deletable(group_id, topics, has_offsets)
+
     def describe(self, group_id: str) -> GroupSummary | None:
         """On the coordinator: the group as its core holds it (None: not held in this leader epoch)."""
         core = self._current_core(coordinator_partition(group_id, self._partition_count))
@@ -175,6 +205,11 @@ class GroupMembership:
         core = self._core(partition)
         if core is None:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return await self._ask(partition, core, event_for)
+
+    async def _ask(self, partition: int, core: ConsumerGroups,
+                   event_for: Callable[[int], GroupEvent]) -> GroupAnswer | ErrorCode:
+        """Step the core with the request; its answer, or NOT_COORDINATOR if the core is dropped first."""
         request_id = next(self._request_ids)
         future: asyncio.Future[GroupAnswer | ErrorCode] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = (partition, future)
@@ -217,7 +252,7 @@ class GroupMembership:
         if (code != ErrorCode.NONE or loaded_epoch != epoch or self._leader_epoch_of(partition) != epoch
                 or self._leader_of(partition) != self._node_id or partition in self._cores):
             return
-        core = ConsumerGroups(self._config, random.Random(self._rng.getrandbits(64)))
+        core = ConsumerGroups(self._config, random.Random(self._rng.getrandbits(64)), subscribed_topics)
         core.load(groups, self._clock())
         self._cores[partition] = (epoch, core)
         self._step(partition, core, GroupsTick())  # schedules the loaded members' session expiries
@@ -281,6 +316,14 @@ def with_client_host(request: protocol.JoinGroupRequest, peer: str | None,
     if from_a_node and request.client_host:
         return request
     return dataclasses.replace(request, client_host=f"/{peer}" if peer else "")
+
+
+def subscribed_topics(metadata: bytes) -> frozenset[str] | None:
+    """A member's topics from its ConsumerProtocolSubscription; None when it is not one."""
+    try:
+        return frozenset(decode_subscription(metadata).topics)
+    except ConsumerProtocolError:
+        return None
 
 
 def _message(code: ErrorCode) -> str:

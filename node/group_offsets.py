@@ -23,6 +23,7 @@ from replication.group_coordinator import (
     CoordinatorAnswer,
     CoordinatorEvent,
     CoordinatorReady,
+    DeleteOffsets,
     FetchAnswer,
     FetchOffsets,
     GroupCoordinator,
@@ -147,6 +148,14 @@ class GroupOffsets:
         """Store a group's membership record here, the coordinator (node/group_membership.py asks)."""
         answer = await self._ask(lambda request_id: WriteGroupMetadata(request_id, group_id, partition, value,
                                                                        self._clock()))
+        assert isinstance(answer, CommitAnswer), answer
+        return answer.error, answer.message
+
+    async def delete_offsets(self, partition: int, group_id: str,
+                             topic_partitions: tuple[tuple[str, int], ...]) -> tuple[ErrorCode, str]:
+        """Write tombstones of the group's offsets of `topic_partitions` here, the coordinator (OffsetDelete,
+        decided by the membership core; node/group_deletion.py)."""
+        answer = await self._ask(lambda request_id: DeleteOffsets(request_id, group_id, partition, topic_partitions))
         assert isinstance(answer, CommitAnswer), answer
         return answer.error, answer.message
 

@@ -36,6 +36,7 @@ from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node import admin
 from node.broker import Broker
 from node.config import NodeConfig
+from node.group_deletion import GroupDeletion
 from node.group_membership import GroupMembership, with_client_host
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.group_queries import GroupQueries
@@ -90,6 +91,7 @@ class Node:
         self.producer_ids: ProducerIdManager | None = None
         self.group_membership: GroupMembership | None = None
         self.group_queries: GroupQueries | None = None
+        self.group_deletion: GroupDeletion | None = None
         self._runner: web.AppRunner | None = None
         self._dir_locks: list[DirLock] = []
 
@@ -141,6 +143,11 @@ class Node:
             self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
             self.group_offsets.route, self._offsets_coordinator_address, self._forward, self.group_membership,
             self.group_offsets.group_ids,
+        )
+        self.group_deletion = GroupDeletion(
+            self.config.node_id, self.config.offsets_topic_num_partitions, self._offsets_leader,
+            self.group_offsets.route, self._offsets_coordinator_address, self._forward, self.group_membership,
+            self.group_offsets.group_ids, self.group_offsets.delete_offsets, self._partition_exists,
         )
         broker = self.broker
         self.producer_ids = ProducerIdManager(self.config.node_id, lambda: broker.lifecycle.broker_epoch,
@@ -214,6 +221,12 @@ class Node:
             case Api.DESCRIBE_GROUPS:
                 assert self.group_queries is not None
                 return await self.group_queries.describe_groups(message)
+            case Api.DELETE_GROUPS:
+                assert self.group_deletion is not None
+                return await self.group_deletion.delete_groups(message)
+            case Api.OFFSET_DELETE:
+                assert self.group_deletion is not None
+                return await self.group_deletion.delete_offsets(message)
         raise AssertionError(f"no handler for {api.value}")
 
     def _check_served(self, api: Api, message: Any, listener: str) -> None:
@@ -286,6 +299,12 @@ class Node:
                 return protocol.DescribeGroupsResponse(tuple(
                     protocol.DescribedGroup(ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id, error_message=str(error))
                     for group_id in request.groups))
+            if api is Api.DELETE_GROUPS:
+                return protocol.DeleteGroupsResponse(tuple(
+                    protocol.DeletableGroupResult(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, str(error))
+                    for group_id in request.groups_names))
+            if api is Api.OFFSET_DELETE:
+                return protocol.OffsetDeleteResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
             return protocol.OffsetCommitResponse(tuple(
                 protocol.OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                        str(error))
@@ -304,6 +323,11 @@ class Node:
         topic_id = metadata.topic_id(OFFSETS_TOPIC)
         state = metadata.partition(topic_id, partition) if topic_id is not None else None
         return state.leader_epoch if state is not None else -1
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        metadata = self.quorum.metadata
+        topic_id = metadata.topic_id(topic)
+        return topic_id is not None and metadata.partition(topic_id, partition) is not None
 
     def _membership(self) -> GroupMembership:
         assert self.group_membership is not None, "group requests are served only on a broker"

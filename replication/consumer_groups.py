@@ -39,6 +39,21 @@ cooperative one (KIP-429) what it gives up between its two rebalances. One witho
 to a group with no members (a consumer that assigns its partitions itself). So a consumer that
 lost its partitions cannot overwrite the new owner's offsets.
 
+DeleteGroups (`DeleteGroup`, Kafka's GroupCoordinator.handleDeleteGroups): a group with members, or
+rebalancing, is NON_EMPTY_GROUP (a static member that stopped holds its place until its session
+ends); one that is neither held here nor has committed offsets (the owner asks the offsets core) is
+GROUP_ID_NOT_FOUND. An Empty group turns Dead (joins and commits are refused, retriably, as Kafka
+refuses them for a Dead group) and its tombstone is stored (`StoreGroup` with value None; the
+offsets core writes the tombstones of its offsets in the same batch); once acknowledged the group is
+forgotten, and a later JoinGroup creates it afresh at generation 0, as Kafka does. Kafka appends the
+tombstones without waiting for the ISR ("appended again in the next purge cycle"); here the
+DeleteGroups waits for them, so that a deleted group stays deleted after a failover.
+
+`offsets_deletable(group_id, topics, has_offsets)` decides OffsetDelete (Kafka's handleDeleteOffsets):
+every topic of an Empty group (or of one with only offsets); of a consumer group with members only
+the topics none of them subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others). Subscriptions are
+the consumer protocol's, opaque here: the owner passes `subscribed_topics(metadata)` to decode them.
+
 `describe(group_id)` and `overview()` are read-only views for DescribeGroups and ListGroups
 (replication/group_listing.py merges them with the groups that only have offsets).
 
@@ -65,7 +80,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -97,8 +112,8 @@ class GroupState(enum.Enum):
     PREPARING_REBALANCE = "PreparingRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
-    # Never the state of a group held here: what DescribeGroups and ListGroups call a group this
-    # coordinator does not hold (Kafka's Dead, the state of a removed group).
+    # A group being deleted (its tombstone not yet acknowledged), and what DescribeGroups calls a
+    # group this coordinator does not hold (Kafka's Dead, the state of a removed group).
     DEAD = "Dead"
 
 
@@ -170,8 +185,18 @@ class LeaveGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    """DeleteGroups of one group. `has_offsets`: the offsets core holds committed offsets of it (read
+    up to the partition's HW), which this core does not see."""
+
+    request_id: int
+    group_id: str
+    has_offsets: bool
+
+
+@dataclass(frozen=True, slots=True)
 class GroupResult:
-    """The answer to a Heartbeat or a LeaveGroup."""
+    """The answer to a Heartbeat, a LeaveGroup or a DeleteGroup."""
 
     request_id: int
     error: ErrorCode
@@ -192,7 +217,7 @@ class GroupStored:
     message: str = ""
 
 
-GroupEvent = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | GroupsTick | GroupStored
+GroupEvent = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | DeleteGroup | GroupsTick | GroupStored
 GroupAnswer = JoinGroupResult | SyncGroupResult | GroupResult
 
 
@@ -293,12 +318,21 @@ class Group:
         return set.intersection(*names) if names else set()
 
 
-class ConsumerGroups:
-    """See the module docstring. One owner; `handle` is the only mutator."""
+def every_topic(metadata: bytes) -> frozenset[str] | None:
+    """A subscription not decoded: None, "maybe every topic" (the safe reading for OffsetDelete)."""
+    return None
 
-    def __init__(self, config: GroupsConfig, rng: RandomSource) -> None:
+
+class ConsumerGroups:
+    """See the module docstring. One owner; `handle` is the only mutator. `subscribed_topics(metadata)`
+    decodes a member's subscription into its topics, None when it cannot (the member then counts as
+    subscribed to every topic, as Kafka counts a group whose subscriptions it cannot parse)."""
+
+    def __init__(self, config: GroupsConfig, rng: RandomSource,
+                 subscribed_topics: Callable[[bytes], frozenset[str] | None] = every_topic) -> None:
         self.config = config
         self._rng = rng
+        self._subscribed_topics = subscribed_topics
         self.groups: dict[str, Group] = {}
         self._answers: list[GroupAnswer] = []
         self._stores: list[StoreGroup] = []
@@ -306,6 +340,8 @@ class ConsumerGroups:
         self._syncs_stored: dict[int, str] = {}  # the token of a generation's store -> its group
         # the token of a static member's replacement store -> (group, member id, leader to answer)
         self._joins_stored: dict[int, tuple[str, str, str]] = {}
+        # the token of a deleted group's tombstone -> (group, the DeleteGroup to answer, held before it)
+        self._deletes_stored: dict[int, tuple[str, int, bool]] = {}
         self._now_ms = 0
 
     def load(self, groups: Iterable[tuple[str, GroupMetadata]], now_ms: int) -> None:
@@ -349,6 +385,8 @@ class ConsumerGroups:
             self._heartbeat(event)
         elif isinstance(event, LeaveGroup):
             self._leave(event)
+        elif isinstance(event, DeleteGroup):
+            self._delete(event)
         elif isinstance(event, GroupStored):
             self._stored(event)
         else:
@@ -362,6 +400,8 @@ class ConsumerGroups:
                      group_instance_id: str | None = None) -> tuple[ErrorCode, str]:
         """Whether an OffsetCommit with this generation and member may write (module docstring)."""
         group = self.groups.get(group_id)
+        if group is not None and group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id} is being deleted; retry"
         if generation_id < 0 and member_id == UNKNOWN_MEMBER:
             if group is None or not group.members:
                 return ErrorCode.NONE, ""
@@ -374,6 +414,34 @@ class ConsumerGroups:
         if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS, f"group {group_id} is rebalancing; join again, then commit"
         return ErrorCode.NONE, ""
+
+    def offsets_deletable(self, group_id: str, topics: Iterable[str],
+                          has_offsets: bool) -> tuple[ErrorCode, str, frozenset[str]]:
+        """OffsetDelete (module docstring): the group's error, else the topics refused because a member
+        subscribes to them (GROUP_SUBSCRIBED_TO_TOPIC); the partitions of the others may go."""
+        group = self.groups.get(group_id)
+        if (group is None and not has_offsets) or (group is not None and group.state is GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} does not exist", frozenset()
+        if group is None or group.state is GroupState.EMPTY:
+            return ErrorCode.NONE, "", frozenset()
+        if group.protocol_type != "consumer":
+            return ErrorCode.NON_EMPTY_GROUP, (f"group {group_id} has members of protocol type "
+                                               f"{group.protocol_type!r}, whose topics are not known"), frozenset()
+        subscribed = self._subscriptions(group)
+        wanted = frozenset(topics)
+        return ErrorCode.NONE, "", wanted if subscribed is None else wanted & subscribed
+
+    def _subscriptions(self, group: Group) -> frozenset[str] | None:
+        """The topics any member subscribes to, by every protocol it offered (the one the next
+        generation chooses is not known while it rebalances); None: maybe every topic."""
+        topics: set[str] = set()
+        for member in group.members.values():
+            for _, metadata in member.protocols:
+                decoded = self._subscribed_topics(metadata)
+                if decoded is None:
+                    return None
+                topics |= decoded
+        return frozenset(topics)
 
     def describe(self, group_id: str) -> GroupSummary | None:
         """The group as it stands (None: not held here). Protocol, subscriptions and assignments only
@@ -462,6 +530,8 @@ class ConsumerGroups:
             if len(self.groups) >= config.max_groups and not self._evict_empty_group():
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"this coordinator holds {len(self.groups)} groups"
             return None
+        if group.state is GroupState.DEAD:  # Kafka: the member looks for its coordinator again, then joins
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {join.group_id} is being deleted; retry"
         fenced = _fenced(group, join.member_id, join.group_instance_id) if join.member_id != UNKNOWN_MEMBER else None
         if fenced is not None:
             return fenced
@@ -632,6 +702,9 @@ class ConsumerGroups:
         if stored.token in self._joins_stored:
             self._static_member_stored(stored)
             return
+        if stored.token in self._deletes_stored:
+            self._deleted(stored)
+            return
         group = self.groups.get(self._syncs_stored.pop(stored.token, ""))
         if group is None or group.storing != stored.token:
             return  # an Empty group's record, or a generation abandoned since
@@ -718,6 +791,43 @@ class ConsumerGroups:
             self._prepare_rebalance(group)
         self._maybe_complete_rebalance(group)
 
+    # -- DeleteGroups -----------------------------------------------------------------------------
+
+    def _delete(self, delete: DeleteGroup) -> None:
+        group = self.groups.get(delete.group_id)
+        if (group is None and not delete.has_offsets) or (group is not None and group.state is GroupState.DEAD):
+            self._answers.append(GroupResult(delete.request_id, ErrorCode.GROUP_ID_NOT_FOUND,
+                                             f"group {delete.group_id} does not exist"))
+            return
+        if group is not None and group.state is not GroupState.EMPTY:
+            self._answers.append(GroupResult(delete.request_id, ErrorCode.NON_EMPTY_GROUP, (
+                f"group {delete.group_id} has members ({group.state.value}); stop its consumers first (a static "
+                "member holds its place until its session.timeout.ms ends)")))
+            return
+        held = group is not None
+        if group is None:  # only offsets: held Dead while its tombstones are written, to fence commits
+            group = self.groups[delete.group_id] = Group(delete.group_id)
+        group.state = GroupState.DEAD
+        group.pending.clear()  # a member id given out and not yet used: it joins again from scratch
+        token = next(self._store_tokens)
+        self._stores.append(StoreGroup(token, delete.group_id, None))
+        self._deletes_stored[token] = (delete.group_id, delete.request_id, held)
+
+    def _deleted(self, stored: GroupStored) -> None:
+        """The tombstone is acknowledged: the group is gone. A JoinGroup creates it again from
+        generation 0 (Kafka's new GroupMetadata). Generations never repeat for a live group; this one
+        had no members left, and a former member's late request names a member id drawn at random,
+        which the new group never gives out again, so it is still refused (UNKNOWN_MEMBER_ID). A failed
+        write leaves the group as it was (one with only offsets is again not held here)."""
+        group_id, request_id, held = self._deletes_stored.pop(stored.token)
+        group = self.groups[group_id]
+        assert group.state is GroupState.DEAD, (group_id, group.state)
+        if stored.error == ErrorCode.NONE or not held:
+            del self.groups[group_id]
+        else:
+            group.state = GroupState.EMPTY
+        self._answers.append(GroupResult(request_id, stored.error, stored.message))
+
     # -- time -------------------------------------------------------------------------------------
 
     def _expire(self) -> None:
@@ -748,8 +858,9 @@ class ConsumerGroups:
                 assert group.members[member_id].group_instance_id == instance, (group.group_id, instance, member_id)
             assert len(group.static_members) == sum(1 for member in group.members.values()
                                                     if member.group_instance_id is not None), group.group_id
-            assert (group.state is GroupState.EMPTY) == (not group.members) or group.state is \
+            assert (group.state in (GroupState.EMPTY, GroupState.DEAD)) == (not group.members) or group.state is \
                 GroupState.PREPARING_REBALANCE, (group.group_id, group.state, len(group.members))
+            assert group.state is not GroupState.DEAD or not group.pending, group.group_id
             assert group.state is GroupState.EMPTY or not group.members or group.state is \
                 GroupState.PREPARING_REBALANCE or group.leader in group.members, (group.group_id, group.leader)
 

@@ -24,6 +24,13 @@ The same replay keeps the group metadata records (replication/group_metadata.py)
 asked when a node takes office as a partition's coordinator, is answered like a fetch, with every
 group stored.
 
+Deleting (DeleteGroups, OffsetDelete) writes tombstones (null values), which compaction keeps for
+`delete.retention.ms` and then drops with the records they delete. A group's tombstone
+(`WriteGroupMetadata` with no value: the membership core deletes the group) first waits for a replay
+to the HW, as a fetch does, and goes out in one batch with a tombstone for every offset of the group
+replayed or still being committed: the group and its offsets go together or not at all, and a new
+coordinator's replay finds neither. `DeleteOffsets` writes the tombstones of the partitions named.
+
 Events in, `CoordinatorReady` out: the core never touches the log itself. The owner performs each
 request on its broker core (a produce, a "latest" ListOffsets, a consumer fetch at the replay's
 epoch) and hands the answer back with the request's token. Routing (which node coordinates a group)
@@ -140,6 +147,17 @@ class WriteGroupMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteOffsets:
+    """OffsetDelete: tombstones for group `group_id`'s offsets of `topic_partitions` (decided by
+    the membership core, replication/consumer_groups.py); answered like a commit."""
+
+    request_id: int
+    group_id: str
+    partition: int
+    topic_partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FetchOffsets:
     """An OffsetFetch of group `group_id` for `topic_partitions` (None: every partition it committed)."""
 
@@ -196,8 +214,8 @@ class ListOffsetGroups:
     partition: int
 
 
-CoordinatorEvent = (CommitOffsets | WriteGroupMetadata | FetchOffsets | LoadGroups | ListOffsetGroups | Produced
-                    | LatestListed | Read)
+CoordinatorEvent = (CommitOffsets | WriteGroupMetadata | DeleteOffsets | FetchOffsets | LoadGroups | ListOffsetGroups
+                    | Produced | LatestListed | Read)
 
 
 # -- what the owner does ----------------------------------------------------------------------------
@@ -232,7 +250,8 @@ class ReadOffsets:
 
 @dataclass(frozen=True, slots=True)
 class CommitAnswer:
-    """The answer to a CommitOffsets or a WriteGroupMetadata: the write acknowledged, or why not."""
+    """The answer to a CommitOffsets, a WriteGroupMetadata or a DeleteOffsets: the write acknowledged,
+    or why not."""
 
     request_id: int
     error: ErrorCode
@@ -272,7 +291,7 @@ class GroupsLoaded:
 
 CoordinatorRequest = ProduceOffsets | ListLatest | ReadOffsets
 CoordinatorAnswer = CommitAnswer | FetchAnswer | GroupsLoaded | OffsetGroupsAnswer
-LoadWaiter = FetchOffsets | LoadGroups | ListOffsetGroups
+LoadWaiter = FetchOffsets | LoadGroups | ListOffsetGroups | WriteGroupMetadata  # the last: a group's tombstone
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,14 +340,20 @@ class GroupCoordinator:
         self._replays: dict[int, _Replay] = {}
         self._loads: dict[int, _Load] = {}  # by partition
         self._load_of: dict[int, _Load] = {}  # by the token of its request in flight
-        self._commits: dict[int, CommitOffsets | WriteGroupMetadata] = {}  # by the token of its produce
+        self._commits: dict[int, CommitOffsets | WriteGroupMetadata | DeleteOffsets] = {}  # by its produce's token
+        # a group tombstone's request id -> the group's offsets being committed when it joined its load
+        self._committing: dict[int, set[tuple[str, int]]] = {}
 
     def handle(self, event: CoordinatorEvent) -> CoordinatorReady:
         out = _Output()
         if isinstance(event, CommitOffsets):
             self._on_commit(event, out)
+        elif isinstance(event, WriteGroupMetadata) and event.value is None:
+            self._on_delete_group(event, out)
         elif isinstance(event, WriteGroupMetadata):
             self._on_write_group(event, out)
+        elif isinstance(event, DeleteOffsets):
+            self._on_delete_offsets(event, out)
         elif isinstance(event, FetchOffsets | LoadGroups | ListOffsetGroups):
             self._on_fetch(event, out)
         elif isinstance(event, Produced):
@@ -345,21 +370,48 @@ class GroupCoordinator:
         if not event.offsets:
             out.answers.append(CommitAnswer(event.request_id, ErrorCode.NONE))
             return
-        records = [(encode_key(event.group_id, entry.topic, entry.partition),
-                    encode_value(entry.offset, entry.metadata, event.timestamp_ms, entry.leader_epoch))
-                   for entry in event.offsets]
-        token = next(self._tokens)
-        self._commits[token] = event
-        out.requests.append(ProduceOffsets(token, event.partition, build_batch(records)))
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(event.group_id, entry.topic, entry.partition),
+             encode_value(entry.offset, entry.metadata, event.timestamp_ms, entry.leader_epoch))
+            for entry in event.offsets]
+        self._produce(event, records, out)
 
     def _on_write_group(self, event: WriteGroupMetadata, out: _Output) -> None:
         """Through the commits' produce path: one writer per partition, one mapping of its errors,
         and the records sit where the replay that loads them reads."""
-        value = None if event.value is None else encode_group_value(event.value, event.timestamp_ms)
+        assert event.value is not None, "a group's tombstone deletes its offsets too: _on_delete_group"
+        self._produce(event, [(encode_group_key(event.group_id), encode_group_value(event.value, event.timestamp_ms))],
+                      out)
+
+    def _on_delete_group(self, event: WriteGroupMetadata, out: _Output) -> None:
+        """Wait for the replay to reach the HW (the group's acknowledged commits are in it then).
+        A commit produced and not yet answered may be missing from it: its keys are noted now (the
+        membership core refuses the group's commits from now on, so no other can come)."""
+        self._committing[event.request_id] = {
+            (entry.topic, entry.partition) for commit in self._commits.values()
+            if isinstance(commit, CommitOffsets) and commit.group_id == event.group_id for entry in commit.offsets}
+        self._on_fetch(event, out)
+
+    def _delete_group(self, event: WriteGroupMetadata, replay: _Replay, out: _Output) -> None:
+        """The group's tombstone and its offsets' tombstones, in one batch: atomic in the log."""
+        doomed = self._committing.pop(event.request_id) | {
+            (topic, partition) for group, topic, partition in replay.offsets if group == event.group_id}
+        records: list[tuple[bytes, bytes | None]] = [(encode_key(event.group_id, topic, partition), None)
+                                                     for topic, partition in sorted(doomed)]
+        self._produce(event, [*records, (encode_group_key(event.group_id), None)], out)
+
+    def _on_delete_offsets(self, event: DeleteOffsets, out: _Output) -> None:
+        if not event.topic_partitions:
+            out.answers.append(CommitAnswer(event.request_id, ErrorCode.NONE))
+            return
+        self._produce(event, [(encode_key(event.group_id, topic, partition), None)
+                              for topic, partition in event.topic_partitions], out)
+
+    def _produce(self, event: CommitOffsets | WriteGroupMetadata | DeleteOffsets,
+                 records: list[tuple[bytes, bytes | None]], out: _Output) -> None:
         token = next(self._tokens)
         self._commits[token] = event
-        out.requests.append(ProduceOffsets(token, event.partition,
-                                           build_batch([(encode_group_key(event.group_id), value)])))
+        out.requests.append(ProduceOffsets(token, event.partition, build_batch(records)))
 
     def _on_produced(self, event: Produced, out: _Output) -> None:
         commit = self._commits.pop(event.token, None)
@@ -413,6 +465,8 @@ class GroupCoordinator:
                 elif isinstance(request, ListOffsetGroups):
                     out.answers.append(OffsetGroupsAnswer(request.request_id, ErrorCode.NONE,
                                                           frozenset(group for group, _, _ in replay.offsets)))
+                elif isinstance(request, WriteGroupMetadata):
+                    self._delete_group(request, replay, out)
                 else:
                     out.answers.append(FetchAnswer(request.request_id, ErrorCode.NONE,
                                                    _answer(request, replay.offsets)))
@@ -439,6 +493,9 @@ class GroupCoordinator:
                 out.answers.append(GroupsLoaded(request.request_id, code, message=message))
             elif isinstance(request, ListOffsetGroups):
                 out.answers.append(OffsetGroupsAnswer(request.request_id, code, message=message))
+            elif isinstance(request, WriteGroupMetadata):
+                del self._committing[request.request_id]
+                out.answers.append(CommitAnswer(request.request_id, code, message))
             else:
                 out.answers.append(FetchAnswer(request.request_id, code, (), message))
 

@@ -3,9 +3,10 @@
 Every fake node serves metadata, produce, fetch, list_offsets, offsets_for_leader_epoch,
 delete_records, create/delete topics, describe_configs, incremental_alter_configs,
 describe_replicas, offset commit/fetch and the group APIs (the node's own edges and cores: every
-node coordinates every group) from one shared state: one `Log` per partition (a single copy; the
-HW moves to the LEO on every append, and a follower-served fetch sees `follower_lag` records
-less), the leader of each partition, and committed offsets (with their leader epochs). A current
+node coordinates every group; a group's tombstone or an OffsetDelete drops its offsets here) from
+one shared state: one `Log` per partition (a single copy; the HW moves to the LEO on every append,
+and a follower-served fetch sees `follower_lag` records less), the leader of each partition, and
+committed offsets (with their leader epochs). A current
 leader epoch in a request is checked as a node checks it. Tests steer it: move a leader
 (`move_leader`), truncate a log under a new leader epoch (`truncate`), queue
 per-partition errors for an API (`inject`), drop connections (`disconnect`), or stop a node.
@@ -37,6 +38,8 @@ from client.protocol import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteRecordsPartitionResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
@@ -77,6 +80,8 @@ from client.protocol import (
     OffsetCommitPartitionResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchPartitionResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -93,6 +98,7 @@ from client.protocol import (
     pack,
     unpack,
 )
+from node.group_deletion import GroupDeletion
 from node.group_membership import GroupMembership, with_client_host
 from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
@@ -144,9 +150,12 @@ class FakeCluster:
         # Consumer groups: the node's own edge and core, every node the coordinator of every group.
         self.groups = GroupMembership(0, 1, GroupsConfig(group_initial_rebalance_delay_ms=0), lambda partition: 0,
                                       lambda partition: 0, _coordinator_known, lambda partition: None, _no_forward,
-                                      _stored, _loaded, lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
+                                      self._stored, _loaded, lambda: time.monotonic_ns() // 1_000_000, random.Random(0))
         self.group_queries = GroupQueries(0, 1, lambda partition: 0, _coordinator_known, lambda partition: None,
                                           _no_forward, self.groups, self._offset_groups)
+        self.group_deletion = GroupDeletion(0, 1, lambda partition: 0, _coordinator_known, lambda partition: None,
+                                            _no_forward, self.groups, self._offset_groups, self._delete_offsets,
+                                            lambda topic, partition: (topic, partition) in self.state.partitions)
 
     async def __aenter__(self) -> FakeCluster:
         for node_id in self.node_ids:
@@ -254,6 +263,18 @@ class FakeCluster:
     async def _offset_groups(self, partition: int) -> OffsetGroupsAnswer:
         return OffsetGroupsAnswer(0, ErrorCode.NONE, frozenset(group for group, offsets in self.state.committed.items()
                                                                if offsets))
+
+    async def _stored(self, partition: int, group_id: str, value: object) -> tuple[ErrorCode, str]:
+        """A group's record is kept in memory only; its tombstone takes its offsets with it."""
+        if value is None:
+            self.state.committed.pop(group_id, None)
+        return ErrorCode.NONE, ""
+
+    async def _delete_offsets(self, partition: int, group_id: str,
+                              topic_partitions: tuple[tuple[str, int], ...]) -> tuple[ErrorCode, str]:
+        for tp in topic_partitions:
+            self.state.committed[group_id].pop(tp, None)
+        return ErrorCode.NONE, ""
 
     def _injected(self, api: Api, topic: str, partition: int) -> ErrorCode | None:
         queue = self.state.injected.get((api, topic, partition))
@@ -500,6 +521,12 @@ class FakeCluster:
                                                                     error_message=f"injected {code.name}"))
         return DescribeGroupsResponse(tuple(groups))
 
+    async def _delete_groups(self, node_id: int, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        return await self.group_deletion.delete_groups(request)
+
+    async def _offset_delete(self, node_id: int, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        return await self.group_deletion.delete_offsets(request)
+
     async def _init_producer_id(self, node_id: int, request: InitProducerIdRequest) -> InitProducerIdResponse:
         self.state.next_producer_id += 1
         return InitProducerIdResponse(ErrorCode.NONE, self.state.next_producer_id - 1, 0)
@@ -615,10 +642,6 @@ async def _coordinator_known(partition: int, create: bool) -> None:
 
 async def _no_forward(address: str, api: Api, request: object, response_type: type) -> object:
     raise AssertionError("a fake node coordinates every group itself")
-
-
-async def _stored(partition: int, group_id: str, value: object) -> tuple[ErrorCode, str]:
-    return ErrorCode.NONE, ""  # a fake node keeps its groups in memory only
 
 
 async def _loaded(partition: int) -> tuple[ErrorCode, int, tuple[()]]:

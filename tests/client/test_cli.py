@@ -261,6 +261,31 @@ def test_groups_describe_lag_and_reset_offsets(fake: FakeCluster, capsys: pytest
     assert (status, "ledger has partitions [0, 1], not [7]" in err) == (2, True)
 
 
+def test_groups_delete_offsets_and_delete_print_each_outcome_and_exit_1_on_a_failure(
+        fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "erased", "--partitions", "2"], capsys)
+    for partition in ("0", "1"):
+        run([*b, "produce", "erased", "--partition", partition], capsys, stdin=b"a\nb\n")
+        run([*b, "consume", "erased", "--group", "eraser", "--partition", partition, "--from-beginning",
+             "--max-records", "1"], capsys)
+    status, out, _ = run([*b, "groups", "delete-offsets", "--group", "eraser", "--topic", "erased:0"], capsys)
+    assert (status, [line.split() for line in out.splitlines()]) == (
+        0, [["TOPIC", "PARTITION", "STATUS"], ["erased", "0", "Successful"]])
+    described = json.loads(run([*b, "groups", "describe", "--group", "eraser", "--json"], capsys)[1])
+    assert [p["partition"] for p in described["partitions"]] == [1]
+    status, _, err = run([*b, "groups", "delete-offsets", "--group", "nobody", "--topic", "erased"], capsys)
+    assert (status, err.startswith("Error: GROUP_ID_NOT_FOUND")) == (1, True)
+
+    status, out, _ = run([*b, "groups", "delete", "--group", "eraser", "--group", "nobody"], capsys)
+    rows = [line.split(maxsplit=1) for line in out.splitlines()]
+    assert status == 1 and rows[:2] == [["GROUP", "STATUS"], ["eraser", "Successful"]]
+    assert rows[2][0] == "nobody" and rows[2][1].startswith("Error: GROUP_ID_NOT_FOUND")
+    assert run([*b, "groups", "describe", "--group", "eraser"], capsys)[0] == 1
+    status, out, _ = run([*b, "groups", "delete", "--group", "nobody", "--json"], capsys)
+    assert status == 1 and json.loads(out)["groups"][0]["error"] == "GROUP_ID_NOT_FOUND"
+
+
 def test_groups_list_and_describe_a_live_group_like_kafka_consumer_groups(
         fake: FakeCluster, fake_thread: FakeClusterThread, capsys: pytest.CaptureFixture[str]) -> None:
     b = ["--bootstrap", fake.bootstrap]

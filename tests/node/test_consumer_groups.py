@@ -2,7 +2,9 @@
 partitions, disjointly, and the group rebalances when a consumer joins, when one leaves, and when
 one is killed with -9 (its own process: its session runs out); every record is processed. The CLI's
 `groups list` and `groups describe` show the live group Stable, each partition with one owner. A
-stable group whose coordinator is killed with -9 keeps its generation: the new coordinator loads it."""
+stable group whose coordinator is killed with -9 keeps its generation: the new coordinator loads it.
+A group deleted once its consumer closed is gone with its offsets, and stays gone when its
+coordinator is killed with -9 (the new one loads the tombstones)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ import pytest
 
 from client.admin import Admin, NewTopic
 from client.consumer import Consumer
+from client.errors import TributaryError
 from client.metadata import TopicPartition
 from client.producer import Producer
+from client.protocol import ConsumerGroupState, ErrorCode
 from node.dev import DevCluster
 from node.group_offsets import OFFSETS_TOPIC
 from replication.group_coordinator import coordinator_partition
@@ -208,6 +212,72 @@ async def test_a_stable_group_keeps_its_generation_when_its_coordinator_is_kille
             await member.close()
         if killed is not None:
             cluster.start_node(killed)
+
+
+async def test_a_deleted_group_is_gone_with_its_offsets_and_stays_gone_after_a_coordinator_kill(
+        cluster: DevCluster) -> None:
+    group, topic = "erased", "erased-topic"
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 2, 3)])
+    member = Member(cluster.bootstrap, topic, group_id=group)
+    closed = False
+    try:
+        async def assigned() -> bool:
+            return len(member.assigned()) == 2
+
+        await eventually(assigned, "the member holds both partitions")
+        await member.consumer.commit({TopicPartition(topic, 0): 1, TopicPartition(topic, 1): 1})
+        async with Admin(cluster.bootstrap) as admin:
+            partition_count = len((await admin.describe_topics([OFFSETS_TOPIC]))[OFFSETS_TOPIC])
+        partition = coordinator_partition(group, partition_count)
+        # A group on the same coordinator that is not deleted: listed after the failover, as loaded.
+        kept = next(name for name in (f"kept-{n}" for n in range(1000))
+                    if coordinator_partition(name, partition_count) == partition)
+        async with Consumer(cluster.bootstrap, group_id=kept) as consumer:
+            await consumer.commit({TopicPartition(topic, 0): 1})
+        async with Admin(cluster.bootstrap) as admin:
+            refused = await admin.delete_offsets(group, [TopicPartition(topic, 0)])
+            assert refused[TopicPartition(topic, 0)] is not None
+            assert refused[TopicPartition(topic, 0)].code is ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC  # type: ignore[union-attr]
+            error = (await admin.delete_groups([group]))[group]
+            assert error is not None and error.code is ErrorCode.NON_EMPTY_GROUP
+        await member.close()
+        closed = True
+        deleted = await tributary("--bootstrap", cluster.bootstrap, "groups", "delete", "--group", group, "--json")
+        assert deleted == {"groups": [{"group": group, "error": None, "message": None}]}
+        listed = await tributary("--bootstrap", cluster.bootstrap, "groups", "list", "--json")
+        assert group not in {entry["group"] for entry in listed["groups"]} and kept in {
+            entry["group"] for entry in listed["groups"]}
+        async with Consumer(cluster.bootstrap, group_id=group) as consumer:
+            assert await consumer.committed() == {}
+
+        async with Admin(cluster.bootstrap) as admin:
+            killed = (await admin.describe_topics([OFFSETS_TOPIC]))[OFFSETS_TOPIC][partition].leader
+        cluster.kill_node(killed)
+        try:
+            async with Admin(cluster.bootstrap, request_timeout_ms=60_000) as admin:
+                # Retried while the new coordinator loads the partition's groups: what it loaded has no such group.
+                again = (await admin.delete_groups([group]))[group]
+                assert again is not None and again.code is ErrorCode.GROUP_ID_NOT_FOUND, "a deleted group came back"
+
+            async def loaded_without_it() -> bool:
+                try:
+                    async with Admin(cluster.bootstrap, request_timeout_ms=3000) as admin:
+                        names = {listing.group_id for listing in await admin.list_groups()}
+                        state = (await admin.describe_groups([group]))[group].state
+                except TributaryError:
+                    return False  # the killed node is not fenced yet
+                assert group not in names and state is ConsumerGroupState.DEAD, "a deleted group came back"
+                return kept in names
+
+            await eventually(loaded_without_it, "the new coordinator lists the groups it loaded")
+            async with Consumer(cluster.bootstrap, group_id=group) as consumer:
+                assert await consumer.committed() == {}, "the tombstones were loaded, not the offsets"
+        finally:
+            cluster.start_node(killed)
+    finally:
+        if not closed:
+            await member.close()
 
 
 # -- cooperative-sticky (KIP-429): a member joins and the others read on --------------------------

@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from replication.consumer_groups import (
     ConsumerGroups,
+    DeleteGroup,
     GroupAnswer,
     GroupOverview,
     GroupResult,
@@ -447,6 +448,110 @@ def test_static_members_are_loaded_with_their_instance_ids() -> None:
     assert (answer.error, answer.generation_id) == (ErrorCode.NONE, 2), "a restart after a failover keeps its place"
 
 
+# -- DeleteGroups and OffsetDelete -----------------------------------------------------------------
+
+
+def delete(coordinator: Coordinator, group: str = "g", has_offsets: bool = False) -> GroupAnswer | None:
+    return coordinator.answers.get(coordinator.send(DeleteGroup, group, has_offsets))
+
+
+def test_a_group_with_members_is_not_deleted_and_an_empty_one_is_dead_until_its_tombstone_is_stored() -> None:
+    coordinator = Coordinator(acks_stores=False)
+    one, two = stable_pair(coordinator, acked=False)
+    coordinator.ack_stores()
+    answer = delete(coordinator)
+    assert answer is not None and answer.error == ErrorCode.NON_EMPTY_GROUP
+    coordinator.send(LeaveGroup, "g", (one, two))
+    coordinator.ack_stores()
+    assert coordinator.state() is GroupState.EMPTY and coordinator.core.groups["g"].generation_id == 3
+    request = coordinator.send(DeleteGroup, "g", False)
+    assert request not in coordinator.answers, "answered once the tombstone is stored"
+    assert [(store.group_id, store.value) for store in coordinator.pending_stores] == [("g", None)]
+    assert coordinator.state() is GroupState.DEAD and coordinator.core.describe("g").state is GroupState.DEAD
+    refused = coordinator.answers[coordinator.join()]
+    assert refused.error == ErrorCode.COORDINATOR_NOT_AVAILABLE, "Kafka: a Dead group's members look again"
+    assert coordinator.core.commit_error("g", -1, "")[0] == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert (delete(coordinator) or GroupResult(0, ErrorCode.NONE)).error == ErrorCode.GROUP_ID_NOT_FOUND
+    coordinator.ack_stores()
+    assert coordinator.answers[request] == GroupResult(request, ErrorCode.NONE)
+    assert "g" not in coordinator.core.groups and coordinator.core.overview() == ()
+    coordinator.fail_over(land=True)
+    assert "g" not in coordinator.core.groups, "the tombstone is what a new coordinator loads"
+    coordinator.acks_stores = True
+    _, join = coordinator.new_member()
+    assert coordinator.answers[join].generation_id == 1, "created afresh from generation 0, as Kafka does"
+    assert coordinator.answers[coordinator.send(Heartbeat, "g", 1, one)].error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_group_mid_rebalance_is_not_empty() -> None:
+    coordinator = Coordinator()
+    _, two = stable_pair(coordinator)
+    coordinator.send(LeaveGroup, "g", (two,))
+    assert coordinator.state() is GroupState.PREPARING_REBALANCE
+    answer = delete(coordinator)
+    assert answer is not None and answer.error == ErrorCode.NON_EMPTY_GROUP
+
+
+def test_static_members_that_stopped_hold_the_group_until_their_sessions_end() -> None:
+    """KIP-345: a static member sends no LeaveGroup when it closes; its place stays for its session."""
+    coordinator = Coordinator()
+    static_pair(coordinator)
+    answer = delete(coordinator)
+    assert answer is not None and answer.error == ErrorCode.NON_EMPTY_GROUP
+    coordinator.tick(SESSION_MS)
+    assert coordinator.state() is GroupState.EMPTY
+    answer = delete(coordinator)
+    assert answer is not None and answer.error == ErrorCode.NONE and "g" not in coordinator.core.groups
+
+
+def test_unknown_groups_are_not_found_and_those_with_only_offsets_are_deleted() -> None:
+    coordinator = Coordinator(acks_stores=False)
+    answer = delete(coordinator, "nobody")
+    assert answer is not None and answer.error == ErrorCode.GROUP_ID_NOT_FOUND
+    request = coordinator.send(DeleteGroup, "solo", True)
+    assert coordinator.state("solo") is GroupState.DEAD, "held Dead while deleting: its commits are refused"
+    coordinator.ack_stores(ErrorCode.NOT_COORDINATOR)
+    assert coordinator.answers[request].error == ErrorCode.NOT_COORDINATOR and "solo" not in coordinator.core.groups
+    coordinator.send(DeleteGroup, "solo", True)
+    coordinator.ack_stores()
+    assert "solo" not in coordinator.core.groups and coordinator.stored["solo"] is None
+
+
+def test_a_failed_tombstone_leaves_the_group_empty_in_its_generation() -> None:
+    coordinator = Coordinator(acks_stores=False)
+    one, two = stable_pair(coordinator, acked=False)
+    coordinator.ack_stores()
+    coordinator.send(LeaveGroup, "g", (one, two))
+    coordinator.ack_stores()
+    request = coordinator.send(DeleteGroup, "g", True)
+    coordinator.ack_stores(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    assert coordinator.answers[request].error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert (coordinator.state(), coordinator.core.groups["g"].generation_id) == (GroupState.EMPTY, 3)
+
+
+def topics_of(metadata: bytes) -> frozenset[str] | None:
+    """A test decoder: b"sub:a,b" subscribes to a and b; anything else does not decode."""
+    return frozenset(metadata[4:].decode().split(",")) if metadata.startswith(b"sub:") else None
+
+
+def test_offsets_of_topics_no_member_subscribes_to_may_go() -> None:
+    coordinator = Coordinator()
+    coordinator.core = ConsumerGroups(CONFIG, random.Random(1), topics_of)
+    assert coordinator.core.offsets_deletable("g", ["orders"], has_offsets=False)[0] == ErrorCode.GROUP_ID_NOT_FOUND
+    assert coordinator.core.offsets_deletable("g", ["orders"], has_offsets=True) == (ErrorCode.NONE, "", frozenset())
+    stable_pair(coordinator)
+    assert coordinator.core.offsets_deletable("g", ["orders", "old"], has_offsets=True) == (
+        ErrorCode.NONE, "", frozenset({"orders"}))
+    given = coordinator.answers[coordinator.join(group="other", protocols=(("range", b"\x00\x07"),))].member_id
+    coordinator.join(given, group="other", protocols=(("range", b"\x00\x07"),))
+    assert coordinator.core.offsets_deletable("other", ["orders", "old"], has_offsets=False)[2] == frozenset(
+        {"orders", "old"}), "a subscription that does not decode may hold any topic"
+    given = coordinator.answers[coordinator.send(JoinGroup, "connect", "", "c", SESSION_MS, REBALANCE_MS, "connect",
+                                                 PROTOCOLS)].member_id
+    coordinator.send(JoinGroup, "connect", given, "c", SESSION_MS, REBALANCE_MS, "connect", PROTOCOLS)
+    assert coordinator.core.offsets_deletable("connect", ["old"], has_offsets=True)[0] == ErrorCode.NON_EMPTY_GROUP
+
+
 # -- the state machine -----------------------------------------------------------------------------
 
 
@@ -584,6 +689,27 @@ class GroupMachine(RuleBasedStateMachine):
     @rule(failed=st.booleans())
     def stores_answered(self, failed: bool) -> None:
         self.coordinator.ack_stores(ErrorCode.NOT_COORDINATOR if failed else ErrorCode.NONE)
+        self._forget_if_deleted()
+
+    @rule()
+    def delete(self) -> None:
+        """An admin deletes the group: refused while it has members or is rebalancing."""
+        group = self.coordinator.core.groups.get("g")
+        state = None if group is None else group.state
+        request = self.coordinator.send(DeleteGroup, "g", False)
+        answer = self.coordinator.answers.get(request)
+        if state in (None, GroupState.DEAD):
+            assert answer is not None and answer.error == ErrorCode.GROUP_ID_NOT_FOUND
+        elif state is not GroupState.EMPTY:
+            assert answer is not None and answer.error == ErrorCode.NON_EMPTY_GROUP
+        else:
+            assert answer is None and self.coordinator.core.groups["g"].state is GroupState.DEAD
+
+    def _forget_if_deleted(self) -> None:
+        """Once its tombstone is stored the group is gone, and so are its generations: a new group
+        starts again from generation 0."""
+        if "g" not in self.coordinator.core.groups and self.coordinator.stored.get("g", b"") is None:
+            self.handed_out.clear()
 
     @rule(land=st.booleans())
     def fail_over(self, land: bool) -> None:
@@ -597,6 +723,7 @@ class GroupMachine(RuleBasedStateMachine):
                 client.waiting, client.generation = None, -1
         coordinator.fail_over(land)
         self.failovers += 1
+        self._forget_if_deleted()
         group = coordinator.core.groups.get("g")
         if self.handed_out:
             assert group is not None and group.generation_id >= max(self.handed_out), "generations never go back"

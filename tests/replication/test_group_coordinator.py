@@ -9,6 +9,7 @@ from replication.group_coordinator import (
     CommitAnswer,
     CommitOffsets,
     CoordinatorReady,
+    DeleteOffsets,
     FetchAnswer,
     FetchOffsets,
     GroupCoordinator,
@@ -79,10 +80,6 @@ def test_a_group_record_is_written_through_the_commit_path() -> None:
     assert (decode_group_key(record.key), decode_group_value(record.value)) == (GROUP, group)
     answers = core.handle(Produced(produce.token, ErrorCode.NOT_LEADER_OR_FOLLOWER)).answers
     assert answers == (CommitAnswer(1, ErrorCode.NOT_COORDINATOR),)
-    produce = only(core.handle(WriteGroupMetadata(2, GROUP, 0, None, 1_000)), ProduceOffsets)
-    assert isinstance(produce, ProduceOffsets)
-    (record,) = [record for _, batch in iter_records(produce.records) for record in batch]
-    assert record.value is None, "a deleted group's tombstone"
 
 
 def test_a_fetch_waits_while_the_new_leaders_hw_lags_its_epoch() -> None:
@@ -217,3 +214,75 @@ def test_a_commits_leader_epoch_is_stored_and_answered() -> None:
     assert isinstance(read, ReadOffsets)
     answers = core.handle(Read(read.token, ErrorCode.NONE)).answers
     assert answers == (FetchAnswer(2, ErrorCode.NONE, (PartitionOffset("orders", 0, 42, "", 4),)),)
+
+
+# -- DeleteGroups and OffsetDelete: tombstones --------------------------------------------------------
+
+
+def at(base_offset: int, batch: bytes) -> bytes:
+    """`batch` as the partition appended it at `base_offset`."""
+    return base_offset.to_bytes(8, "big") + batch[8:]
+
+
+def replay(core: GroupCoordinator, records: bytes, epoch: int) -> tuple:
+    """A new coordinator's replay of `records` (leader epoch `epoch`): what LoadGroups, ListOffsetGroups
+    and an OffsetFetch of every partition of GROUP answer."""
+    latest = only(core.handle(LoadGroups(1, 0)), ListLatest)
+    assert core.handle(ListOffsetGroups(2, 0)).requests == ()
+    assert core.handle(FetchOffsets(3, GROUP, 0, None)).requests == ()
+    assert isinstance(latest, ListLatest)
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=epoch)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, records)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    return core.handle(Read(read.token, ErrorCode.NONE)).answers
+
+
+def test_a_groups_tombstone_takes_its_offsets_and_commits_in_flight_in_one_batch_and_a_replay_finds_none() -> None:
+    core = GroupCoordinator()
+    stored = build_batch([(encode_group_key(GROUP), encode_group_value(GroupMetadata("consumer", 4, None, None), 0)),
+                          (encode_key(GROUP, "orders", 0), encode_value(7, "", 0)),
+                          (encode_key("other", "orders", 0), encode_value(9, "", 0))])
+    committing = only(core.handle(CommitOffsets(1, GROUP, 0, (PartitionOffset("orders", 1, 3),), 1_000)),
+                      ProduceOffsets)
+    assert isinstance(committing, ProduceOffsets)
+    latest = only(core.handle(WriteGroupMetadata(2, GROUP, 0, None, 2_000)), ListLatest)
+    assert isinstance(latest, ListLatest), "the tombstone waits for the replay to reach the HW"
+    read = only(core.handle(LatestListed(latest.token, ErrorCode.NONE, leader_epoch=1)), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    read = only(core.handle(Read(read.token, ErrorCode.NONE, at(0, stored))), ReadOffsets)
+    assert isinstance(read, ReadOffsets)
+    produce = only(core.handle(Read(read.token, ErrorCode.NONE)), ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    (batch,) = [batch for _, batch in iter_records(produce.records)]
+    assert [(record.key, record.value) for record in batch] == [
+        (encode_key(GROUP, "orders", 0), None), (encode_key(GROUP, "orders", 1), None),
+        (encode_group_key(GROUP), None)], "one batch: the offsets replayed and being committed, then the group"
+    assert core.handle(Produced(produce.token, ErrorCode.NONE)).answers == (CommitAnswer(2, ErrorCode.NONE),)
+    core.handle(Produced(committing.token, ErrorCode.NONE))
+
+    log = at(0, stored) + at(3, committing.records) + at(4, produce.records)
+    assert replay(core, log, epoch=2) == (
+        GroupsLoaded(1, ErrorCode.NONE, 2, ()),
+        OffsetGroupsAnswer(2, ErrorCode.NONE, frozenset({"other"})),
+        FetchAnswer(3, ErrorCode.NONE, ()))
+
+
+def test_a_groups_tombstone_whose_replay_fails_is_not_written() -> None:
+    core = GroupCoordinator()
+    latest = only(core.handle(WriteGroupMetadata(1, GROUP, 0, None, 1_000)), ListLatest)
+    assert isinstance(latest, ListLatest)
+    ready = core.handle(LatestListed(latest.token, ErrorCode.NOT_LEADER_OR_FOLLOWER, message="moved"))
+    assert (ready.requests, ready.answers) == ((), (CommitAnswer(1, ErrorCode.NOT_COORDINATOR, "moved"),))
+
+
+def test_deleting_offsets_writes_tombstones_of_the_partitions_named() -> None:
+    core = GroupCoordinator()
+    commits = build_batch([(encode_key(GROUP, "orders", 0), encode_value(7, "", 0)),
+                           (encode_key(GROUP, "payments", 0), encode_value(8, "", 0))])
+    produce = only(core.handle(DeleteOffsets(1, GROUP, 0, (("orders", 0),))), ProduceOffsets)
+    assert isinstance(produce, ProduceOffsets)
+    assert core.handle(Produced(produce.token, ErrorCode.NONE)).answers == (CommitAnswer(1, ErrorCode.NONE),)
+    assert core.handle(DeleteOffsets(2, GROUP, 0, ())).answers == (CommitAnswer(2, ErrorCode.NONE),)
+    answers = replay(core, at(0, commits) + at(2, produce.records), epoch=1)
+    assert answers[2] == FetchAnswer(3, ErrorCode.NONE, (PartitionOffset("payments", 0, 8),))
