@@ -30,6 +30,7 @@ from storage.records import (
     build_batch_from_values,
 )
 
+SEQUENCE_MASK = 2**31 - 1  # sequences wrap from 2^31-1 to 0 (Kafka's rule)
 # Upper bound of a record's framing: length (5), attributes (1), timestampDelta (10),
 # offsetDelta (5), key and value lengths (5 each), header count (5).
 RECORD_OVERHEAD_MAX = 36
@@ -77,12 +78,29 @@ class ProducerBatch:
         self.retry_at_ms = 0
         self.record_futures: list[tuple[int, asyncio.Future[RecordMetadata]]] = []
         self.run_futures: list[tuple[int, int, asyncio.Future[BatchMetadata]]] = []
-        self.producer: tuple[int, int, int] | None = None  # idempotent: (id, epoch, base sequence), set once
+        # Idempotent (client/idempotence.py): id, epoch and first sequence (unbounded; sent modulo 2^31),
+        # set when first drained and again only under a new epoch; the sequencer's marks of its answers.
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.sequence: int | None = None
+        self.sent_oldest = False  # sent while every earlier batch of its partition was acknowledged
+        self.refused_out_of_order = False  # its last answer was OUT_OF_ORDER_SEQUENCE_NUMBER
+        self.acknowledged = False
         self._encoded: bytes | None = None
 
     @property
     def record_count(self) -> int:
         return len(self.values)
+
+    @property
+    def sequence_end(self) -> int:
+        assert self.sequence is not None, f"{self.tp}: not numbered"
+        return self.sequence + self.record_count
+
+    def number(self, producer_id: int, epoch: int, sequence: int) -> None:
+        """Stamp the idempotent producer's id, epoch and first sequence (the encoding follows)."""
+        self.producer_id, self.producer_epoch, self.sequence = producer_id, epoch, sequence
+        self._encoded = None
 
     def has_room_for(self, size: int) -> bool:
         """Kafka's rule: the first record always fits, later ones while under batch.size."""
@@ -147,8 +165,8 @@ class ProducerBatch:
         if self._encoded is None:
             assert self.values, f"empty batch for {self.tp}"
             keys = None if self.keys.count(None) == len(self.keys) else self.keys
-            producer_id, producer_epoch, base_sequence = self.producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
-                                                                           NO_SEQUENCE)
+            producer_id, producer_epoch = self.producer_id, self.producer_epoch
+            base_sequence = NO_SEQUENCE if self.sequence is None else self.sequence & SEQUENCE_MASK
             if self.headers is None:
                 self._encoded = build_batch_from_values(
                     self.values, keys=keys, timestamp_ms=self.timestamps[0],

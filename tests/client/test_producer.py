@@ -8,13 +8,15 @@ producer's futures, never sleep.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from client.errors import ERRORS, TributaryError
 from client.partitioner import partition_for_key
 from client.producer import Producer
 from client.protocol import Api, ErrorCode, MetadataResponse, ProduceRequest
-from storage.records import decode_records
+from storage.records import decode_records, iter_headers
 from tests.client.fake_node import FakeCluster, count_refreshes
 
 
@@ -102,10 +104,89 @@ async def test_a_produce_whose_answers_were_lost_is_in_the_log_once_when_idempot
     assert values_in(cluster, "t", 0) == [b"written"] * copies + [b"next"]
 
 
+ONE_RECORD_BATCHES = {"batch_size": 100, "linger_ms": 0, "retry_backoff_ms": 10}  # a 64-byte value fills a batch
+SENDS = 12
+
+
+def producer_header_fields(cluster: FakeCluster, topic: str, partition: int) -> list[tuple[int, int]]:
+    """(producer epoch, first sequence) of each batch in the log, in log order."""
+    log = cluster.log(topic, partition)
+    data = log.read(log.log_start_offset, 1 << 30).records
+    return [(header.producer_epoch, header.base_sequence) for _, header in iter_headers(data)]
+
+
+async def send_held(cluster: FakeCluster, producer: Producer) -> list[asyncio.Future]:
+    """Send SENDS one-record batches to t-0, all but the first while the node holds its answers (as
+    acks=all waits in the purgatory); release them once five wait at once. (The first batch of a
+    partition goes alone: a leader with no state for the producer would take any sequence.)"""
+    futures = [await producer.send("t", b"00" + b"." * 62, partition=0)]
+    await futures[0]
+    cluster.hold_answers(Api.PRODUCE)
+    try:
+        futures += [await producer.send("t", b"%02d" % n + b"." * 62, partition=0) for n in range(1, SENDS)]
+        await asyncio.wait_for(cluster.wait_held(Api.PRODUCE, 5), 10)
+    finally:
+        cluster.release_answers(Api.PRODUCE)
+    return futures
+
+
+async def test_five_batches_of_a_partition_are_in_flight_at_once(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES) as producer:
+        futures = await send_held(cluster, producer)
+        offsets = [(await future).offset for future in futures]
+    assert cluster.state.most_held[Api.PRODUCE] == 5
+    assert offsets == list(range(SENDS))
+    assert producer_header_fields(cluster, "t", 0) == [(0, n) for n in range(SENDS)]
+
+
+@pytest.mark.parametrize("fault", ["retriable error", "lost answer"])
+async def test_a_middle_batch_in_flight_failing_is_retried_in_order_and_written_once(
+        cluster: FakeCluster, fault: str) -> None:
+    """The middle one of five batches in flight fails; the two behind it are refused as out of order by
+    the log and retried after it, in sequence: the log holds every record once, in send order."""
+    if fault == "retriable error":
+        cluster.fail_sequence("t", 0, 3, ErrorCode.NOT_ENOUGH_REPLICAS)
+    else:
+        cluster.lose_answer_of_sequence("t", 0, 3)
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES) as producer:
+        futures = await send_held(cluster, producer)
+        offsets = [(await future).offset for future in futures]
+    assert offsets == list(range(SENDS))
+    assert values_in(cluster, "t", 0) == [b"%02d" % n + b"." * 62 for n in range(SENDS)]
+    assert producer_header_fields(cluster, "t", 0) == [(0, n) for n in range(SENDS)]
+    assert len(cluster.requests_of(Api.PRODUCE)) > SENDS, "the fault was met"
+
+
+@pytest.mark.parametrize(("codes", "settings"), [
+    ((ErrorCode.MESSAGE_TOO_LARGE,), {}),
+    ((ErrorCode.NOT_ENOUGH_REPLICAS,) * 3, {"retries": 2}),
+])
+async def test_a_batch_lost_for_good_starts_a_new_epoch_for_the_batches_behind_it(
+        cluster: FakeCluster, codes: tuple[ErrorCode, ...], settings: dict) -> None:
+    """KIP-360: the batches in flight behind a failed one are numbered again under the partition's
+    next epoch, from sequence 0, and written in send order; the failed one is not in the log."""
+    cluster.fail_sequence("t", 0, 3, *codes)
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES, **settings) as producer:
+        futures = await send_held(cluster, producer)
+        with pytest.raises(ERRORS[codes[0]]):
+            await futures[3]
+        offsets = [(await future).offset for n, future in enumerate(futures) if n != 3]
+    assert offsets == list(range(SENDS - 1))
+    assert values_in(cluster, "t", 0) == [b"%02d" % n + b"." * 62 for n in range(SENDS) if n != 3]
+    assert producer_header_fields(cluster, "t", 0) == [(0, n) for n in range(3)] + [(1, n) for n in range(SENDS - 4)]
+
+
 def test_idempotence_needs_acks_all() -> None:
     with pytest.raises(ValueError, match="acks=all"):
         Producer("localhost:1", acks=1, enable_idempotence=True)
     assert not Producer("localhost:1", acks=1).idempotent and Producer("localhost:1").idempotent
+
+
+def test_idempotence_allows_at_most_five_requests_in_flight() -> None:
+    """Kafka's rule: brokers keep a producer's last five batches, so a retry must be among them."""
+    with pytest.raises(ValueError, match="max_in_flight_requests_per_connection=6"):
+        Producer("localhost:1", max_in_flight_requests_per_connection=6, enable_idempotence=True)
+    assert not Producer("localhost:1", max_in_flight_requests_per_connection=6).idempotent
 
 
 async def test_a_non_retriable_error_raises_its_named_exception(cluster: FakeCluster) -> None:
