@@ -11,7 +11,10 @@ or close is under way, unless it waits out a retry backoff or is held back:
 - with idempotence, while the producer's `gate` says its first batch may not go (client/
   idempotence.py: up to 5 batches in flight, retries one at a time in sequence order); `drain`
   takes one batch per partition per request, as the broker takes one batch per partition of an
-  idempotent producer (Kafka's rule since produce v3), and retried batches go back in sequence order.
+  idempotent producer (Kafka's rule since produce v3), merging a backlog of new batches into one
+  (`ProducerBatch.merge`, within `max.request.size`): Kafka's producer would send one batch.size
+  batch per request, and requests, not bytes, are what a node's acks=all path pays for (sixteen
+  KiB batches made idempotent produce ~7x slower here). Retried batches go back in sequence order.
 
 Pure logic: time is `now_ms` from the caller, leaders come from a lookup function.
 """
@@ -143,11 +146,14 @@ class RecordAccumulator:
             taken = drained.setdefault(leader, [])
             size = sum(batch.size_in_bytes for batch in taken)
             count = len(taken)
-            while queue and (queue[0].closed or len(queue) == 1):
+            if self.gate is not None:
+                batch = self._merged_first(queue, self.max_request_size - size, alone=not taken)
+                if batch is not None:
+                    taken.append(batch)
+                    size += batch.size_in_bytes
+            while self.gate is None and queue and (queue[0].closed or len(queue) == 1):
                 batch = queue[0]
                 if taken and size + batch.size_in_bytes > self.max_request_size:
-                    break
-                if self.gate is not None and len(taken) > count:
                     break
                 queue.popleft()
                 batch.closed = True
@@ -158,6 +164,22 @@ class RecordAccumulator:
                 # full request left out stays ready for the next one.
                 self.muted.add(tp)
         return {node: batches for node, batches in drained.items() if batches}
+
+    @staticmethod
+    def _merged_first(queue: deque[ProducerBatch], room: int, alone: bool) -> ProducerBatch | None:
+        """The first batch, with the new batches ready behind it merged in while they fit `room`
+        bytes; None if it does not fit (unless it would go `alone` in its request)."""
+        first = queue[0]
+        if first.size_in_bytes > room and not alone:
+            return None
+        parts = [queue.popleft()]
+        size = first.size_in_bytes
+        while (first.sequence is None and queue and queue[0].sequence is None
+               and (queue[0].closed or len(queue) == 1) and size + queue[0].size_in_bytes <= room):
+            size += queue[0].size_in_bytes
+            parts.append(queue.popleft())
+        first.closed = True
+        return first if len(parts) == 1 else ProducerBatch.merge(parts)
 
     def reenqueue(self, batch: ProducerBatch, retry_at_ms: int) -> None:
         """Put a failed batch back at the front of its partition, to be retried after a backoff; a

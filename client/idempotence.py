@@ -8,6 +8,10 @@ epoch alone and the others keep theirs):
 - Up to `max_in_flight` (at most 5) batches may be sequenced ahead of the oldest one not yet
   acknowledged: the brokers keep the last 5 batches of a producer, so a retry is always within
   their window and is never taken for a new batch or refused as out of order.
+- A merged batch (client/accumulator.py) the leader refuses as too large at its first attempt was
+  not written (a retry's earlier attempt may have been: it fails for good then): its parts take
+  its place with its sequences (`split`) and go one at a time, as retries do, so the window may
+  then hold more than five batches, never more than five in flight.
 - The leader takes a producer's batches in sequence only. If one fails with a retriable error, the
   later batches in flight are refused with OUT_OF_ORDER_SEQUENCE_NUMBER; each goes back to its
   partition's queue in sequence order (`RecordAccumulator.reenqueue`), and a queued batch with a
@@ -103,6 +107,14 @@ class PartitionSequences:
             self.window.remove(batch)
             self.new_epoch_needed = True
             self._retire()
+
+    def split(self, merged: ProducerBatch, parts: list[ProducerBatch]) -> None:
+        """A merged batch the leader refused as too large (so not written) is sent again as its
+        parts, numbered with its sequences in turn (`ProducerBatch.split`): no gap, no new epoch."""
+        index = self.window.index(merged)
+        del self.window[index]
+        for offset, part in enumerate(parts):
+            self.window.insert(index + offset, part)
 
     def maybe_start_new_epoch(self) -> bool:
         """Resolve a gap once nothing is in flight (see the module docstring); True if a new epoch began."""

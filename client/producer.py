@@ -417,11 +417,22 @@ class Producer:
         out_of_order = self.idempotent and code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         for batch in reversed(batches):  # appendleft in reverse keeps their order
             self._answered(batch, code)
+            if code is ErrorCode.MESSAGE_TOO_LARGE and batch.parts and batch.attempts == 1:
+                self._resend_parts(batch, now_ms)  # a merge over max.message.bytes, never written
+                continue
             can_retry = batch.attempts <= self.retries and now_ms - batch.created_ms < self.delivery_timeout_ms
             if (error.retriable or out_of_order) and can_retry:
                 self.accumulator.reenqueue(batch, now_ms if out_of_order else now_ms + self.retry_backoff_ms)
             else:
                 self._finish(batch, error)
+
+    def _resend_parts(self, merged: ProducerBatch, now_ms: int) -> None:
+        """Send a merged batch's parts again, in its place (nothing of it was written)."""
+        parts = merged.split()
+        if self.idempotent:
+            self._sequences_of(merged.tp).split(merged, parts)
+        for part in reversed(parts):
+            self.accumulator.reenqueue(part, now_ms)
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None) -> None:
         if error is not None:

@@ -86,11 +86,51 @@ class ProducerBatch:
         self.sent_oldest = False  # sent while every earlier batch of its partition was acknowledged
         self.refused_out_of_order = False  # its last answer was OUT_OF_ORDER_SEQUENCE_NUMBER
         self.acknowledged = False
+        self.parts: list[ProducerBatch] = []  # the batches `merge` made this one of
         self._encoded: bytes | None = None
 
     @property
     def record_count(self) -> int:
         return len(self.values)
+
+    @classmethod
+    def merge(cls, parts: list[ProducerBatch]) -> ProducerBatch:
+        """One batch with the records of `parts` (queued in this order, not numbered). The idempotent
+        producer sends one batch per partition in a request, so a partition's backlog of batches goes
+        as one (`split` gives the parts back if the leader finds it over max.message.bytes).
+        `size_in_bytes` is the parts' sum: still an upper bound."""
+        first = parts[0]
+        merged = cls(first.tp, first.created_ms, first.batch_size)
+        for part in parts:
+            assert part.sequence is None and not part.parts, f"{part.tp}: merging a numbered or merged batch"
+            start = len(merged.values)
+            if part.headers is not None and merged.headers is None:
+                merged.headers = [()] * start
+            if merged.headers is not None:
+                merged.headers.extend(part.headers or [()] * part.record_count)
+            merged.keys.extend(part.keys)
+            merged.values.extend(part.values)
+            merged.timestamps.extend(part.timestamps)
+            merged.record_futures.extend((start + index, future) for index, future in part.record_futures)
+            merged.run_futures.extend((start + run, count, future) for run, count, future in part.run_futures)
+            merged.size_in_bytes += part.size_in_bytes
+        merged.size_in_bytes -= BATCH_HEADER_SIZE
+        merged.uniform_timestamp = all(part.uniform_timestamp and part.timestamps[0] == first.timestamps[0]
+                                       for part in parts)
+        merged.closed = True
+        merged.parts = parts
+        return merged
+
+    def split(self) -> list[ProducerBatch]:
+        """The parts of a merged batch, with its attempts and, numbered, the same sequences in turn."""
+        sequence = self.sequence
+        for part in self.parts:
+            part.closed = True
+            part.attempts = self.attempts
+            if sequence is not None:
+                part.number(self.producer_id, self.producer_epoch, sequence)
+                sequence += part.record_count
+        return self.parts
 
     @property
     def sequence_end(self) -> int:

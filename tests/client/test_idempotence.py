@@ -1,7 +1,9 @@
 """PartitionSequences with the accumulator against a real `storage.Log` as the leader: up to five
-batches in flight, arriving in any order, answered in any order, with lost requests, lost answers,
-retriable and fatal errors; the log must hold each record at most once, in send order, and every
-acknowledged record, and the window never runs more than five batches ahead; records sent once
+batches in flight (a backlog merged into one), arriving in any order, answered in any order, with
+lost requests, lost answers, retriable and fatal errors (a merged batch refused as too large is sent
+again as its parts); the log must hold each record at most once, in send order, and every
+acknowledged record; at most five batches are in flight and, but for a split batch's parts,
+numbering never runs more than five batches ahead of the oldest one unacknowledged; records sent once
 the faults are over are all acknowledged (a gap left by a failed batch is closed by a new epoch).
 
 Method: hypothesis draws the schedule. The producer's side is the accumulator (gate, drain,
@@ -54,6 +56,7 @@ class Run:
         self.in_transit: list[ProducerBatch] = []
         self.answers: list[tuple[ProducerBatch, ErrorCode]] = []
         self.acknowledged: list[bytes] = []
+        self.splits = 0
 
     def _gate(self, batch: ProducerBatch) -> bool:
         self.sequences.maybe_start_new_epoch()
@@ -72,7 +75,8 @@ class Run:
             self.sequences.sent(batch)
             batch.attempts += 1
             self.in_transit.append(batch)
-        assert len(self.sequences.window) <= 5, len(self.sequences.window)
+        assert self.sequences.sending <= 5, self.sequences.sending
+        assert len(self.sequences.window) <= 5 or self.splits, "only a split batch's parts go past five"
 
     def step_arrive(self, index: int, fault: str) -> None:
         """The request at `index` reaches the leader (any order: several HTTP connections)."""
@@ -96,7 +100,13 @@ class Run:
         batch, code = self.answers.pop(index)
         out_of_order = code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         self.sequences.answered(batch, out_of_order)
-        if code is ErrorCode.NONE:
+        if code is ErrorCode.MESSAGE_TOO_LARGE and batch.parts and batch.attempts == 1:  # its parts go again
+            parts = batch.split()
+            self.splits += 1
+            self.sequences.split(batch, parts)
+            for part in reversed(parts):
+                self.accumulator.reenqueue(part, 0)
+        elif code is ErrorCode.NONE:
             self.sequences.acknowledged(batch)
             self.acknowledged.extend(batch.values)  # type: ignore[arg-type]
         elif (code.retriable or code is ErrorCode.NETWORK_EXCEPTION or out_of_order) and batch.attempts < ATTEMPTS_MAX:

@@ -108,26 +108,40 @@ ONE_RECORD_BATCHES = {"batch_size": 100, "linger_ms": 0, "retry_backoff_ms": 10}
 SENDS = 12
 
 
-def producer_header_fields(cluster: FakeCluster, topic: str, partition: int) -> list[tuple[int, int]]:
-    """(producer epoch, first sequence) of each batch in the log, in log order."""
+def epochs_of_batches(cluster: FakeCluster, topic: str, partition: int) -> list[int]:
+    """The producer epoch of each batch in the log, in log order, checking that each epoch's
+    sequences run from 0 with no gap."""
     log = cluster.log(topic, partition)
-    data = log.read(log.log_start_offset, 1 << 30).records
-    return [(header.producer_epoch, header.base_sequence) for _, header in iter_headers(data)]
+    epochs, next_sequence = [], {}
+    for _, header in iter_headers(log.read(log.log_start_offset, 1 << 30).records):
+        epoch = header.producer_epoch
+        assert header.base_sequence == next_sequence.get(epoch, 0), (epoch, header.base_sequence, next_sequence)
+        next_sequence[epoch] = header.base_sequence + header.records_count
+        epochs.append(epoch)
+    return epochs
 
 
 async def send_held(cluster: FakeCluster, producer: Producer) -> list[asyncio.Future]:
     """Send SENDS one-record batches to t-0, all but the first while the node holds its answers (as
-    acks=all waits in the purgatory); release them once five wait at once. (The first batch of a
-    partition goes alone: a leader with no state for the producer would take any sequence.)"""
+    acks=all waits in the purgatory): five go one by one, the rest queue behind them (and go as one
+    merged batch) until the answers are released. (The first batch of a partition goes alone: a
+    leader with no state for the producer would take any sequence.)"""
     futures = [await producer.send("t", b"00" + b"." * 62, partition=0)]
     await futures[0]
     cluster.hold_answers(Api.PRODUCE)
     try:
-        futures += [await producer.send("t", b"%02d" % n + b"." * 62, partition=0) for n in range(1, SENDS)]
-        await asyncio.wait_for(cluster.wait_held(Api.PRODUCE, 5), 10)
+        for n in range(1, SENDS):
+            futures.append(await producer.send("t", b"%02d" % n + b"." * 62, partition=0))
+            if n <= 5:
+                await asyncio.wait_for(cluster.wait_held(Api.PRODUCE, n), 10)
     finally:
         cluster.release_answers(Api.PRODUCE)
     return futures
+
+
+def records_per_request(cluster: FakeCluster) -> list[int]:
+    return [header.records_count for _, request in cluster.requests_of(Api.PRODUCE)
+            for part in request.partitions for _, header in iter_headers(part.records)]  # type: ignore[attr-defined]
 
 
 async def test_five_batches_of_a_partition_are_in_flight_at_once(cluster: FakeCluster) -> None:
@@ -136,7 +150,8 @@ async def test_five_batches_of_a_partition_are_in_flight_at_once(cluster: FakeCl
         offsets = [(await future).offset for future in futures]
     assert cluster.state.most_held[Api.PRODUCE] == 5
     assert offsets == list(range(SENDS))
-    assert producer_header_fields(cluster, "t", 0) == [(0, n) for n in range(SENDS)]
+    assert epochs_of_batches(cluster, "t", 0) == [0] * 7
+    assert records_per_request(cluster) == [1] * 6 + [SENDS - 6], "the backlog went as one batch"
 
 
 @pytest.mark.parametrize("fault", ["retriable error", "lost answer"])
@@ -153,8 +168,8 @@ async def test_a_middle_batch_in_flight_failing_is_retried_in_order_and_written_
         offsets = [(await future).offset for future in futures]
     assert offsets == list(range(SENDS))
     assert values_in(cluster, "t", 0) == [b"%02d" % n + b"." * 62 for n in range(SENDS)]
-    assert producer_header_fields(cluster, "t", 0) == [(0, n) for n in range(SENDS)]
-    assert len(cluster.requests_of(Api.PRODUCE)) > SENDS, "the fault was met"
+    assert set(epochs_of_batches(cluster, "t", 0)) == {0}
+    assert len(cluster.requests_of(Api.PRODUCE)) > 7, "the fault was met (7 requests without it)"
 
 
 @pytest.mark.parametrize(("codes", "settings"), [
@@ -173,7 +188,17 @@ async def test_a_batch_lost_for_good_starts_a_new_epoch_for_the_batches_behind_i
         offsets = [(await future).offset for n, future in enumerate(futures) if n != 3]
     assert offsets == list(range(SENDS - 1))
     assert values_in(cluster, "t", 0) == [b"%02d" % n + b"." * 62 for n in range(SENDS) if n != 3]
-    assert producer_header_fields(cluster, "t", 0) == [(0, n) for n in range(3)] + [(1, n) for n in range(SENDS - 4)]
+    assert epochs_of_batches(cluster, "t", 0) == [0, 0, 0, 1, 1, 1], "the 4th, 5th and the merged rest renumbered"
+
+
+async def test_a_merged_batch_over_max_message_bytes_is_sent_again_as_its_parts(cluster: FakeCluster) -> None:
+    cluster.fail_sequence("t", 0, 6, ErrorCode.MESSAGE_TOO_LARGE)  # the merged backlog
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES) as producer:
+        futures = await send_held(cluster, producer)
+        offsets = [(await future).offset for future in futures]
+    assert offsets == list(range(SENDS))
+    assert epochs_of_batches(cluster, "t", 0) == [0] * SENDS
+    assert records_per_request(cluster)[-SENDS + 5:] == [SENDS - 6] + [1] * (SENDS - 6)
 
 
 def test_idempotence_needs_acks_all() -> None:
