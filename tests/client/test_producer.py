@@ -152,6 +152,7 @@ async def test_five_batches_of_a_partition_are_in_flight_at_once(cluster: FakeCl
     assert offsets == list(range(SENDS))
     assert epochs_of_batches(cluster, "t", 0) == [0] * 7
     assert records_per_request(cluster) == [1] * 6 + [SENDS - 6], "the backlog went as one batch"
+    assert producer.accumulator.buffered_bytes == 0, "buffer.memory is given back whole after a merge"
 
 
 @pytest.mark.parametrize("fault", ["retriable error", "lost answer"])
