@@ -1,15 +1,18 @@
 """Cluster benchmark (issue 4 §5): `tributary perf-produce` / `perf-consume` against a 3-node dev cluster.
 
-Run `python -m bench.cluster_bench [--records N] [--partitions P] [--quick] [--profile DIR]`. It starts
-a `DevCluster` (three `node.main` processes) in a fresh temp dir on free loopback ports, creates
-one topic per scenario with `tributary topics create`, runs the CLI perf tools as subprocesses
-(what a user runs), prints one table and stops the cluster, also on failure.
+Run `python -m bench.cluster_bench [--records N] [--partitions P] [--quick] [--profile DIR]
+[--idempotence [--repeats R]]`. It starts a `DevCluster` (three `node.main` processes) in a fresh
+temp dir on free loopback ports, creates one topic per scenario with `tributary topics create`,
+runs the CLI perf tools as subprocesses (what a user runs), prints one table and stops the
+cluster, also on failure.
 
-Scenarios: 100-byte records, one producer, unthrottled, with acks=all RF=3 (the target), acks=1
-RF=3 and acks=1 RF=1; acks=all RF=3 again paced to 10 % of the 200,000 records/s target, for its
-latency, with the default linger.ms=5 and with linger.ms=0 (a record then waits only for its
-partition's request in flight); then perf-consume of the acks=all topic from a follower (KIP-392)
-and from the leader.
+Scenarios: 100-byte records, one producer, unthrottled, with acks=all RF=3 (the target) with
+enable.idempotence on (the default) and off, acks=1 RF=3 and acks=1 RF=1; acks=all RF=3 again
+paced to 10 % of the 200,000 records/s target, for its latency, with the default linger.ms=5 and
+with linger.ms=0 (a record then waits only for its partition's request in flight); then
+perf-consume of the acks=all topic from a follower (KIP-392) and from the leader.
+`--idempotence` runs only the two acks=all RF=3 rows, `--repeats` times each (alternating, each
+on a fresh topic): the cost of idempotence.
 Produce latency is send to acknowledgement per chunk of records; consume latency is per poll.
 Each row also gives the CPU time the tool's process and the three nodes spent per record (from
 `getrusage` and /proc): on a shared 2-core machine throughput follows the CPU per record.
@@ -177,6 +180,23 @@ def _parse(scenario: str, pattern: re.Pattern[str], run: ToolRun) -> Result:
                   run.tool_cpu_s / records * 1e6, run.nodes_cpu_s / records * 1e6)
 
 
+IDEMPOTENCE = {"on": "enable.idempotence=true", "off": "enable.idempotence=false"}
+
+
+def produce_acks_all(cluster: DevCluster, topic: str, partitions: int, records: int, idempotence: str,
+                     properties: Sequence[str] = ()) -> Result:
+    create_topic(cluster, topic, partitions, 3)
+    return produce(cluster, f"produce acks=all RF=3 idempotence {idempotence}", topic, records, "all",
+                   properties=[IDEMPOTENCE[idempotence], *properties])
+
+
+def run_idempotence(cluster: DevCluster, records: int, partitions: int, repeats: int,
+                    properties: Sequence[str]) -> list[Result]:
+    return [produce_acks_all(cluster, f"bench-rf3-all-{idempotence}-{run}", partitions, records, idempotence,
+                             properties)
+            for run in range(repeats) for idempotence in IDEMPOTENCE]
+
+
 def run_scenarios(cluster: DevCluster, records: int, partitions: int) -> list[Result]:
     create_topic(cluster, "bench-rf3-all", partitions, 3)
     create_topic(cluster, "bench-rf3-one", partitions, 3)
@@ -184,7 +204,9 @@ def run_scenarios(cluster: DevCluster, records: int, partitions: int) -> list[Re
     create_topic(cluster, "bench-rf3-low", partitions, 3)
     low_load_records = LOW_LOAD_RECORDS_PER_S * LOW_LOAD_SECONDS
     return [
-        produce(cluster, "produce acks=all RF=3", "bench-rf3-all", records, "all"),
+        produce(cluster, "produce acks=all RF=3 idempotence on", "bench-rf3-all", records, "all",
+                properties=[IDEMPOTENCE["on"]]),
+        produce_acks_all(cluster, "bench-rf3-all-off", partitions, records, "off"),
         produce(cluster, "produce acks=1 RF=3", "bench-rf3-one", records, "1"),
         produce(cluster, "produce acks=1 RF=1", "bench-rf1-one", records, "1"),
         produce(cluster, f"produce acks=all RF=3 at {LOW_LOAD_RECORDS_PER_S:,}/s", "bench-rf3-low",
@@ -227,6 +249,11 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic")
     parser.add_argument("--quick", action="store_true", help="200,000 records per run (a smoke run)")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="run the nodes under cProfile, profiles in DIR")
+    parser.add_argument("--idempotence", action="store_true",
+                        help="only acks=all RF=3 with enable.idempotence on and off")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each row with --idempotence")
+    parser.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more producer settings for the rows of --idempotence, e.g. batch.size=262144")
     return parser.parse_args(argv)
 
 
@@ -245,13 +272,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         cluster.start()
-        results = run_scenarios(cluster, records, arguments.partitions)
+        if arguments.idempotence:
+            results = run_idempotence(cluster, records, arguments.partitions, arguments.repeats,
+                                      arguments.producer_props)
+        else:
+            results = run_scenarios(cluster, records, arguments.partitions)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
     print(format_table(results))
+    extra = "".join(f", {setting}" for setting in arguments.producer_props)
     print(f"  * {RECORD_BYTES}-byte records, {arguments.partitions} partitions per topic, one producer "
-          f"(perf-produce defaults: linger.ms=5, batch.size=16384); load average at the end "
+          f"(perf-produce defaults: linger.ms=5, batch.size=16384{extra}); load average at the end "
           f"{os.getloadavg()[0]:.2f}; {time.perf_counter() - started:.0f} s in all")
     if arguments.profile is not None:
         print_profiles(arguments.profile)

@@ -11,11 +11,11 @@ Idempotence (KIP-98, on by default with acks=all as in Kafka's Java client since
 gets a producer id (InitProducerId) at start and numbers each partition's batches by record; a
 batch keeps its id, epoch and sequence across retries, so a retry of a write the leader already has
 (its answer was lost, or it timed out during a failover) is answered with the original offsets
-instead of being written twice. One request per partition is in flight and a partition's batch
-goes alone, so order holds across retries. A batch that fails for good after it was numbered (its
-outcome unknown) bumps that partition's epoch and starts its sequence again at 0: the brokers keep
-producer state per partition, so the epoch can be per partition too (Kafka bumps one epoch for
-all, after draining every partition).
+instead of being written twice. A partition's batch goes alone in a request and up to
+`max.in.flight.requests.per.connection` (at most 5) of its batches are in flight; after a failure
+they are retried one at a time in sequence order, so order holds across retries. A batch that
+fails for good after it was numbered bumps that partition's epoch and the batches behind it are
+numbered again under it (KIP-360); client/idempotence.py has the rules.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from client.accumulator import RecordAccumulator
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
+from client.idempotence import MAX_IN_FLIGHT, PartitionSequences
 from client.metadata import Metadata, TopicPartition
 from client.partitioner import StickyPartitioner, partition_for_key
 from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordMetadata, record_size
@@ -41,13 +42,11 @@ from client.protocol import (
     ProduceResponse,
 )
 from storage.errors import StorageError
-from storage.producer_state import last_sequence
 from storage.records import NO_PRODUCER_ID, Compression
 
 COMPRESSION_TYPES = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
                      "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 # A topic just created may be unknown to the broker asked, or have no leader yet.
-SEQUENCE_MASK = 2**31 - 1  # sequences wrap from 2^31-1 to 0
 METADATA_RETRIABLE = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NONE})
 
 
@@ -90,11 +89,18 @@ class Producer:
         if compression_type not in COMPRESSION_TYPES:
             raise ValueError(f"compression_type={compression_type!r}: use one of {', '.join(COMPRESSION_TYPES)}")
         self.compression = COMPRESSION_TYPES[compression_type]
-        if enable_idempotence and self.acks != -1:
-            raise ValueError(f"enable_idempotence needs acks=all, not acks={acks!r} (Kafka's rule)")
-        self.idempotent = self.acks == -1 if enable_idempotence is None else enable_idempotence
+        # Kafka's rules: idempotence needs acks=all, retries and at most 5 requests in flight; unset, it
+        # is on unless another setting conflicts.
+        conflicts = [f"{name}={value}" for name, value, bad in (
+            ("acks", acks, self.acks != -1), ("retries", retries, retries <= 0),
+            ("max_in_flight_requests_per_connection", max_in_flight_requests_per_connection,
+             max_in_flight_requests_per_connection > MAX_IN_FLIGHT)) if bad]
+        if enable_idempotence and conflicts:
+            raise ValueError(f"enable_idempotence needs acks=all, retries > 0 and max_in_flight_requests_per_"
+                             f"connection <= {MAX_IN_FLIGHT}, not {', '.join(conflicts)} (Kafka's rule)")
+        self.idempotent = not conflicts if enable_idempotence is None else enable_idempotence
         self.producer_id = NO_PRODUCER_ID
-        self._sequences: dict[TopicPartition, tuple[int, int]] = {}  # idempotent: (epoch, next sequence)
+        self._sequences: dict[TopicPartition, PartitionSequences] = {}  # idempotent
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -106,7 +112,7 @@ class Producer:
         self.connections = connections or Connections()
         self.metadata = Metadata(bootstrap, self.connections, request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
         self.accumulator = RecordAccumulator(batch_size, linger_ms, max_request_size,
-                                             one_batch_per_partition=self.idempotent)
+                                             gate=self._may_send if self.idempotent else None)
         self.partitioner = StickyPartitioner()
         self._clock = clock
         self._wall_clock = wall_clock
@@ -154,20 +160,25 @@ class Producer:
                 raise error
             await asyncio.sleep(self.retry_backoff_ms / 1000)
 
-    def _number(self, batch: ProducerBatch) -> None:
-        """Give a batch its producer id, epoch and first sequence when it is first sent."""
-        if batch.producer is not None:
-            return
-        epoch, sequence = self._sequences.get(batch.tp, (0, 0))
-        batch.producer = (self.producer_id, epoch, sequence)
-        self._sequences[batch.tp] = (epoch, last_sequence(sequence, batch.record_count - 1) + 1 & SEQUENCE_MASK)
+    def _sequences_of(self, tp: TopicPartition) -> PartitionSequences:
+        sequences = self._sequences.get(tp)
+        if sequences is None:
+            sequences = self._sequences[tp] = PartitionSequences(self.producer_id, self.max_in_flight)
+        return sequences
 
-    def _forget_sequence(self, batch: ProducerBatch) -> None:
-        """A numbered batch failed for good, maybe written, maybe not: the partition starts a new
-        epoch at sequence 0, so later batches are not refused as out of order behind it."""
-        if batch.producer is not None:
-            epoch, _ = self._sequences.get(batch.tp, (0, 0))
-            self._sequences[batch.tp] = (epoch + 1, 0)
+    def _may_send(self, batch: ProducerBatch) -> bool:
+        """The accumulator's gate (idempotent): may the partition's first queued batch go now."""
+        sequences = self._sequences_of(batch.tp)
+        sequences.maybe_start_new_epoch()
+        return sequences.may_send(batch)
+
+    def _answered(self, batch: ProducerBatch, code: ErrorCode) -> None:
+        """A batch's request is over with `code` (NONE: acknowledged)."""
+        if self.idempotent:
+            sequences = self._sequences_of(batch.tp)
+            sequences.answered(batch, code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            if code is ErrorCode.NONE:
+                sequences.acknowledged(batch)
 
     # -- sending ------------------------------------------------------------------------
 
@@ -316,6 +327,9 @@ class Producer:
                 wait_ms = min(wait_ms, self.retry_backoff_ms)
             nodes = {node for node in nodes if len(self._in_flight.get(node, ())) < self.max_in_flight}
             for node, batches in self.accumulator.drain(nodes, now_ms, self.metadata.leader_for).items():
+                if self.idempotent:  # numbered in drain order, before the next drain asks the gate
+                    for batch in batches:
+                        self._sequences_of(batch.tp).sent(batch)
                 task = asyncio.create_task(self._produce(node, batches))
                 self._in_flight.setdefault(node, set()).add(task)
                 self._in_flight_batches[task] = batches
@@ -340,8 +354,6 @@ class Producer:
         by_tp: dict[TopicPartition, list[ProducerBatch]] = {}
         for batch in batches:
             batch.attempts += 1
-            if self.idempotent:
-                self._number(batch)
             by_tp.setdefault(batch.tp, []).append(batch)
         address = self.metadata.address_of(node)
         try:
@@ -361,6 +373,7 @@ class Producer:
         except (TypeError, ValueError, StorageError) as error:
             for tp_batches in by_tp.values():  # records the codec refused: values must be bytes or None
                 for batch in tp_batches:
+                    self._answered(batch, ErrorCode.INVALID_RECORD)
                     self._finish(batch, error_for(ErrorCode.INVALID_RECORD, f"{batch.tp}: {error}"))
         else:
             answered = {TopicPartition(p.topic, p.partition): p for p in response.partitions}
@@ -373,6 +386,7 @@ class Producer:
                 else:
                     offset = result.base_offset
                     for batch in tp_batches:
+                        self._answered(batch, ErrorCode.NONE)
                         batch.complete(offset, result.log_append_time_ms)
                         self._finish(batch, None)
                         if offset >= 0:
@@ -398,17 +412,33 @@ class Producer:
         now_ms = self._clock()
         if error.invalid_metadata:
             self.metadata.invalidate()
+        # Idempotent: a batch refused as out of order waits for the one before it (no backoff of its
+        # own) and goes again in sequence, or under a new epoch (client/idempotence.py).
+        out_of_order = self.idempotent and code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         for batch in reversed(batches):  # appendleft in reverse keeps their order
+            self._answered(batch, code)
+            if code is ErrorCode.MESSAGE_TOO_LARGE and batch.parts and batch.attempts == 1:
+                self._resend_parts(batch, now_ms)  # a merge over max.message.bytes, never written
+                continue
             can_retry = batch.attempts <= self.retries and now_ms - batch.created_ms < self.delivery_timeout_ms
-            if error.retriable and can_retry:
-                self.accumulator.reenqueue(batch, now_ms + self.retry_backoff_ms)
+            if (error.retriable or out_of_order) and can_retry:
+                self.accumulator.reenqueue(batch, now_ms if out_of_order else now_ms + self.retry_backoff_ms)
             else:
                 self._finish(batch, error)
+
+    def _resend_parts(self, merged: ProducerBatch, now_ms: int) -> None:
+        """Send a merged batch's parts again, in its place (nothing of it was written)."""
+        parts = merged.split()
+        if self.idempotent:
+            self._sequences_of(merged.tp).split(merged, parts)
+        for part in reversed(parts):
+            self.accumulator.reenqueue(part, now_ms)
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None) -> None:
         if error is not None:
             batch.fail(error)
-            self._forget_sequence(batch)
+            if self.idempotent:
+                self._sequences_of(batch.tp).failed(batch)
         self.accumulator.release(batch)
         if self.accumulator.buffered_bytes < self.buffer_memory:
             self._space.set()

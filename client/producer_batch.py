@@ -30,6 +30,7 @@ from storage.records import (
     build_batch_from_values,
 )
 
+SEQUENCE_MASK = 2**31 - 1  # sequences wrap from 2^31-1 to 0 (Kafka's rule)
 # Upper bound of a record's framing: length (5), attributes (1), timestampDelta (10),
 # offsetDelta (5), key and value lengths (5 each), header count (5).
 RECORD_OVERHEAD_MAX = 36
@@ -77,12 +78,69 @@ class ProducerBatch:
         self.retry_at_ms = 0
         self.record_futures: list[tuple[int, asyncio.Future[RecordMetadata]]] = []
         self.run_futures: list[tuple[int, int, asyncio.Future[BatchMetadata]]] = []
-        self.producer: tuple[int, int, int] | None = None  # idempotent: (id, epoch, base sequence), set once
+        # Idempotent (client/idempotence.py): id, epoch and first sequence (unbounded; sent modulo 2^31),
+        # set when first drained and again only under a new epoch; the sequencer's marks of its answers.
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.sequence: int | None = None
+        self.sent_oldest = False  # sent while every earlier batch of its partition was acknowledged
+        self.refused_out_of_order = False  # its last answer was OUT_OF_ORDER_SEQUENCE_NUMBER
+        self.acknowledged = False
+        self.parts: list[ProducerBatch] = []  # the batches `merge` made this one of
         self._encoded: bytes | None = None
 
     @property
     def record_count(self) -> int:
         return len(self.values)
+
+    @classmethod
+    def merge(cls, parts: list[ProducerBatch]) -> ProducerBatch:
+        """One batch with the records of `parts` (queued in this order, not numbered). The idempotent
+        producer sends one batch per partition in a request, so a partition's backlog of batches goes
+        as one (`split` gives the parts back if the leader finds it over max.message.bytes).
+        `size_in_bytes` is the parts' sum: still an upper bound."""
+        first = parts[0]
+        merged = cls(first.tp, first.created_ms, first.batch_size)
+        for part in parts:
+            assert part.sequence is None and not part.parts, f"{part.tp}: merging a numbered or merged batch"
+            start = len(merged.values)
+            if part.headers is not None and merged.headers is None:
+                merged.headers = [()] * start
+            if merged.headers is not None:
+                merged.headers.extend(part.headers or [()] * part.record_count)
+            merged.keys.extend(part.keys)
+            merged.values.extend(part.values)
+            merged.timestamps.extend(part.timestamps)
+            merged.record_futures.extend((start + index, future) for index, future in part.record_futures)
+            merged.run_futures.extend((start + run, count, future) for run, count, future in part.run_futures)
+            merged.size_in_bytes += part.size_in_bytes
+        merged.size_in_bytes -= BATCH_HEADER_SIZE
+        merged.uniform_timestamp = all(part.uniform_timestamp and part.timestamps[0] == first.timestamps[0]
+                                       for part in parts)
+        merged.closed = True
+        merged.parts = parts
+        return merged
+
+    def split(self) -> list[ProducerBatch]:
+        """The parts of a merged batch, with its attempts and, numbered, the same sequences in turn."""
+        sequence = self.sequence
+        for part in self.parts:
+            part.closed = True
+            part.attempts = self.attempts
+            if sequence is not None:
+                part.number(self.producer_id, self.producer_epoch, sequence)
+                sequence += part.record_count
+        return self.parts
+
+    @property
+    def sequence_end(self) -> int:
+        assert self.sequence is not None, f"{self.tp}: not numbered"
+        return self.sequence + self.record_count
+
+    def number(self, producer_id: int, epoch: int, sequence: int) -> None:
+        """Stamp the idempotent producer's id, epoch and first sequence (the encoding follows)."""
+        self.producer_id, self.producer_epoch, self.sequence = producer_id, epoch, sequence
+        self._encoded = None
 
     def has_room_for(self, size: int) -> bool:
         """Kafka's rule: the first record always fits, later ones while under batch.size."""
@@ -147,8 +205,8 @@ class ProducerBatch:
         if self._encoded is None:
             assert self.values, f"empty batch for {self.tp}"
             keys = None if self.keys.count(None) == len(self.keys) else self.keys
-            producer_id, producer_epoch, base_sequence = self.producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
-                                                                           NO_SEQUENCE)
+            producer_id, producer_epoch = self.producer_id, self.producer_epoch
+            base_sequence = NO_SEQUENCE if self.sequence is None else self.sequence & SEQUENCE_MASK
             if self.headers is None:
                 self._encoded = build_batch_from_values(
                     self.values, keys=keys, timestamp_ms=self.timestamps[0],

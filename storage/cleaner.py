@@ -26,11 +26,13 @@ A record below `end` is kept iff all hold:
 - it is not a tombstone (null value) whose delete horizon has passed (below).
 Records at or above `end` and control batches are copied unchanged. A batch keeps its base and
 last offset, leader epoch, producer fields, timestamp type and codec; a batch whose records all
-stay is copied byte for byte, and one that loses all is dropped (Kafka keeps an empty batch for a
-producer's sequence state; Tributary's storage keeps no producer state) - except the group's last
-batch, which stays as an empty batch (61 bytes, Kafka's empty-batch format) so the cleaned
-segment ends where the group ended: that is what `LogLoader` reads from a `.swap` segment to know
-which old segments it replaces.
+stay is copied byte for byte, and one that loses all is dropped, except (as an empty batch, 61
+bytes, Kafka's empty-batch format):
+- the last batch of an active idempotent producer (one the log's producer state still holds):
+  it carries the producer's epoch and last sequence, so its state is rebuilt from the log after
+  an unclean shutdown and its retries are still found duplicates (Kafka's RETAIN_EMPTY);
+- the group's last batch, so the cleaned segment ends where the group ended: that is what
+  `LogLoader` reads from a `.swap` segment to know which old segments it replaces.
 
 Tombstones (Kafka's KIP-534 rule for RecordBatch v2): the first time a batch holding a kept
 tombstone is cleaned, it is rewritten with attribute bit 6 set and baseTimestamp = its delete
@@ -59,8 +61,8 @@ Where this differs from Kafka, and why:
   past their horizon there, though pass 1 never saw them: an older value of such a tombstone's
   key, below `end`, would then come back);
 - the map's bound counts distinct keys and never splits a batch, so `end` is a batch boundary;
-- no producer-state or transaction handling: Tributary's storage has neither (Kafka keeps each
-  active producer's last batch, removes aborted data and, after their horizon, markers).
+- no transaction handling: Tributary has no transactions (Kafka removes aborted data and, after
+  their horizon, markers).
 """
 
 from __future__ import annotations
@@ -329,9 +331,9 @@ def _retain_record(record: Record, offset_map: _OffsetMap, horizon_ms: int | Non
 
 
 def _filter_batch(header: BatchHeader, batch: bytes, offset_map: _OffsetMap, now_ms: int,
-                  delete_retention_ms: int, stats: _Stats) -> bytes | None:
+                  delete_retention_ms: int, stats: _Stats, producer_last: bool) -> bytes | None:
     """The batch as it stays after cleaning: unchanged, rebuilt with fewer records or a delete
-    horizon, or None when no record stays."""
+    horizon, empty if it is an active producer's last (`producer_last`), or None when no record stays."""
     if header.base_offset >= offset_map.end_offset or header.is_control:
         stats.records_read += header.records_count
         return batch
@@ -341,7 +343,7 @@ def _filter_batch(header: BatchHeader, batch: bytes, offset_map: _OffsetMap, now
     stats.records_read += len(records)
     stats.records_removed += len(records) - len(kept)
     if not kept:
-        return None
+        return _empty_batch(header) if producer_last else None
     set_horizon = horizon_ms is None and any(record.value is None for record in kept)
     if len(kept) == len(records) and not set_horizon:
         return batch
@@ -472,11 +474,15 @@ class Cleaner:
         """Pass 2 for one group: write it into one `.cleaned` segment, then swap that in."""
         assert group[-1].base_offset < log.segments.active_segment.base_offset, f"{group[-1]} is active"
         cleaned = log.new_segment(group[0].base_offset, now_ms, suffix=CLEANED_SUFFIX)
+        producers_last = {entry.batches[-1].last_offset: producer_id
+                          for producer_id, entry in log.producer_state.producers.items()}
         last_dropped: BatchHeader | None = None
         for old in group:
             for header, batch in _iter_batches(old):
                 stats.bytes_read += len(batch)
-                kept = _filter_batch(header, batch, offset_map, now_ms, log.config.delete_retention_ms, stats)
+                producer_last = producers_last.get(header.last_offset) == header.producer_id
+                kept = _filter_batch(header, batch, offset_map, now_ms, log.config.delete_retention_ms, stats,
+                                     producer_last)
                 last_dropped = header if kept is None else None
                 if kept is not None:
                     cleaned.append((kept,), header if kept is batch else read_header(kept))

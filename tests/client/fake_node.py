@@ -6,10 +6,11 @@ describe_replicas, offset commit/fetch and the group APIs (the node's own edges 
 node coordinates every group; a group's tombstone or an OffsetDelete drops its offsets here) from
 one shared state: one `Log` per partition (a single copy; the HW moves to the LEO on every append,
 and a follower-served fetch sees `follower_lag` records less), the leader of each partition, and
-committed offsets (with their leader epochs). A current
-leader epoch in a request is checked as a node checks it. Tests steer it: move a leader
-(`move_leader`), truncate a log under a new leader epoch (`truncate`), queue
-per-partition errors for an API (`inject`), drop connections (`disconnect`), or stop a node.
+committed offsets (with their leader epochs). A current leader epoch in a request is checked as a
+node checks it. Tests steer it: move a leader (`move_leader`), truncate a log under a new leader
+epoch (`truncate`), queue per-partition errors for an API (`inject`) or for the batch with a given
+first sequence (`fail_sequence`), drop connections (`disconnect`), hold answers as a purgatory
+does (`hold_answers`, counting how many wait at once), or stop a node.
 Fetches long-poll on an `asyncio.Condition` signalled by appends, as a node's purgatory does.
 """
 
@@ -107,6 +108,7 @@ from storage.config import LogConfig
 from storage.errors import StorageError
 from storage.log import Log
 from storage.log_loader import LogLoader
+from storage.records import read_header
 
 
 def now_ms() -> int:
@@ -131,6 +133,12 @@ class FakeState:
     injected: dict[tuple[Api, str, int], list[ErrorCode]] = field(default_factory=lambda: defaultdict(list))
     disconnects: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
     lost_answers: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
+    failed_sequences: dict[tuple[str, int, int], list[ErrorCode]] = field(default_factory=lambda: defaultdict(list))
+    lost_sequences: set[tuple[str, int, int]] = field(default_factory=set)
+    held: dict[Api, asyncio.Event] = field(default_factory=dict)  # answers wait until the event is set
+    holding: dict[Api, int] = field(default_factory=lambda: defaultdict(int))  # answers waiting now
+    most_held: dict[Api, int] = field(default_factory=lambda: defaultdict(int))
+    hold_changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     follower_lag: int = 0
     next_producer_id: int = 0
     requests: list[tuple[int, Api, object]] = field(default_factory=list)
@@ -227,6 +235,30 @@ class FakeCluster:
         sender cannot tell whether they were (a timeout during a failover, seen from the client)."""
         self.state.lost_answers[api] += times
 
+    def fail_sequence(self, topic: str, partition: int, base_sequence: int, *codes: ErrorCode) -> None:
+        """The next produces of the idempotent batch whose first sequence is `base_sequence` get
+        `codes` (one per request), appending nothing; so a test fails one batch among several in
+        flight whatever order their requests arrive in."""
+        self.state.failed_sequences[(topic, partition, base_sequence)].extend(codes)
+
+    def lose_answer_of_sequence(self, topic: str, partition: int, base_sequence: int) -> None:
+        """The next produce carrying the idempotent batch whose first sequence is `base_sequence` is
+        carried out, then loses its connection (`lose_answers` for one batch among several)."""
+        self.state.lost_sequences.add((topic, partition, base_sequence))
+
+    def hold_answers(self, api: Api) -> None:
+        """Requests of `api` are carried out at once but answered only after `release_answers`, as
+        acks=all produces wait in a purgatory; `state.most_held[api]` counts how many waited at once."""
+        self.state.held[api] = asyncio.Event()
+
+    def release_answers(self, api: Api) -> None:
+        self.state.held.pop(api).set()
+
+    async def wait_held(self, api: Api, count: int) -> None:
+        """Until `count` answers of `api` wait at once."""
+        async with self.state.hold_changed:
+            await self.state.hold_changed.wait_for(lambda: self.state.holding[api] >= count)
+
     def log(self, topic: str, partition: int) -> Log:
         return self.state.partitions[(topic, partition)].log
 
@@ -251,8 +283,11 @@ class FakeCluster:
                 message = with_client_host(message, request.remote, from_a_node=False)
             self.state.requests.append((node_id, api, message))
             answer = await getattr(self, f"_{api.value}")(node_id, message)
-            if self.state.lost_answers[api] > 0:
-                self.state.lost_answers[api] -= 1
+            held = self.state.held.get(api)
+            if held is not None:
+                await self._hold(api, held)
+            if self.state.lost_answers[api] > 0 or self._loses_sequence(message):
+                self.state.lost_answers[api] = max(0, self.state.lost_answers[api] - 1)
                 assert request.transport is not None
                 request.transport.close()
                 return web.Response(status=500)
@@ -275,6 +310,23 @@ class FakeCluster:
         for tp in topic_partitions:
             self.state.committed[group_id].pop(tp, None)
         return ErrorCode.NONE, ""
+
+    def _loses_sequence(self, message: object) -> bool:
+        if not isinstance(message, ProduceRequest):
+            return False
+        carried = {(p.topic, p.partition, _base_sequence(p.records)) for p in message.partitions}
+        lost = carried & self.state.lost_sequences
+        self.state.lost_sequences -= lost
+        return bool(lost)
+
+    async def _hold(self, api: Api, held: asyncio.Event) -> None:
+        state = self.state
+        async with state.hold_changed:
+            state.holding[api] += 1
+            state.most_held[api] = max(state.most_held[api], state.holding[api])
+            state.hold_changed.notify_all()
+        await held.wait()
+        state.holding[api] -= 1
 
     def _injected(self, api: Api, topic: str, partition: int) -> ErrorCode | None:
         queue = self.state.injected.get((api, topic, partition))
@@ -303,6 +355,9 @@ class FakeCluster:
         for p in request.partitions:
             fake = self.state.partitions.get((p.topic, p.partition))
             code = self._injected(Api.PRODUCE, p.topic, p.partition)
+            sequence_failures = self.state.failed_sequences.get((p.topic, p.partition, _base_sequence(p.records)))
+            if code is None and sequence_failures:
+                code = sequence_failures.pop(0)
             if fake is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif code is None and fake.leader != node_id:
@@ -614,6 +669,13 @@ if __name__ == "__main__":
     import sys
 
     asyncio.run(serve_forever(Path(sys.argv[1]), 3, sys.argv[2:]))
+
+
+def _base_sequence(records: bytes) -> int:
+    try:
+        return read_header(records).base_sequence
+    except StorageError:
+        return -1
 
 
 def count_refreshes(metadata: Metadata) -> list[int]:

@@ -8,13 +8,15 @@ producer's futures, never sleep.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from client.errors import ERRORS, TributaryError
 from client.partitioner import partition_for_key
 from client.producer import Producer
 from client.protocol import Api, ErrorCode, MetadataResponse, ProduceRequest
-from storage.records import decode_records
+from storage.records import decode_records, iter_headers
 from tests.client.fake_node import FakeCluster, count_refreshes
 
 
@@ -102,10 +104,115 @@ async def test_a_produce_whose_answers_were_lost_is_in_the_log_once_when_idempot
     assert values_in(cluster, "t", 0) == [b"written"] * copies + [b"next"]
 
 
+ONE_RECORD_BATCHES = {"batch_size": 100, "linger_ms": 0, "retry_backoff_ms": 10}  # a 64-byte value fills a batch
+SENDS = 12
+
+
+def epochs_of_batches(cluster: FakeCluster, topic: str, partition: int) -> list[int]:
+    """The producer epoch of each batch in the log, in log order, checking that each epoch's
+    sequences run from 0 with no gap."""
+    log = cluster.log(topic, partition)
+    epochs, next_sequence = [], {}
+    for _, header in iter_headers(log.read(log.log_start_offset, 1 << 30).records):
+        epoch = header.producer_epoch
+        assert header.base_sequence == next_sequence.get(epoch, 0), (epoch, header.base_sequence, next_sequence)
+        next_sequence[epoch] = header.base_sequence + header.records_count
+        epochs.append(epoch)
+    return epochs
+
+
+async def send_held(cluster: FakeCluster, producer: Producer) -> list[asyncio.Future]:
+    """Send SENDS one-record batches to t-0, all but the first while the node holds its answers (as
+    acks=all waits in the purgatory): five go one by one, the rest queue behind them (and go as one
+    merged batch) until the answers are released. (The first batch of a partition goes alone: a
+    leader with no state for the producer would take any sequence.)"""
+    futures = [await producer.send("t", b"00" + b"." * 62, partition=0)]
+    await futures[0]
+    cluster.hold_answers(Api.PRODUCE)
+    try:
+        for n in range(1, SENDS):
+            futures.append(await producer.send("t", b"%02d" % n + b"." * 62, partition=0))
+            if n <= 5:
+                await asyncio.wait_for(cluster.wait_held(Api.PRODUCE, n), 10)
+    finally:
+        cluster.release_answers(Api.PRODUCE)
+    return futures
+
+
+def records_per_request(cluster: FakeCluster) -> list[int]:
+    return [header.records_count for _, request in cluster.requests_of(Api.PRODUCE)
+            for part in request.partitions for _, header in iter_headers(part.records)]  # type: ignore[attr-defined]
+
+
+async def test_five_batches_of_a_partition_are_in_flight_at_once(cluster: FakeCluster) -> None:
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES) as producer:
+        futures = await send_held(cluster, producer)
+        offsets = [(await future).offset for future in futures]
+    assert cluster.state.most_held[Api.PRODUCE] == 5
+    assert offsets == list(range(SENDS))
+    assert epochs_of_batches(cluster, "t", 0) == [0] * 7
+    assert records_per_request(cluster) == [1] * 6 + [SENDS - 6], "the backlog went as one batch"
+    assert producer.accumulator.buffered_bytes == 0, "buffer.memory is given back whole after a merge"
+
+
+@pytest.mark.parametrize("fault", ["retriable error", "lost answer"])
+async def test_a_middle_batch_in_flight_failing_is_retried_in_order_and_written_once(
+        cluster: FakeCluster, fault: str) -> None:
+    """The middle one of five batches in flight fails; the two behind it are refused as out of order by
+    the log and retried after it, in sequence: the log holds every record once, in send order."""
+    if fault == "retriable error":
+        cluster.fail_sequence("t", 0, 3, ErrorCode.NOT_ENOUGH_REPLICAS)
+    else:
+        cluster.lose_answer_of_sequence("t", 0, 3)
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES) as producer:
+        futures = await send_held(cluster, producer)
+        offsets = [(await future).offset for future in futures]
+    assert offsets == list(range(SENDS))
+    assert values_in(cluster, "t", 0) == [b"%02d" % n + b"." * 62 for n in range(SENDS)]
+    assert set(epochs_of_batches(cluster, "t", 0)) == {0}
+    assert len(cluster.requests_of(Api.PRODUCE)) > 7, "the fault was met (7 requests without it)"
+
+
+@pytest.mark.parametrize(("codes", "settings"), [
+    ((ErrorCode.MESSAGE_TOO_LARGE,), {}),
+    ((ErrorCode.NOT_ENOUGH_REPLICAS,) * 3, {"retries": 2}),
+])
+async def test_a_batch_lost_for_good_starts_a_new_epoch_for_the_batches_behind_it(
+        cluster: FakeCluster, codes: tuple[ErrorCode, ...], settings: dict) -> None:
+    """KIP-360: the batches in flight behind a failed one are numbered again under the partition's
+    next epoch, from sequence 0, and written in send order; the failed one is not in the log."""
+    cluster.fail_sequence("t", 0, 3, *codes)
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES, **settings) as producer:
+        futures = await send_held(cluster, producer)
+        with pytest.raises(ERRORS[codes[0]]):
+            await futures[3]
+        offsets = [(await future).offset for n, future in enumerate(futures) if n != 3]
+    assert offsets == list(range(SENDS - 1))
+    assert values_in(cluster, "t", 0) == [b"%02d" % n + b"." * 62 for n in range(SENDS) if n != 3]
+    assert epochs_of_batches(cluster, "t", 0) == [0, 0, 0, 1, 1, 1], "the 4th, 5th and the merged rest renumbered"
+
+
+async def test_a_merged_batch_over_max_message_bytes_is_sent_again_as_its_parts(cluster: FakeCluster) -> None:
+    cluster.fail_sequence("t", 0, 6, ErrorCode.MESSAGE_TOO_LARGE)  # the merged backlog
+    async with Producer(cluster.bootstrap, **ONE_RECORD_BATCHES) as producer:
+        futures = await send_held(cluster, producer)
+        offsets = [(await future).offset for future in futures]
+    assert offsets == list(range(SENDS))
+    assert epochs_of_batches(cluster, "t", 0) == [0] * SENDS
+    assert records_per_request(cluster)[-SENDS + 5:] == [SENDS - 6] + [1] * (SENDS - 6)
+
+
 def test_idempotence_needs_acks_all() -> None:
     with pytest.raises(ValueError, match="acks=all"):
         Producer("localhost:1", acks=1, enable_idempotence=True)
     assert not Producer("localhost:1", acks=1).idempotent and Producer("localhost:1").idempotent
+
+
+def test_idempotence_allows_at_most_five_requests_in_flight() -> None:
+    """Kafka's rule: brokers keep a producer's last five batches, so a retry must be among them."""
+    with pytest.raises(ValueError, match="max_in_flight_requests_per_connection=6"):
+        Producer("localhost:1", max_in_flight_requests_per_connection=6, enable_idempotence=True)
+    assert not Producer("localhost:1", max_in_flight_requests_per_connection=6).idempotent
 
 
 async def test_a_non_retriable_error_raises_its_named_exception(cluster: FakeCluster) -> None:

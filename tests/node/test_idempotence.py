@@ -71,6 +71,19 @@ async def test_our_producer_gets_an_id_and_numbers_its_batches(cluster: DevClust
     assert sequences == [header.base_offset for header in headers], "each batch's first sequence is its record's"
 
 
+async def test_batches_in_flight_together_land_in_send_order(cluster: DevCluster) -> None:
+    """Up to five one-record batches of the partition wait in the leader's acks=all purgatory at once
+    (each goes to the leader as soon as it is drained); the log holds them in send order."""
+    await create_topic(cluster, "pipelined")
+    values = [b"value-%03d" % n for n in range(100)]
+    async with Producer(cluster.bootstrap, linger_ms=0, batch_size=100) as producer:
+        futures = [await producer.send("pipelined", value, partition=0) for value in values]
+        offsets = [(await future).offset for future in futures]
+    assert offsets == list(range(len(values)))
+    records, _ = await read_replica(cluster.nodes[await leader_of(cluster, "pipelined")].address, "pipelined", 0)
+    assert [value for _, value in records] == values
+
+
 async def test_a_produce_retried_across_a_leader_kill_is_in_the_log_once(cluster: DevCluster) -> None:
     await create_topic(cluster, TOPIC)
     connections = Connections()

@@ -210,6 +210,35 @@ def test_group_whose_last_batch_is_removed_keeps_an_empty_batch_at_the_group_end
     assert [(o, v) for o, _, v, _ in entries(log)] == [(4, b"3"), (5, b"3")]
 
 
+def test_an_active_producers_last_batch_stays_as_an_empty_batch_so_its_state_survives_a_reload(
+        tmp_path: Path) -> None:
+    """Kafka's cleaner retains the batch holding each active producer's last sequence, emptied if
+    none of its records stays; a reload after an unclean shutdown, with no snapshot to start from,
+    rebuilds the producer's state from it, so a retry of that batch is still a duplicate."""
+    directory = tmp_path / "t-0"
+    log = open_log(directory)
+    first = build_batch([(b"a", b"1")], timestamps=[NOW_MS], producer_id=77, producer_epoch=0, base_sequence=0)
+    last = build_batch([(b"b", b"1")], timestamps=[NOW_MS], producer_id=77, producer_epoch=0, base_sequence=1)
+    log.append_as_leader(first, 3, NOW_MS)
+    log.append_as_leader(last, 3, NOW_MS)
+    put_all(log, [(b"a", b"2"), (b"b", b"2")])  # every record of the producer is superseded
+    publish(log)
+    make_cleaner(tmp_path).clean(log, NOW_MS)
+    assert [(o, k, v) for o, k, v, _ in entries(log)] == [(2, b"a", b"2"), (3, b"b", b"2")]
+    kept = [header for segment in log.segments for _, header in segment.iter_headers() if header.producer_id == 77]
+    assert [(h.base_offset, h.last_offset, h.base_sequence, h.records_count) for h in kept] == [(1, 1, 1, 0)]
+    abandon(log)
+    for snapshot in directory.glob("*.snapshot"):
+        snapshot.unlink()
+    reloaded = open_log(directory)
+    try:
+        retry = reloaded.append_as_leader(last, 3, NOW_MS)
+        assert (retry.duplicate, retry.first_offset) == (True, 1)
+        assert reloaded.log_end_offset == 4
+    finally:
+        reloaded.close()
+
+
 # -- tombstones -----------------------------------------------------------------------------
 
 
