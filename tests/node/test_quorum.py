@@ -284,7 +284,8 @@ async def test_non_leader_answers_not_controller_and_bad_envelopes_are_refused(t
             await node.start()
         await register(cluster.service(1), 1)
         leader = cluster.service(1).active_controller_id
-        follower = cluster.service(other_than(cluster, leader))
+        # the Raft envelopes below come from node 2: the node asked is a follower other than node 2
+        follower = cluster.service(next(candidate for candidate in cluster.nodes if candidate not in (leader, 2)))
         cluster_id = follower.config.cluster_id
         request = BrokerRegistrationRequest(7, "x", {"PLAINTEXT": "127.0.0.1:9"})
         envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 7, "127.0.0.1:9", cluster_id)
