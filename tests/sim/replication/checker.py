@@ -1,4 +1,4 @@
-"""ReplicationChecker: DESIGN §6 invariants 1, 2, 3, 4, 6, 8, 9 and 10, judged from observations only.
+"""ReplicationChecker: DESIGN §6 invariants 1, 2, 3, 4, 6, 8, 9, 10 and 11, judged from observations only.
 
 It reads the stream of `observations.py` and nothing else, so it does not care what drives the
 brokers. From that stream it keeps a `LogImage` of every replica (down ones too: a crash cuts the
@@ -41,6 +41,15 @@ partition, the history of committed batches (`CommittedBatch`). After every obse
     offset only: a retry the leader answers from its producer state is never written again, on
     any leader, while some replica still holds the first copy (once none does, that copy's loss is
     judged by rules 1 and 8, and the producer's retry is what restores the record).
+(11) An idempotent producer's records on a partition (numbered in the order it took them:
+    `observations.idempotent_value`) are committed in that order, each at most once, across its
+    epochs too: in offset order, a committed batch's records all come after those of the producer's
+    committed batch before it and before those of the one after it. Within an epoch the leader's
+    sequence check gives this; across a new epoch (KIP-360) it holds because the client numbers
+    anew only batches the leader refused as out of order (neither they nor any later batch were
+    written) and never sends again a batch it gave up, whose records may then be missing, never
+    written after later ones. Judged against the committed batches still kept or deleted by
+    logStartOffset (a batch no replica holds any more is lost: rules 1 and 8 judge it).
 (3) A consumer is served only batches below the serving replica's HW, and they are committed
     batches; the HW served to a consumer by one replica incarnation never falls (unless that
     replica truncated below it, which rules 1 and 8 judge).
@@ -305,7 +314,8 @@ class ReplicationChecker:
             self.group.committed(entry)
 
     def _commit_once(self, topic_partition: TopicPartition, history: PartitionHistory, entry: CommittedBatch) -> None:
-        """(9): an idempotent producer's batch is committed at one offset only, while it is kept."""
+        """(9): an idempotent producer's batch is committed at one offset only, while it is kept; (11): its
+        records in the order it took them."""
         producer = entry.batch.producer
         if producer is None:
             return
@@ -318,6 +328,16 @@ class ReplicationChecker:
                       f"at {entry.batch.base_offset} and still at {first.batch.base_offset}: written twice")
         history.idempotent[producer] = entry
         self.figures.idempotent_committed += 1
+        first_record, last_record = entry.batch.record_numbers()
+        before, after = history.neighbours(producer[0], entry)
+        if before is not None and before.batch.record_numbers()[1] >= first_record:
+            self.fail(f"{topic_partition}: producer {producer[0]}'s records {first_record}..{last_record} (epoch "
+                      f"{producer[1]}) are committed at {entry.batch.base_offset}, after its records up to "
+                      f"{before.batch.record_numbers()[1]} at {before.batch.base_offset}: out of order or twice")
+        if after is not None and after.batch.record_numbers()[0] <= last_record:
+            self.fail(f"{topic_partition}: producer {producer[0]}'s records {first_record}..{last_record} (epoch "
+                      f"{producer[1]}) are committed at {entry.batch.base_offset}, before its records from "
+                      f"{after.batch.record_numbers()[0]} at {after.batch.base_offset}: out of order or twice")
 
     def _displace(self, topic_partition: TopicPartition, history: PartitionHistory, earlier: CommittedBatch,
                   batch: Batch) -> None:
