@@ -12,10 +12,10 @@ Cast, all of it the node's own code: three brokers (`SimBroker`: real `storage` 
 controller nodes (`SimQuorum`: real Raft over a real metadata log, the office and the
 `QuorumController`, controller failovers included), a producer (acks=1 and acks=all, to the leader
 it believes in), in half the seeds an idempotent producer (the client's own sender logic, up to five
-batches in flight per partition: `idempotent_producer.py`) and a consumer (reads from any replica, KIP-392). Messages go through
-`tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions over brokers and controllers).
-Time is an integer of simulated ms in one event heap. The run starts once the quorum has a leader,
-every broker registered itself and the admin created the topic.
+batches in flight per partition: `idempotent_producer.py`) and a consumer (reads from any replica,
+KIP-392). Messages go through `tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions
+over brokers and controllers). Time is an integer of simulated ms in one event heap. The run starts
+once the quorum has a leader, every broker registered itself and the admin created the topic.
 
 Phases:
 1. Safety (`safety_duration_ms`, longer while no write was acknowledged during a fault: up to
