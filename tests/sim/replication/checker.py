@@ -48,8 +48,12 @@ partition, the history of committed batches (`CommittedBatch`). After every obse
     sequence check gives this; across a new epoch (KIP-360) it holds because the client numbers
     anew only batches the leader refused as out of order (neither they nor any later batch were
     written) and never sends again a batch it gave up, whose records may then be missing, never
-    written after later ones. Judged against the committed batches still kept or deleted by
-    logStartOffset (a batch no replica holds any more is lost: rules 1 and 8 judge it).
+    written after later ones. Judged, as rule 9, while a replica holds the earlier batch (one no
+    replica holds is lost: rules 1 and 8 judge it). One that logStartOffset deleted on every replica
+    that held it is counted instead (`idempotent_rewritten_after_deletion`): a replica that never
+    had the producer's batches (a follower that emptied its log at the leader's logStartOffset, or
+    was wiped) knows nothing of the producer once it leads and takes a retry of a deleted batch as
+    new, as Kafka's brokers do (KIP-360: a producer with no state may start at any sequence).
 (3) A consumer is served only batches below the serving replica's HW, and they are committed
     batches; the HW served to a consumer by one replica incarnation never falls (unless that
     replica truncated below it, which rules 1 and 8 judge).
@@ -130,6 +134,7 @@ class CheckerFigures:
 
     committed: int = 0
     idempotent_committed: int = 0
+    idempotent_rewritten_after_deletion: int = 0  # rule 11 against a batch deleted on every replica
     acked_all: int = 0
     acked_below_min_isr: int = 0
     excused: Counter[str] = field(default_factory=Counter)  # acks=all batches, by kind of excuse
@@ -331,13 +336,23 @@ class ReplicationChecker:
         first_record, last_record = entry.batch.record_numbers()
         before, after = history.neighbours(producer[0], entry)
         if before is not None and before.batch.record_numbers()[1] >= first_record:
-            self.fail(f"{topic_partition}: producer {producer[0]}'s records {first_record}..{last_record} (epoch "
-                      f"{producer[1]}) are committed at {entry.batch.base_offset}, after its records up to "
-                      f"{before.batch.record_numbers()[1]} at {before.batch.base_offset}: out of order or twice")
+            self._records_out_of_order(topic_partition, entry, before, f"after its records up to "
+                                       f"{before.batch.record_numbers()[1]} at {before.batch.base_offset}")
         if after is not None and after.batch.record_numbers()[0] <= last_record:
-            self.fail(f"{topic_partition}: producer {producer[0]}'s records {first_record}..{last_record} (epoch "
-                      f"{producer[1]}) are committed at {entry.batch.base_offset}, before its records from "
-                      f"{after.batch.record_numbers()[0]} at {after.batch.base_offset}: out of order or twice")
+            self._records_out_of_order(topic_partition, entry, after, f"before its records from "
+                                       f"{after.batch.record_numbers()[0]} at {after.batch.base_offset}")
+
+    def _records_out_of_order(self, topic_partition: TopicPartition, entry: CommittedBatch, other: CommittedBatch,
+                              where: str) -> None:
+        """(11) broken against `other`: a violation while a replica holds `other`; counted if it was
+        deleted on every replica that held it (see rule 11)."""
+        if not other.copies:
+            self.figures.idempotent_rewritten_after_deletion += 1
+            return
+        producer_id, epoch, _ = entry.batch.producer or (0, 0, 0)
+        first_record, last_record = entry.batch.record_numbers()
+        self.fail(f"{topic_partition}: producer {producer_id}'s records {first_record}..{last_record} (epoch {epoch}) "
+                  f"are committed at {entry.batch.base_offset}, {where}: out of order or twice")
 
     def _displace(self, topic_partition: TopicPartition, history: PartitionHistory, earlier: CommittedBatch,
                   batch: Batch) -> None:

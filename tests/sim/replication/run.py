@@ -44,8 +44,9 @@ class SeedOutcome:
     group_commits: int
     group_fetches: int
     group_excused: int
-    # sends, batches acknowledged, out-of-order refusals, new epochs, batches failed for good, batches committed
-    idempotent: tuple[int, int, int, int, int, int]
+    # sends, batches acknowledged, out-of-order refusals, new epochs, batches failed for good, batches committed,
+    # batches committed again after logStartOffset deleted the first copy everywhere (checker rule 11)
+    idempotent: tuple[int, int, int, int, int, int, int]
     idempotent_in_flight_max: int  # the most batches of one partition in flight at once
     liveness_ms: int | None
 
@@ -57,7 +58,8 @@ class SeedOutcome:
                    tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
                    figures.group_commits_acked, figures.group_fetches_checked, figures.group_regressions_excused,
                    (idempotent.sends, idempotent.acknowledged, idempotent.out_of_order, idempotent.new_epochs,
-                    idempotent.failed, figures.idempotent_committed), idempotent.in_flight_max,
+                    idempotent.failed, figures.idempotent_committed, figures.idempotent_rewritten_after_deletion),
+                   idempotent.in_flight_max,
                    None if failure else result.liveness_ms)
 
 
@@ -105,7 +107,7 @@ class Summary(seed_runner.Tally):
     group_commits: int = 0
     group_fetches: int = 0
     group_excused: int = 0
-    idempotent: list[int] = field(default_factory=lambda: [0] * 6)
+    idempotent: list[int] = field(default_factory=lambda: [0] * 7)
     idempotent_in_flight_max: int = 0
     liveness: list[int] = field(default_factory=list)
 
@@ -144,7 +146,8 @@ class Summary(seed_runner.Tally):
             f"idempotent producer: {self.idempotent[0]} sends, {self.idempotent[1]} batches acknowledged, "
             f"{self.idempotent[2]} refused out of order, {self.idempotent[3]} new epochs, {self.idempotent[4]} "
             f"batches failed for good, up to {self.idempotent_in_flight_max} in flight per partition; "
-            f"{self.idempotent[5]} batches committed, none twice, records in send order"
+            f"{self.idempotent[5]} batches committed, none twice, records in send order (but "
+            f"{self.idempotent[6]} written again after logStartOffset deleted them everywhere)"
         )
 
 
@@ -167,7 +170,9 @@ def _ok_line(result: SimResult) -> str:
             f"idempotent_acked={idempotent.acknowledged} idempotent_out_of_order={idempotent.out_of_order} "
             f"idempotent_new_epochs={idempotent.new_epochs} idempotent_failed={idempotent.failed} "
             f"idempotent_in_flight_max={idempotent.in_flight_max} "
-            f"idempotent_committed={figures.idempotent_committed} liveness_ms={result.liveness_ms}")
+            f"idempotent_committed={figures.idempotent_committed} "
+            f"idempotent_rewritten_after_deletion={figures.idempotent_rewritten_after_deletion} "
+            f"liveness_ms={result.liveness_ms}")
 
 
 def run_one(seed: int, trace: bool) -> int:

@@ -375,3 +375,15 @@ def test_an_idempotent_producers_records_lost_by_every_holder_may_be_written_aga
         cluster.crash(broker_id, 0 if broker_id != 3 else None, ())
     cluster.replicate_acked(idempotent_batch(0, 1, 0, range(0, 2)))
     assert cluster.checker.finish().idempotent_committed == 2
+
+
+def test_an_idempotent_producers_records_deleted_everywhere_then_written_again_are_counted() -> None:
+    """logStartOffset deleted records 0-1 on every replica; a leader that never had them took the
+    producer's retry as new: counted (rule 11), not a violation."""
+    cluster = Cluster()
+    cluster.replicate_acked(idempotent_batch(0, 0, 0, range(0, 2)))
+    cluster.step(1, DeletedBelow(2), high_watermark=2, leader=True)
+    for broker_id in (2, 3):
+        cluster.step(broker_id, DeletedBelow(2), high_watermark=2)
+    cluster.replicate_acked(idempotent_batch(2, 0, 0, range(0, 2)))
+    assert cluster.checker.finish().idempotent_rewritten_after_deletion == 1
