@@ -696,13 +696,15 @@ class Simulation:
 
     def _idempotent(self) -> None:
         """The idempotent producer (`SimIdempotentProducer`, on the client's own sender logic): a few
-        records for a partition now and then, then a pass of its sender. Checker rules (9) and (11)
-        judge its batches and records."""
+        records for a partition now and then (in the safety phase: after the heal it only delivers
+        what it holds, as the other producer stops, so that the replicas can converge), then a pass
+        of its sender. Checker rules (9) and (11) judge its batches and records."""
         rng = self.idempotent_rng
         self.schedule(self.now_ms + rng.randint(2, 20), Kind.IDEMPOTENT)
-        topic_partition = rng.choice(self.topic_partitions)
-        self.idempotent.append(topic_partition, rng.randint(1, self.batch_records_max), self.now_ms,
-                               WALL_START_MS + self.now_ms)  # the producer's clock
+        if self.faulty:
+            topic_partition = rng.choice(self.topic_partitions)
+            self.idempotent.append(topic_partition, rng.randint(1, self.batch_records_max), self.now_ms,
+                                   WALL_START_MS + self.now_ms)  # the producer's clock
         self._idempotent_send()
 
     def _idempotent_send(self) -> None:
