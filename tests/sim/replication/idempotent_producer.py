@@ -6,14 +6,14 @@ drain), each partition's batches are numbered and gated by the client's `Partiti
 five in flight, one at a time until the leader acknowledged one, retries one at a time in sequence
 order, a new epoch with the queued batches re-sequenced after a batch lost for good: KIP-98, KIP-360)
 and encoded by the client's `ProducerBatch`. `poll` is the sender loop's pass (expire, ready, drain,
-number); `answered` and `timed_out` are `Producer._produce`'s outcomes and `_handle_error`. What is
-not the client's: one request per partition's batch (the client's requests go over several HTTP
-connections, which may reorder them just as the simulated network does), requests given up after
-`request_timeout_ms` (an answer arriving later is dropped, as a closed connection's), no limit of
-requests per node (the client's counts requests of many partitions; the limit that matters here,
-five batches per partition, is `PartitionSequences`'), and counters.
-A merged batch is never over max.message.bytes here (records of a few bytes), so the client's
-split after MESSAGE_TOO_LARGE is not driven.
+number, give up requests past their timeout); `answered` is `Producer._produce`'s handling of an
+answer and `_handle_error`'s, a merged backlog over the topic's limit sent again as its parts
+included (`segment.bytes` is a few hundred bytes in many seeds). What is not the client's: one
+request per partition's batch (the client's requests go over several HTTP connections, which may
+reorder them just as the simulated network does), requests given up after `request_timeout_ms`
+(an answer arriving later is dropped, as a closed connection's), no limit of requests per node (the
+client's counts requests of many partitions; the limit that matters here, five batches per
+partition, is `PartitionSequences`'), and counters.
 
 Record values are `idempotent_value(partition, number)`, numbered per partition in the order they
 are appended, so each is distinct and the checker can tell the order the producer sent them in.
@@ -40,10 +40,9 @@ BATCH_SIZE = 150  # a few records per batch (values ~8 bytes, 36 bytes of framin
 RETRIES = 2**31 - 1  # Kafka's default: delivery.timeout.ms bounds the retries
 
 
-
 @dataclass(frozen=True, slots=True)
 class Send:
-    """One produce request to make: `batch`'s bytes to `leader`."""
+    """One produce request to make: a batch's bytes to `leader`."""
 
     request_id: int
     topic_partition: TopicPartition
@@ -60,9 +59,12 @@ class IdempotentFigures:
     failed: int = 0  # batches given up for good (delivery.timeout.ms or a fatal error)
     new_epochs: int = 0
     in_flight_max: int = 0  # the most batches of one partition in flight at once
+    splits: int = 0  # merged backlogs refused as too large and sent again as their parts
 
 
 class SimIdempotentProducer:
+    """See the module docstring. Owner: the simulation, which calls it on its own generator's ticks."""
+
     def __init__(self, producer_id: int, leader_for: Callable[[TopicPartition], int | None],
                  invalidate: Callable[[TopicPartition], None], delivery_timeout_ms: int, request_timeout_ms: int,
                  retry_backoff_ms: int) -> None:
@@ -153,7 +155,17 @@ class SimIdempotentProducer:
             self.invalidate(batch.tp)
         out_of_order = code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         self.figures.out_of_order += out_of_order
-        self._sequences_of(batch.tp).answered(batch, out_of_order)
+        sequences = self._sequences_of(batch.tp)
+        sequences.answered(batch, out_of_order)
+        if code is ErrorCode.MESSAGE_TOO_LARGE and batch.parts and batch.attempts == 1:
+            # A merged backlog over the topic's limit (segment.bytes is small here), never written:
+            # its parts go again in its place with its sequences (`Producer._resend_parts`).
+            parts = batch.split()
+            sequences.split(batch, parts)
+            self.figures.splits += 1
+            for part in reversed(parts):
+                self.accumulator.reenqueue(part, now_ms)
+            return
         can_retry = batch.attempts <= RETRIES and now_ms - batch.created_ms < self.delivery_timeout_ms
         if (error.retriable or out_of_order) and can_retry:
             self.accumulator.reenqueue(batch, now_ms if out_of_order else now_ms + self.retry_backoff_ms)

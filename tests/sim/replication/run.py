@@ -48,6 +48,7 @@ class SeedOutcome:
     # batches committed again after logStartOffset deleted the first copy everywhere (checker rule 11)
     idempotent: tuple[int, int, int, int, int, int, int]
     idempotent_in_flight_max: int  # the most batches of one partition in flight at once
+    idempotent_splits: int  # merged backlogs refused as too large, sent again as their parts
     liveness_ms: int | None
 
     @classmethod
@@ -59,7 +60,7 @@ class SeedOutcome:
                    figures.group_commits_acked, figures.group_fetches_checked, figures.group_regressions_excused,
                    (idempotent.sends, idempotent.acknowledged, idempotent.out_of_order, idempotent.new_epochs,
                     idempotent.failed, figures.idempotent_committed, figures.idempotent_rewritten_after_deletion),
-                   idempotent.in_flight_max,
+                   idempotent.in_flight_max, idempotent.splits,
                    None if failure else result.liveness_ms)
 
 
@@ -109,6 +110,7 @@ class Summary(seed_runner.Tally):
     group_excused: int = 0
     idempotent: list[int] = field(default_factory=lambda: [0] * 7)
     idempotent_in_flight_max: int = 0
+    idempotent_splits: int = 0
     liveness: list[int] = field(default_factory=list)
 
     def add(self, outcome: SeedOutcome) -> None:
@@ -129,6 +131,7 @@ class Summary(seed_runner.Tally):
         self.group_excused += outcome.group_excused
         self.idempotent = [total + part for total, part in zip(self.idempotent, outcome.idempotent, strict=True)]
         self.idempotent_in_flight_max = max(self.idempotent_in_flight_max, outcome.idempotent_in_flight_max)
+        self.idempotent_splits += outcome.idempotent_splits
         if outcome.liveness_ms is not None:
             self.liveness.append(outcome.liveness_ms)
 
@@ -145,7 +148,8 @@ class Summary(seed_runner.Tally):
             f"{self.group_excused} answered before an acknowledged commit whose batch was lost (excused)\n"
             f"idempotent producer: {self.idempotent[0]} sends, {self.idempotent[1]} batches acknowledged, "
             f"{self.idempotent[2]} refused out of order, {self.idempotent[3]} new epochs, {self.idempotent[4]} "
-            f"batches failed for good, up to {self.idempotent_in_flight_max} in flight per partition; "
+            f"batches failed for good, {self.idempotent_splits} merged backlogs split, up to "
+            f"{self.idempotent_in_flight_max} in flight per partition; "
             f"{self.idempotent[5]} batches committed, none twice, records in send order (but "
             f"{self.idempotent[6]} written again after logStartOffset deleted them everywhere)"
         )
@@ -169,7 +173,7 @@ def _ok_line(result: SimResult) -> str:
             f"group_excused={figures.group_regressions_excused} idempotent_sends={idempotent.sends} "
             f"idempotent_acked={idempotent.acknowledged} idempotent_out_of_order={idempotent.out_of_order} "
             f"idempotent_new_epochs={idempotent.new_epochs} idempotent_failed={idempotent.failed} "
-            f"idempotent_in_flight_max={idempotent.in_flight_max} "
+            f"idempotent_in_flight_max={idempotent.in_flight_max} idempotent_splits={idempotent.splits} "
             f"idempotent_committed={figures.idempotent_committed} "
             f"idempotent_rewritten_after_deletion={figures.idempotent_rewritten_after_deletion} "
             f"liveness_ms={result.liveness_ms}")
