@@ -31,8 +31,10 @@ epoch alone and the others keep theirs):
   a node go over several HTTP connections, so a second batch could overtake the first and be
   written before it. Kafka's single connection per broker keeps requests in order; ours does not.
 - A batch refused as out of order although it was sent after every batch before it was
-  acknowledged means the leader lost them (an unclean election): a new epoch too (KIP-360). (Sent
-  earlier, it may just have overtaken its predecessor on another connection.)
+  acknowledged means the leader lost them (an unclean election, unflushed data lost in a crash): a
+  new epoch too (KIP-360). (Sent earlier, it may just have overtaken its predecessor on another
+  connection.) A later batch acknowledged while its own answer was lost was lost with it, and is
+  done: only the batches not acknowledged go again, numbered anew.
 
 Sequences here are unbounded ints; the batch carries them modulo 2^31 (they wrap to 0, Kafka's rule).
 Pure bookkeeping: the producer calls it from its sender; no I/O, no clock.
@@ -131,8 +133,11 @@ class PartitionSequences:
         self.epoch += 1
         self.next_sequence = 0
         self.acked_end = 0
-        for batch in self.window:  # all refused: the first was, and none after it can be in the log
-            assert not batch.acknowledged, f"{batch.tp}: acknowledged after a batch refused as out of order"
+        # A batch acknowledged behind the refused one proves both were written (the leader takes a
+        # producer's batches in sequence only): the leader that refused it lost them. The acknowledged
+        # ones are done; the rest, none of them in that leader's log, go again under the new epoch.
+        self.window = deque(batch for batch in self.window if not batch.acknowledged)
+        for batch in self.window:
             batch.number(self.producer_id, self.epoch, self.next_sequence)
             self.next_sequence += batch.record_count
         self.new_epoch_needed = False

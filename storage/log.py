@@ -525,8 +525,13 @@ class Log:
         self._check_offsets()
 
     def reload_producer_state(self) -> None:
-        """Rebuild the producers' state for the log as it is now (load, truncation)."""
-        self.producer_state.load(self.log_start_offset, self.log_end_offset,
+        """Rebuild the producers' state for the log as it is now (load, truncation), from its first
+        batch on disk: batches below logStartOffset not deleted yet were appended, and the state after
+        them is the producers' state (Kafka replays from logStartOffset, and so forgets a producer
+        whose batches a follower's raised logStartOffset passed before a crash: replication sim seed
+        101, a retry of such a batch taken as new by the next leader and written twice)."""
+        first_offset = min(self.log_start_offset, self.segments.first_segment.base_offset)
+        self.producer_state.load(first_offset, self.log_end_offset,
                                  lambda start: (header for _, _, header in self.iter_batches(start)))
 
     # -- retention ----------------------------------------------------------------------

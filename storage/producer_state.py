@@ -21,7 +21,8 @@ entry per batch kept, oldest first, so the whole window of retries survives a re
 reader keeps the last entry of a producer id: the newest batch). Loading (`load`, and
 `truncate_and_reload` after a truncation) starts from the latest snapshot at or below the log end
 and replays the batch headers after it; a damaged snapshot is deleted and an older one (or the
-log start) used. Snapshots below the log start are deleted with the segments they describe.
+first batch on disk, which may lie below the log start: `Log.reload_producer_state`) used.
+Snapshots below the log start are deleted with the segments they describe.
 
 Bounds: a producer idle for `producer.id.expiration.ms` (by its last batch's max timestamp, as
 Kafka judges it) is forgotten (`remove_expired`, on the broker's periodic check), so producer ids
@@ -230,14 +231,14 @@ class ProducerStateManager:
 
     # -- loading ------------------------------------------------------------------------------------
 
-    def load(self, log_start_offset: int, log_end_offset: int, headers_from: HeadersFrom) -> None:
-        """Rebuild from the latest sound snapshot in [log start, log end] and the batches after it;
-        snapshots outside that range are deleted (above the end: written before a truncation or
-        an unclean shutdown cut the log)."""
+    def load(self, first_offset: int, log_end_offset: int, headers_from: HeadersFrom) -> None:
+        """Rebuild from the latest sound snapshot in [first offset, log end] and the batches after
+        it; snapshots outside that range are deleted (above the end: written before a truncation or
+        an unclean shutdown cut the log). `first_offset`: where the log's batches on disk start."""
         self.producers = {}
-        self.map_end_offset = log_start_offset
+        self.map_end_offset = first_offset
         for snapshot in reversed(self.snapshot_offsets()):
-            if snapshot > log_end_offset or snapshot < log_start_offset:
+            if snapshot > log_end_offset or snapshot < first_offset:
                 (self.directory / snapshot_file_name(snapshot)).unlink(missing_ok=True)
                 continue
             try:

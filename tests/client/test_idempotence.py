@@ -162,3 +162,32 @@ def test_the_log_holds_each_record_at_most_once_in_send_order(records: int, data
     assert written == sorted(written), f"out of send order: {written}"
     assert set(run.acknowledged) <= set(written), "an acknowledged record is missing"
     assert set(run.late) <= set(run.acknowledged), "a record sent after the faults was not acknowledged"
+
+
+def _numbered_batch(sequences: PartitionSequences, value: bytes) -> ProducerBatch:
+    batch = ProducerBatch(TP, 0, 100)
+    batch.append_many([value], None, 0, LOOP.create_future())
+    sequences.sent(batch)
+    return batch
+
+
+def test_a_batch_refused_as_out_of_order_after_a_later_one_was_acknowledged_goes_again_under_a_new_epoch() -> None:
+    """A is written, then B; B's answer arrives, A's is lost. The leader then loses both to a fault
+    (unflushed data, a crash) and refuses A's retry as out of order although A went as the oldest
+    batch not acknowledged: a new epoch, with A numbered again from 0 and B, acknowledged, done.
+    (Replication sim seed 40125: the bookkeeping asserted that no batch behind a refused one was
+    acknowledged, and the sender died.)"""
+    sequences = PartitionSequences(producer_id=7, max_in_flight=5)
+    first = _numbered_batch(sequences, b"a")
+    sequences.answered(first, out_of_order=False)
+    sequences.acknowledged(first)  # the leader knows the producer: several in flight now
+    a, b = _numbered_batch(sequences, b"b"), _numbered_batch(sequences, b"c")
+    sequences.answered(b, out_of_order=False)
+    sequences.acknowledged(b)
+    sequences.answered(a, out_of_order=False)  # its answer was lost
+    assert sequences.may_send(a)
+    sequences.sent(a)
+    sequences.answered(a, out_of_order=True)
+    assert sequences.maybe_start_new_epoch()
+    assert (sequences.epoch, a.producer_epoch, a.sequence, list(sequences.window)) == (1, 1, 0, [a])
+    assert sequences.may_send(a)

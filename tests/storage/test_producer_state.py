@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.errors import InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
-from storage.log import Log
+from storage.log import Log, LogStartOffsetIncrementReason
 from storage.producer_state import BATCHES_KEPT, last_sequence, snapshot_file_name
 from storage.records import build_batch
 from tests.storage.conftest import NOW_MS, open_log
@@ -91,6 +91,26 @@ def test_after_an_unclean_restart_the_state_is_rebuilt_from_the_log(tmp_path: Pa
     log = open_log(tmp_path / "t-0", {"segment.bytes": 200}, had_clean_shutdown=False)
     assert log.append_as_leader(batch(5), 0, NOW_MS).duplicate
     assert not log.append_as_leader(batch(6), 0, NOW_MS).duplicate
+
+
+def test_batches_below_the_log_start_still_on_disk_rebuild_the_state_after_an_unclean_restart(tmp_path: Path) -> None:
+    """A follower raised its logStartOffset to its leader's, past every batch it has, and crashed
+    before retention deleted the segment (so before the roll that snapshots the state): the batches
+    are on disk below the log start. They were appended, so the state after them is the producer's
+    state; rebuilt from the log start alone it was empty, and a later leader took a retry of a
+    deleted batch as new (replication sim seed 101: records written twice)."""
+    log = open_log(tmp_path / "t-0")
+    for sequence in range(3):
+        log.append_as_leader(batch(sequence), 0, NOW_MS)
+    log.maybe_increment_high_watermark(3)
+    log.maybe_increment_log_start_offset(3, LogStartOffsetIncrementReason.LEADER_OFFSET_INCREMENTED)
+    log.flush(NOW_MS)
+    log.close_handlers()  # killed: no snapshot
+    log = open_log(tmp_path / "t-0", had_clean_shutdown=False, log_start_offset=3, high_watermark=3)
+    assert log.log_start_offset == 3
+    retry = log.append_as_leader(batch(2), 0, NOW_MS)
+    assert retry.duplicate and retry.first_offset == 2
+    assert log.log_end_offset == 3
 
 
 def test_a_truncated_batch_is_no_longer_a_duplicate(tmp_path: Path) -> None:

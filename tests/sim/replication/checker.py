@@ -1,4 +1,4 @@
-"""ReplicationChecker: DESIGN §6 invariants 1, 2, 3, 4, 6, 8, 9 and 10, judged from observations only.
+"""ReplicationChecker: DESIGN §6 invariants 1, 2, 3, 4, 6, 8, 9, 10 and 11, judged from observations only.
 
 It reads the stream of `observations.py` and nothing else, so it does not care what drives the
 brokers. From that stream it keeps a `LogImage` of every replica (down ones too: a crash cuts the
@@ -41,6 +41,19 @@ partition, the history of committed batches (`CommittedBatch`). After every obse
     offset only: a retry the leader answers from its producer state is never written again, on
     any leader, while some replica still holds the first copy (once none does, that copy's loss is
     judged by rules 1 and 8, and the producer's retry is what restores the record).
+(11) An idempotent producer's records on a partition (numbered in the order it took them:
+    `observations.idempotent_value`) are committed in that order, each at most once, across its
+    epochs too: in offset order, a committed batch's records all come after those of the producer's
+    committed batch before it and before those of the one after it. Within an epoch the leader's
+    sequence check gives this; across a new epoch (KIP-360) it holds because the client numbers
+    anew only batches the leader refused as out of order (neither they nor any later batch were
+    written) and never sends again a batch it gave up, whose records may then be missing, never
+    written after later ones. Judged, as rule 9, while a replica holds the earlier batch (one no
+    replica holds is lost: rules 1 and 8 judge it). One that logStartOffset deleted on every replica
+    that held it is counted instead (`idempotent_rewritten_after_deletion`): a replica that never
+    had the producer's batches (a follower that emptied its log at the leader's logStartOffset, or
+    was wiped) knows nothing of the producer once it leads and takes a retry of a deleted batch as
+    new, as Kafka's brokers do (KIP-360: a producer with no state may start at any sequence).
 (3) A consumer is served only batches below the serving replica's HW, and they are committed
     batches; the HW served to a consumer by one replica incarnation never falls (unless that
     replica truncated below it, which rules 1 and 8 judge).
@@ -121,6 +134,7 @@ class CheckerFigures:
 
     committed: int = 0
     idempotent_committed: int = 0
+    idempotent_rewritten_after_deletion: int = 0  # rule 11 against a batch deleted on every replica
     acked_all: int = 0
     acked_below_min_isr: int = 0
     excused: Counter[str] = field(default_factory=Counter)  # acks=all batches, by kind of excuse
@@ -305,7 +319,8 @@ class ReplicationChecker:
             self.group.committed(entry)
 
     def _commit_once(self, topic_partition: TopicPartition, history: PartitionHistory, entry: CommittedBatch) -> None:
-        """(9): an idempotent producer's batch is committed at one offset only, while it is kept."""
+        """(9): an idempotent producer's batch is committed at one offset only, while it is kept; (11): its
+        records in the order it took them."""
         producer = entry.batch.producer
         if producer is None:
             return
@@ -318,6 +333,26 @@ class ReplicationChecker:
                       f"at {entry.batch.base_offset} and still at {first.batch.base_offset}: written twice")
         history.idempotent[producer] = entry
         self.figures.idempotent_committed += 1
+        first_record, last_record = entry.batch.record_numbers()
+        before, after = history.neighbours(producer[0], entry)
+        if before is not None and before.batch.record_numbers()[1] >= first_record:
+            self._records_out_of_order(topic_partition, entry, before, f"after its records up to "
+                                       f"{before.batch.record_numbers()[1]} at {before.batch.base_offset}")
+        if after is not None and after.batch.record_numbers()[0] <= last_record:
+            self._records_out_of_order(topic_partition, entry, after, f"before its records from "
+                                       f"{after.batch.record_numbers()[0]} at {after.batch.base_offset}")
+
+    def _records_out_of_order(self, topic_partition: TopicPartition, entry: CommittedBatch, other: CommittedBatch,
+                              where: str) -> None:
+        """(11) broken against `other`: a violation while a replica holds `other`; counted if it was
+        deleted on every replica that held it (see rule 11)."""
+        if not other.copies:
+            self.figures.idempotent_rewritten_after_deletion += 1
+            return
+        producer_id, epoch, _ = entry.batch.producer or (0, 0, 0)
+        first_record, last_record = entry.batch.record_numbers()
+        self.fail(f"{topic_partition}: producer {producer_id}'s records {first_record}..{last_record} (epoch {epoch}) "
+                  f"are committed at {entry.batch.base_offset}, {where}: out of order or twice")
 
     def _displace(self, topic_partition: TopicPartition, history: PartitionHistory, earlier: CommittedBatch,
                   batch: Batch) -> None:

@@ -28,13 +28,19 @@ from enum import Enum
 
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
-from storage.records import NO_PRODUCER_ID, iter_headers
+from storage.records import NO_PRODUCER_ID, decode_records, iter_headers
 
 # A produced batch's bytes from the magic byte on: what a leader does not rewrite (it sets
 # baseOffset, and partitionLeaderEpoch, which come first; batchLength stays).
 TAIL = 16
 _PRODUCER = struct.Struct(">qhi")
 _PRODUCER_POSITION = 43  # producerId, producerEpoch, baseSequence (storage/records.py BatchHeader)
+
+
+def idempotent_value(partition: int, number: int) -> bytes:
+    """The value of the idempotent producer's `number`th record on `partition` (numbered from 0 in
+    the order the producer took them), distinct from every other producer's."""
+    return b"i%d:%d" % (partition, number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,16 @@ class Batch:
             return None
         producer_id, epoch, sequence = _PRODUCER.unpack_from(self.data, _PRODUCER_POSITION)
         return None if producer_id == NO_PRODUCER_ID else (producer_id, epoch, sequence)
+
+    def record_numbers(self) -> tuple[int, int]:
+        """An idempotent producer's batch: the numbers of its first and last records (`idempotent_value`)."""
+        records = decode_records(self.data)
+        return _record_number(records[0].value), _record_number(records[-1].value)
+
+
+def _record_number(value: bytes | None) -> int:
+    assert value is not None and value.startswith(b"i"), f"not an idempotent producer's record: {value!r}"
+    return int(value.split(b":")[1])
 
 
 def batches_of(data: bytes) -> tuple[Batch, ...]:

@@ -20,13 +20,15 @@ from tests.sim.replication.observations import Batch
 class PartitionHistory:
     """One partition's committed batches: `canonical` (the committed batch at each base offset,
     whatever its fate), `tracked` (those not yet decided: they still have copies) and
-    `idempotent` (the last committed batch of each idempotent producer's (id, epoch, sequence))."""
+    `idempotent` (the last committed batch of each idempotent producer's (id, epoch, sequence)) and
+    `records_in_order` (each idempotent producer's committed batches by base offset, for rule 11)."""
 
     canonical: dict[int, CommittedBatch] = field(default_factory=dict)
     bases: list[int] = field(default_factory=list)
     tracked: dict[int, list[CommittedBatch]] = field(default_factory=dict)
     max_leader_log_start: int = 0
     idempotent: dict[tuple[int, int, int], CommittedBatch] = field(default_factory=dict)
+    records_in_order: dict[int, list[CommittedBatch]] = field(default_factory=dict)
 
     def overlapping(self, batch: Batch) -> list[CommittedBatch]:
         slot = bisect.bisect_left(self.bases, batch.base_offset)
@@ -37,6 +39,17 @@ class PartitionHistory:
             found.append(self.canonical[self.bases[slot]])
             slot += 1
         return found
+
+    def neighbours(self, producer_id: int, entry: CommittedBatch) -> tuple[CommittedBatch | None, ...]:
+        """Place an idempotent producer's committed batch among its others by base offset; return the
+        nearest before and after it that are still the committed batch at their offsets and not lost
+        (a replica holds them, or logStartOffset deleted them). The others leave the list."""
+        entries = self.records_in_order.setdefault(producer_id, [])
+        entries[:] = [other for other in entries if self.canonical.get(other.batch.base_offset) is other
+                      and (other.copies or other.deleted)]
+        slot = bisect.bisect_left(entries, entry.batch.base_offset, key=lambda other: other.batch.base_offset)
+        entries.insert(slot, entry)
+        return (entries[slot - 1] if slot else None), (entries[slot + 1] if slot + 1 < len(entries) else None)
 
     def add(self, entry: CommittedBatch) -> None:
         base_offset = entry.batch.base_offset

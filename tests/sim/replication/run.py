@@ -44,18 +44,23 @@ class SeedOutcome:
     group_commits: int
     group_fetches: int
     group_excused: int
-    idempotent: tuple[int, int, int, int]  # sends, acknowledged, given up, committed batches
+    # sends, batches acknowledged, out-of-order refusals, new epochs, batches failed for good, batches committed,
+    # batches committed again after logStartOffset deleted the first copy everywhere (checker rule 11)
+    idempotent: tuple[int, int, int, int, int, int, int]
+    idempotent_in_flight_max: int  # the most batches of one partition in flight at once
+    idempotent_splits: int  # merged backlogs refused as too large, sent again as their parts
     liveness_ms: int | None
 
     @classmethod
     def of(cls, seed: int, failure: str | None, result: SimResult) -> SeedOutcome:
-        figures = result.checker
+        figures, idempotent = result.checker, result.idempotent
         return cls(seed, failure, result.steps, result.acked_all, result.acked_all_during_fault, result.crashes,
                    result.truncations, result.wipes, result.rots, result.halts, result.stalls,
                    tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
                    figures.group_commits_acked, figures.group_fetches_checked, figures.group_regressions_excused,
-                   (result.idempotent_sends, result.idempotent_acked, result.idempotent_given_up,
-                    figures.idempotent_committed),
+                   (idempotent.sends, idempotent.acknowledged, idempotent.out_of_order, idempotent.new_epochs,
+                    idempotent.failed, figures.idempotent_committed, figures.idempotent_rewritten_after_deletion),
+                   idempotent.in_flight_max, idempotent.splits,
                    None if failure else result.liveness_ms)
 
 
@@ -103,7 +108,9 @@ class Summary(seed_runner.Tally):
     group_commits: int = 0
     group_fetches: int = 0
     group_excused: int = 0
-    idempotent: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    idempotent: list[int] = field(default_factory=lambda: [0] * 7)
+    idempotent_in_flight_max: int = 0
+    idempotent_splits: int = 0
     liveness: list[int] = field(default_factory=list)
 
     def add(self, outcome: SeedOutcome) -> None:
@@ -123,6 +130,8 @@ class Summary(seed_runner.Tally):
         self.group_fetches += outcome.group_fetches
         self.group_excused += outcome.group_excused
         self.idempotent = [total + part for total, part in zip(self.idempotent, outcome.idempotent, strict=True)]
+        self.idempotent_in_flight_max = max(self.idempotent_in_flight_max, outcome.idempotent_in_flight_max)
+        self.idempotent_splits += outcome.idempotent_splits
         if outcome.liveness_ms is not None:
             self.liveness.append(outcome.liveness_ms)
 
@@ -137,8 +146,12 @@ class Summary(seed_runner.Tally):
             f"offsets reused after an excused loss: {self.offsets_reused}\n"
             f"group offsets: {self.group_commits} commits acknowledged, {self.group_fetches} fetches checked, "
             f"{self.group_excused} answered before an acknowledged commit whose batch was lost (excused)\n"
-            f"idempotent producer: {self.idempotent[0]} sends of {self.idempotent[1]} acknowledged batches "
-            f"({self.idempotent[2]} given up), {self.idempotent[3]} batches committed, none twice"
+            f"idempotent producer: {self.idempotent[0]} sends, {self.idempotent[1]} batches acknowledged, "
+            f"{self.idempotent[2]} refused out of order, {self.idempotent[3]} new epochs, {self.idempotent[4]} "
+            f"batches failed for good, {self.idempotent_splits} merged backlogs split, up to "
+            f"{self.idempotent_in_flight_max} in flight per partition; "
+            f"{self.idempotent[5]} batches committed, none twice, records in send order (but "
+            f"{self.idempotent[6]} written again after logStartOffset deleted them everywhere)"
         )
 
 
@@ -148,7 +161,7 @@ def run_many(seeds: list[int], jobs: int, record: bool, progress_every: int) -> 
 
 
 def _ok_line(result: SimResult) -> str:
-    figures = result.checker
+    figures, idempotent = result.checker, result.idempotent
     excused = ",".join(f"{kind.replace(' ', '-')}:{count}" for kind, count in sorted(figures.excused.items()))
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} produced={result.produced} "
             f"acked_all={result.acked_all} acked_all_during_fault={result.acked_all_during_fault} "
@@ -157,9 +170,13 @@ def _ok_line(result: SimResult) -> str:
             f"leader_changes={result.leader_changes} truncations={result.truncations} "
             f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "
             f"group_commits={figures.group_commits_acked} group_fetches={figures.group_fetches_checked} "
-            f"group_excused={figures.group_regressions_excused} idempotent_sends={result.idempotent_sends} "
-            f"idempotent_acked={result.idempotent_acked} idempotent_given_up={result.idempotent_given_up} "
-            f"idempotent_committed={figures.idempotent_committed} liveness_ms={result.liveness_ms}")
+            f"group_excused={figures.group_regressions_excused} idempotent_sends={idempotent.sends} "
+            f"idempotent_acked={idempotent.acknowledged} idempotent_out_of_order={idempotent.out_of_order} "
+            f"idempotent_new_epochs={idempotent.new_epochs} idempotent_failed={idempotent.failed} "
+            f"idempotent_in_flight_max={idempotent.in_flight_max} idempotent_splits={idempotent.splits} "
+            f"idempotent_committed={figures.idempotent_committed} "
+            f"idempotent_rewritten_after_deletion={figures.idempotent_rewritten_after_deletion} "
+            f"liveness_ms={result.liveness_ms}")
 
 
 def run_one(seed: int, trace: bool) -> int:

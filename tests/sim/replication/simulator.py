@@ -11,10 +11,11 @@ Cast, all of it the node's own code: three brokers (`SimBroker`: real `storage` 
 `Partition` core per hosted partition; the lifecycle core `BrokerLifecycle`), three dedicated
 controller nodes (`SimQuorum`: real Raft over a real metadata log, the office and the
 `QuorumController`, controller failovers included), a producer (acks=1 and acks=all, to the leader
-it believes in) and a consumer (reads from any replica, KIP-392). Messages go through
-`tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions over brokers and controllers).
-Time is an integer of simulated ms in one event heap. The run starts once the quorum has a leader,
-every broker registered itself and the admin created the topic.
+it believes in), in half the seeds an idempotent producer (the client's own sender logic, up to five
+batches in flight per partition: `idempotent_producer.py`) and a consumer (reads from any replica,
+KIP-392). Messages go through `tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions
+over brokers and controllers). Time is an integer of simulated ms in one event heap. The run starts
+once the quorum has a leader, every broker registered itself and the admin created the topic.
 
 Phases:
 1. Safety (`safety_duration_ms`, longer while no write was acknowledged during a fault: up to
@@ -30,7 +31,7 @@ Phases:
    every replica's log is read whole for the checker, which gives its last verdicts.
 
 `acked_all_during_fault` counts the acks=all writes sent in the safety phase that lived through a
-fault (`FaultWindow`): the producers' (the idempotent one's from its batch's first send) and the
+fault (`FaultWindow`): the producers' (the idempotent one's from its batch's creation) and the
 group's offset commits (produced acks=all to `__consumer_offsets`); the campaigns' coverage figure.
 """
 
@@ -75,6 +76,7 @@ from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import WALL_START_MS, SimBroker
 from tests.sim.replication.checker import CheckerFigures, InvariantViolation, ReplicationChecker
 from tests.sim.replication.controller import TOPIC, ClusterView
+from tests.sim.replication.idempotent_producer import IdempotentFigures, SimIdempotentProducer
 from tests.sim.replication.messages import (
     CONSUMER_ID,
     GROUP_CLIENT_ID,
@@ -122,7 +124,6 @@ SAFETY_EXTENSIONS_MAX = 2
 CLOCK_STEPS_MS = (-3_600_000, -60_000, -1_000, 1_000, 60_000, 3_600_000)
 PRODUCES_IN_FLIGHT_MAX = 8
 IDEMPOTENT_PRODUCER_ID = 4242  # the sim's idempotent producer (its id is not drawn from a controller)
-SEQUENCE_MASK = 2**31 - 1
 GROUP = "sim-group"  # its coordinator is __consumer_offsets partition 0 (the topic has one)
 
 
@@ -144,20 +145,6 @@ class Kind(IntEnum):
     IDEMPOTENT = 14
 
 
-@dataclass(slots=True)
-class IdempotentStream:
-    """The idempotent producer on one partition: its epoch and next sequence, and the batch it
-    sends (the same bytes every time) until it is answered, or given up after `give_up_ms`."""
-
-    epoch: int = 0
-    sequence: int = 0
-    batches: int = 0
-    records: bytes | None = None
-    count: int = 0
-    created_ms: int = 0
-    resend_at_ms: int = 0
-
-
 class LivenessFailure(AssertionError):
     """The healed cluster did not converge within the bound."""
 
@@ -170,9 +157,7 @@ class SimResult:
     produced: int = 0
     acked_all: int = 0
     acked_all_during_fault: int = 0
-    idempotent_sends: int = 0
-    idempotent_acked: int = 0
-    idempotent_given_up: int = 0
+    idempotent: IdempotentFigures = field(default_factory=IdempotentFigures)
     crashes: int = 0
     wipes: int = 0
     rots: int = 0
@@ -282,8 +267,12 @@ class Simulation:
         self.produce_results: dict[int, ProduceResult] = {}
         self.group_rng = random.Random(f"group-{seed}")
         self.idempotent_rng = random.Random(f"idempotent-workload-{seed}")
-        self.idempotent = {topic_partition: IdempotentStream() for topic_partition in self.topic_partitions}
-        self.idempotent_requests: dict[int, tuple[TopicPartition, int]] = {}  # request id -> (partition, batch)
+        self.idempotent = SimIdempotentProducer(
+            IDEMPOTENT_PRODUCER_ID, self._idempotent_leader, lambda tp: self._view(tp, refresh=True),
+            delivery_timeout_ms=4 * (self.options.produce_timeout_ms + self.options.request_timeout_ms),
+            request_timeout_ms=self.options.produce_timeout_ms + self.options.request_timeout_ms,
+            retry_backoff_ms=self.options.fetch_backoff_ms)
+        self.result.idempotent = self.idempotent.figures
         self.group_commit: tuple[int, int, int, tuple[PartitionOffset, ...]] | None = None  # id, commit, sent, offsets
         self.group_fetches: dict[int, int] = {}  # request id -> sent at
         self.group_commits = 0
@@ -396,6 +385,7 @@ class Simulation:
         for broker in self.brokers.values():
             broker.close()
         self.quorum.close()
+        self.idempotent.close()
         self.disk_model.unwatch()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -705,65 +695,42 @@ class Simulation:
         self.send(Message(CONSUMER_ID, replica, ClientFetch(topic_partition, request, wait)))
 
     def _idempotent(self) -> None:
-        """The idempotent producer (client/producer.py's rules): one batch in flight per partition,
-        numbered by record, sent again with the same bytes after a retriable error or no answer, to
-        the leader as it sees it, until answered; given up (the partition's epoch bumped, its
-        sequence back to 0) after a non-retriable error or `give_up_ms`. Checker rule (9) holds each
-        batch to one offset."""
+        """The idempotent producer (`SimIdempotentProducer`, on the client's own sender logic): a few
+        records for a partition now and then (in the safety phase: after the heal it only delivers
+        what it holds, as the other producer stops, so that the replicas can converge), then a pass
+        of its sender. Checker rules (9) and (11) judge its batches and records."""
         rng = self.idempotent_rng
         self.schedule(self.now_ms + rng.randint(2, 20), Kind.IDEMPOTENT)
-        topic_partition = rng.choice(self.topic_partitions)
-        stream = self.idempotent[topic_partition]
-        if stream.records is None:
-            stream.count = rng.randint(1, self.batch_records_max)
-            values = [b"i%d:%d:%d:%d" % (topic_partition.partition, stream.epoch, stream.batches, index)
-                      for index in range(stream.count)]
-            stream.records = build_batch_from_values(
-                values, timestamp_ms=WALL_START_MS + self.now_ms, producer_id=IDEMPOTENT_PRODUCER_ID,
-                producer_epoch=stream.epoch, base_sequence=stream.sequence)
-            stream.batches += 1
-            stream.created_ms = stream.resend_at_ms = self.now_ms
-        give_up_ms = 4 * (self.options.produce_timeout_ms + self.options.request_timeout_ms)
-        if self.now_ms - stream.created_ms > give_up_ms:
-            self._give_up(stream)
-            return
-        if self.now_ms < stream.resend_at_ms:
-            return
+        if self.faulty:
+            topic_partition = rng.choice(self.topic_partitions)
+            self.idempotent.append(topic_partition, rng.randint(1, self.batch_records_max), self.now_ms,
+                                   WALL_START_MS + self.now_ms)  # the producer's clock
+        self._idempotent_send()
+
+    def _idempotent_send(self) -> None:
+        for send in self.idempotent.poll(self.now_ms, self._next_client_id):
+            if self.faulty:  # a retry is the same write: its lifetime starts with the batch
+                self.produce_sent_ms[send.request_id] = send.created_ms
+            _, epoch = self._view(send.topic_partition)
+            request = ProduceRequest(send.request_id, send.records, -1, self.options.produce_timeout_ms, epoch)
+            self.send(Message(PRODUCER_ID, send.leader, ClientProduce(send.topic_partition, request)))
+
+    def _idempotent_leader(self, topic_partition: TopicPartition) -> int | None:
+        """The idempotent producer's metadata: the partition's leader as the clients see it."""
         leader, _ = self._view(topic_partition)
         if leader == NO_LEADER:
             self._view(topic_partition, refresh=True)
-            return
+            return None
+        return leader
+
+    def _next_client_id(self) -> int:
         self.client_ids += 1
-        self.idempotent_requests[self.client_ids] = (topic_partition, stream.batches)
-        stream.resend_at_ms = self.now_ms + self.options.produce_timeout_ms + self.options.request_timeout_ms
-        self.result.idempotent_sends += 1
-        if self.faulty:  # a retry is the same write: its lifetime starts at the batch's first send
-            self.produce_sent_ms[self.client_ids] = stream.created_ms
-        request = ProduceRequest(self.client_ids, stream.records, -1, self.options.produce_timeout_ms, -1)
-        self.send(Message(PRODUCER_ID, leader, ClientProduce(topic_partition, request)))
-
-    def _give_up(self, stream: IdempotentStream) -> None:
-        stream.records = None
-        stream.epoch, stream.sequence = stream.epoch + 1, 0
-        self.result.idempotent_given_up += 1
-
-    def _on_idempotent_answer(self, topic_partition: TopicPartition, batch: int, result: ProduceResult) -> None:
-        stream = self.idempotent[topic_partition]
-        if stream.records is None or batch != stream.batches:
-            return  # an answer to an attempt of a batch already answered (or given up)
-        if result.error == ErrorCode.NONE:
-            stream.records = None
-            stream.sequence = (stream.sequence + stream.count) & SEQUENCE_MASK
-            self.result.idempotent_acked += 1
-        elif result.error.retriable:
-            stream.resend_at_ms = self.now_ms + self.options.fetch_backoff_ms
-            self._view(topic_partition, refresh=True)
-        else:
-            self._give_up(stream)
+        return self.client_ids
 
     def _to_client(self, body: Any) -> None:
-        if isinstance(body, ClientProduceAnswer) and body.result.request_id in self.idempotent_requests:
-            self._on_idempotent_answer(*self.idempotent_requests.pop(body.result.request_id), body.result)
+        if isinstance(body, ClientProduceAnswer) and self.idempotent.owns(body.result.request_id):
+            self.idempotent.answered(body.result.request_id, body.result.error, self.now_ms)
+            self._idempotent_send()
         elif isinstance(body, ClientProduceAnswer):
             self.produce_results[body.result.request_id] = body.result
             self.produces_in_flight.pop(body.result.request_id, None)

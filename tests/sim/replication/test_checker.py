@@ -13,7 +13,7 @@ import pytest
 from replication.group_coordinator import encode_key, encode_value
 from storage.checkpoint import TopicPartition
 from storage.error_codes import ErrorCode
-from storage.records import build_batch
+from storage.records import build_batch, build_batch_from_values
 from tests.sim.replication.checker import InvariantViolation, ObservationError, ReplicationChecker
 from tests.sim.replication.committed_batch import CommittedBatch, Fate
 from tests.sim.replication.group_rule import GroupOffsetsRule
@@ -36,6 +36,7 @@ from tests.sim.replication.observations import (
     ReplicaLogRead,
     ReplicaStepped,
     TruncatedTo,
+    idempotent_value,
 )
 
 TP = TopicPartition("orders", 0)
@@ -328,3 +329,61 @@ def test_group_offsets_answered_before_an_acknowledged_commit_fail_unless_its_ba
     second.fate = Fate.LOST
     assert rule.finish() is None and rule.lost_commits == 1, "commit 2's batch was lost, and excused"
     assert "no committed batch" in (rule.fetched(GroupOffsetsFetched(50, 45, ((orders, 7, "99"),))) or "")
+
+
+def idempotent_batch(base_offset: int, epoch: int, sequence: int, numbers: range) -> Batch:
+    """The idempotent producer's batch of records `numbers` (rule 11 reads them from the values)."""
+    data = build_batch_from_values([idempotent_value(0, number) for number in numbers], timestamp_ms=0,
+                                   producer_id=7, producer_epoch=epoch, base_sequence=sequence)
+    return Batch(base_offset, base_offset + len(numbers), 0, data)
+
+
+def test_an_idempotent_producers_records_resequenced_under_a_new_epoch_follow_in_order() -> None:
+    """KIP-360: records 2-3, refused as out of order after a lost batch, go again as epoch 1 from
+    sequence 0; committed after records 0-1 they are in the order the producer took them."""
+    cluster = Cluster()
+    cluster.replicate_acked(idempotent_batch(0, 0, 0, range(0, 2)))
+    cluster.replicate_acked(idempotent_batch(2, 1, 0, range(2, 4)))
+    assert cluster.checker.finish().idempotent_committed == 2
+
+
+def test_an_idempotent_producers_record_committed_again_under_a_new_epoch_is_a_violation() -> None:
+    """Rule 9 cannot see it (another epoch, other bytes): the same records written twice."""
+    cluster = Cluster()
+    cluster.replicate_acked(idempotent_batch(0, 0, 0, range(0, 2)))
+    with pytest.raises(InvariantViolation, match=r"records 0\.\.1 \(epoch 1\) are committed at 2, after its "
+                                                 r"records up to 1 at 0: out of order or twice"):
+        cluster.replicate_acked(idempotent_batch(2, 1, 0, range(0, 2)))
+
+
+def test_an_idempotent_producers_records_committed_out_of_order_are_a_violation() -> None:
+    cluster = Cluster()
+    cluster.replicate_acked(idempotent_batch(0, 0, 0, range(2, 3)))
+    with pytest.raises(InvariantViolation, match="out of order or twice"):
+        cluster.replicate_acked(idempotent_batch(1, 0, 1, range(0, 2)))
+
+
+def test_an_idempotent_producers_records_lost_by_every_holder_may_be_written_again() -> None:
+    """Every holder crashed with records 0-1 unflushed (answer lost: the producer retries them):
+    written again later, they are no duplicate of a copy nobody holds."""
+    cluster = Cluster()
+    first = idempotent_batch(0, 0, 0, range(0, 2))
+    cluster.step(1, AppendedBatches((first,)), high_watermark=0, leader=True)
+    cluster.step(2, AppendedBatches((first,)), high_watermark=0)
+    cluster.step(1, high_watermark=2, leader=True)
+    for broker_id in (1, 2, 3):
+        cluster.crash(broker_id, 0 if broker_id != 3 else None, ())
+    cluster.replicate_acked(idempotent_batch(0, 1, 0, range(0, 2)))
+    assert cluster.checker.finish().idempotent_committed == 2
+
+
+def test_an_idempotent_producers_records_deleted_everywhere_then_written_again_are_counted() -> None:
+    """logStartOffset deleted records 0-1 on every replica; a leader that never had them took the
+    producer's retry as new: counted (rule 11), not a violation."""
+    cluster = Cluster()
+    cluster.replicate_acked(idempotent_batch(0, 0, 0, range(0, 2)))
+    cluster.step(1, DeletedBelow(2), high_watermark=2, leader=True)
+    for broker_id in (2, 3):
+        cluster.step(broker_id, DeletedBelow(2), high_watermark=2)
+    cluster.replicate_acked(idempotent_batch(2, 0, 0, range(0, 2)))
+    assert cluster.checker.finish().idempotent_rewritten_after_deletion == 1
