@@ -297,8 +297,10 @@ class Simulation:
         self.sequence += 1
         heapq.heappush(self.heap, (max(at_ms, self.now_ms), self.sequence, kind, payload))
 
-    def send(self, message: Message) -> None:
-        for at_ms in self.network.delivery_times(message.source, message.destination, self.now_ms):
+    def send(self, message: Message, at_most_once: bool = False) -> None:
+        """`at_most_once`: a request that reaches its node once or never (its copy is dropped)."""
+        times = self.network.delivery_times(message.source, message.destination, self.now_ms)
+        for at_ms in times[:1] if at_most_once else times:
             self.schedule(at_ms, Kind.DELIVER, message)
 
     def schedule_broker_tick(self, broker: SimBroker, at_ms: int) -> None:
@@ -713,7 +715,12 @@ class Simulation:
                 self.produce_sent_ms[send.request_id] = send.created_ms
             _, epoch = self._view(send.topic_partition)
             request = ProduceRequest(send.request_id, send.records, -1, self.options.produce_timeout_ms, epoch)
-            self.send(Message(PRODUCER_ID, send.leader, ClientProduce(send.topic_partition, request)))
+            # Once: a request over HTTP reaches the broker once or never. A duplicated copy would be
+            # a second write of the batch whose answer the producer never sees (seed 219107158: the
+            # first copy refused as out of order, the second written, the batch then numbered anew
+            # under a new epoch and written twice); the producer's own retries are its requests.
+            message = Message(PRODUCER_ID, send.leader, ClientProduce(send.topic_partition, request))
+            self.send(message, at_most_once=True)
 
     def _idempotent_leader(self, topic_partition: TopicPartition) -> int | None:
         """The idempotent producer's metadata: the partition's leader as the clients see it."""
