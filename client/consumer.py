@@ -491,12 +491,14 @@ class Consumer:
                 self.metadata.add_topics([tp.topic])
                 leader = self.metadata.leader_for(tp)
                 if leader is None:
-                    # Only a fresh answer may say the topic does not exist (not one kept while a
-                    # refresh waits out its backoff).
+                    # A topic unknown to the node that answered is retried like a missing leader: that
+                    # node's metadata may lag a creation (a group's leader member saw the topic). Only
+                    # a fresh answer names it (not one kept while a refresh waits out its backoff).
                     if (not self.metadata.stale
                             and self.metadata.topic_errors.get(tp.topic) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                        self.metadata.require_topic(tp.topic)
-                    last_error = error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp} has no leader now")
+                        last_error = self.metadata.topic_error(tp.topic)
+                    else:
+                        last_error = error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp} has no leader now")
                     continue
                 by_leader.setdefault(leader, []).append(tp)
             for leader, leader_tps in by_leader.items():

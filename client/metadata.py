@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.errors import error_for
+from client.errors import TributaryError, error_for
 from client.protocol import NO_LEADER, Api, ErrorCode, MetadataBroker, MetadataRequest, MetadataResponse
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -203,9 +203,13 @@ class Metadata:
         partitions = self.topics.get(topic)
         if partitions:
             return partitions
+        raise self.topic_error(topic)
+
+    def topic_error(self, topic: str) -> TributaryError:
+        """The error the cluster gave for `topic` (UNKNOWN_TOPIC_OR_PARTITION when it gave none)."""
         code = self.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if code is ErrorCode.NONE:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        raise error_for(code, f"topic {topic!r} is not known to the cluster; create it with "
-                              f"`tributary topics create --topic {topic}` or check its name")
+        return error_for(code, f"topic {topic!r} is not known to the cluster; create it with "
+                               f"`tributary topics create --topic {topic}` or check its name")
 

@@ -16,7 +16,7 @@ from client.consumer import Consumer
 from client.errors import ERRORS
 from client.metadata import TopicPartition
 from client.producer import Producer
-from client.protocol import Api, ErrorCode, FetchRequest
+from client.protocol import Api, ErrorCode, FetchRequest, MetadataResponse
 from tests.client.fake_node import FakeCluster, count_refreshes
 
 T0 = TopicPartition("t", 0)
@@ -259,6 +259,26 @@ async def test_an_unknown_topic_is_an_error_named_unknown_topic(cluster: FakeClu
         consumer.assign([("missing", 0)])
         with pytest.raises(ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]):
             await consumer.poll(timeout_ms=500)
+
+
+async def test_a_topic_the_answering_node_does_not_know_yet_is_asked_about_again(cluster: FakeCluster) -> None:
+    # A group's leader member saw the topic; the node this member asked had not applied its creation
+    # yet. The poll asks again (within request.timeout.ms) instead of failing UNKNOWN_TOPIC_OR_PARTITION.
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest", retry_backoff_ms=1) as consumer:
+        refresh = consumer.metadata.refresh
+        answers: list[ErrorCode] = []
+
+        async def lagging(all_topics: bool = False) -> MetadataResponse:
+            response = await refresh(all_topics)
+            answers.append(consumer.metadata.topic_errors["late"])
+            if len(answers) == 1:
+                cluster.create_topic("late")  # the next node asked has applied it
+            return response
+
+        consumer.metadata.refresh = lagging  # type: ignore[method-assign]
+        consumer.assign([("late", 0)])
+        assert await consumer.position(("late", 0)) == 0
+    assert answers[0] is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and answers[-1] is ErrorCode.NONE
 
 
 async def test_commit_and_committed_retry_while_the_coordinator_loads(cluster: FakeCluster) -> None:
