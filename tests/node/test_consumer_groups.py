@@ -335,6 +335,9 @@ async def produce_steadily(cluster: DevCluster, produced: list[tuple[int, int]],
 
 
 def settled(members: list[CooperativeMember], each: int) -> bool:
+    for member in members:
+        if member.task.done():
+            member.task.result()  # a poll that raised: say so now, not as a group that never settles
     held = [member.holds() for member in members]
     return all(len(partitions) == each for partitions in held) and len(set().union(*held)) == each * len(held)
 
