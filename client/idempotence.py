@@ -33,8 +33,15 @@ epoch alone and the others keep theirs):
 - A batch refused as out of order although it was sent after every batch before it was
   acknowledged means the leader lost them (an unclean election, unflushed data lost in a crash): a
   new epoch too (KIP-360). (Sent earlier, it may just have overtaken its predecessor on another
-  connection.) A later batch acknowledged while its own answer was lost was lost with it, and is
-  done: only the batches not acknowledged go again, numbered anew.
+  connection.)
+- A batch whose sequences lie below a later acknowledged batch of its epoch (`behind_acknowledged`)
+  was written before it: the leader takes a producer's batches in sequence only. It is never
+  numbered anew, which could write it twice (replication sim seed 774512936: its answer lost, four
+  later batches acknowledged, its retry refused as out of order by a new leader whose window of five
+  had moved past it). Refused as out of order, it fails at once as most likely written (its offsets
+  are unknown; the leader will never take it again); failed for good, it leaves no gap (Kafka's
+  `maybeResolveSequences`). If the leader lost both (a crash losing unflushed data), the refusal
+  fails it too: a failed send may be missing, a numbered-again one may not be written twice.
 
 Sequences here are unbounded ints; the batch carries them modulo 2^31 (they wrap to 0, Kafka's rule).
 Pure bookkeeping: the producer calls it from its sender; no I/O, no clock.
@@ -94,7 +101,7 @@ class PartitionSequences:
         self.sending -= 1
         assert self.sending >= 0, f"{batch.tp}: sending={self.sending}"
         batch.refused_out_of_order = out_of_order
-        if out_of_order and batch.sent_oldest:
+        if out_of_order and batch.sent_oldest and not self.behind_acknowledged(batch):
             self.new_epoch_needed = True  # every batch before it was acknowledged: the leader lost them
 
     def acknowledged(self, batch: ProducerBatch) -> None:
@@ -103,11 +110,16 @@ class PartitionSequences:
         self.acked_end = max(self.acked_end, batch.sequence_end)
         self._retire()
 
+    def behind_acknowledged(self, batch: ProducerBatch) -> bool:
+        """A later batch of its epoch was acknowledged: the leader wrote this one before it."""
+        return (batch.sequence is not None and batch.producer_epoch == self.epoch
+                and batch.sequence_end <= self.acked_end)
+
     def failed(self, batch: ProducerBatch) -> None:
         """The batch failed for good; if it was numbered, its sequences are a gap (or maybe not)."""
         if batch in self.window:
             self.window.remove(batch)
-            self.new_epoch_needed = True
+            self.new_epoch_needed = self.new_epoch_needed or not self.behind_acknowledged(batch)
             self._retire()
 
     def split(self, merged: ProducerBatch, parts: list[ProducerBatch]) -> None:
@@ -130,14 +142,11 @@ class PartitionSequences:
             return False  # its outcome is unknown: it goes again with its own sequence first
         if self.epoch == EPOCH_MAX:
             raise EpochExhaustedError(f"producer {self.producer_id} used every epoch on a partition")
+        assert not any(batch.acknowledged for batch in self.window), "the refused batch is behind an acknowledged one"
         self.epoch += 1
         self.next_sequence = 0
         self.acked_end = 0
-        # A batch acknowledged behind the refused one proves both were written (the leader takes a
-        # producer's batches in sequence only): the leader that refused it lost them. The acknowledged
-        # ones are done; the rest, none of them in that leader's log, go again under the new epoch.
-        self.window = deque(batch for batch in self.window if not batch.acknowledged)
-        for batch in self.window:
+        for batch in self.window:  # none of them in the leader's log: numbered anew, in order
             batch.number(self.producer_id, self.epoch, self.next_sequence)
             self.next_sequence += batch.record_count
         self.new_epoch_needed = False

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from client.accumulator import RecordAccumulator
+from client.batch_retry import WRITTEN_MESSAGE, Retry, after_error
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
 from client.idempotence import MAX_IN_FLIGHT, PartitionSequences
@@ -412,17 +413,18 @@ class Producer:
         now_ms = self._clock()
         if error.invalid_metadata:
             self.metadata.invalidate()
-        # Idempotent: a batch refused as out of order waits for the one before it (no backoff of its
-        # own) and goes again in sequence, or under a new epoch (client/idempotence.py).
-        out_of_order = self.idempotent and code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         for batch in reversed(batches):  # appendleft in reverse keeps their order
             self._answered(batch, code)
-            if code is ErrorCode.MESSAGE_TOO_LARGE and batch.parts and batch.attempts == 1:
-                self._resend_parts(batch, now_ms)  # a merge over max.message.bytes, never written
-                continue
-            can_retry = batch.attempts <= self.retries and now_ms - batch.created_ms < self.delivery_timeout_ms
-            if (error.retriable or out_of_order) and can_retry:
-                self.accumulator.reenqueue(batch, now_ms if out_of_order else now_ms + self.retry_backoff_ms)
+            sequences = self._sequences_of(batch.tp) if self.idempotent else None
+            decision = after_error(batch, error, sequences, self.retries, self.delivery_timeout_ms, now_ms)
+            if decision is Retry.SPLIT:
+                self._resend_parts(batch, now_ms)
+            elif decision is Retry.RETRY_NOW:
+                self.accumulator.reenqueue(batch, now_ms)
+            elif decision is Retry.RETRY:
+                self.accumulator.reenqueue(batch, now_ms + self.retry_backoff_ms)
+            elif decision is Retry.FAIL_WRITTEN:
+                self._finish(batch, error_for(code, f"{batch.tp}: {WRITTEN_MESSAGE}"))
             else:
                 self._finish(batch, error)
 

@@ -22,6 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.accumulator import RecordAccumulator
+from client.batch_retry import Retry, after_error
+from client.errors import error_for
 from client.idempotence import PartitionSequences
 from client.metadata import TopicPartition
 from client.producer_batch import ProducerBatch
@@ -98,18 +100,19 @@ class Run:
     def step_answer(self, index: int) -> None:
         """The producer handles an answer (any order), as `Producer._handle_error` does."""
         batch, code = self.answers.pop(index)
-        out_of_order = code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        self.sequences.answered(batch, out_of_order)
-        if code is ErrorCode.MESSAGE_TOO_LARGE and batch.parts and batch.attempts == 1:  # its parts go again
+        self.sequences.answered(batch, code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        if code is ErrorCode.NONE:
+            self.sequences.acknowledged(batch)
+            self.acknowledged.extend(batch.values)  # type: ignore[arg-type]
+            return
+        decision = after_error(batch, error_for(code), self.sequences, ATTEMPTS_MAX - 1, 1 << 62, 0)
+        if decision is Retry.SPLIT:  # its parts go again
             parts = batch.split()
             self.splits += 1
             self.sequences.split(batch, parts)
             for part in reversed(parts):
                 self.accumulator.reenqueue(part, 0)
-        elif code is ErrorCode.NONE:
-            self.sequences.acknowledged(batch)
-            self.acknowledged.extend(batch.values)  # type: ignore[arg-type]
-        elif (code.retriable or code is ErrorCode.NETWORK_EXCEPTION or out_of_order) and batch.attempts < ATTEMPTS_MAX:
+        elif decision in (Retry.RETRY, Retry.RETRY_NOW):
             self.accumulator.reenqueue(batch, 0)
         else:
             self.sequences.failed(batch)
@@ -171,13 +174,8 @@ def _numbered_batch(sequences: PartitionSequences, value: bytes) -> ProducerBatc
     return batch
 
 
-def test_a_batch_refused_as_out_of_order_after_a_later_one_was_acknowledged_goes_again_under_a_new_epoch() -> None:
-    """A is written, then B; B's answer arrives, A's is lost. The leader then loses both to a fault
-    (unflushed data, a crash) and refuses A's retry as out of order although A went as the oldest
-    batch not acknowledged: a new epoch, with A numbered again from 0 and B, acknowledged, done.
-    (Replication sim seed 40125: the bookkeeping asserted that no batch behind a refused one was
-    acknowledged, and the sender died.)"""
-    sequences = PartitionSequences(producer_id=7, max_in_flight=5)
+def _acknowledged_behind(sequences: PartitionSequences) -> tuple[ProducerBatch, ProducerBatch]:
+    """A is written, then B; B's answer arrives, A's is lost."""
     first = _numbered_batch(sequences, b"a")
     sequences.answered(first, out_of_order=False)
     sequences.acknowledged(first)  # the leader knows the producer: several in flight now
@@ -185,9 +183,31 @@ def test_a_batch_refused_as_out_of_order_after_a_later_one_was_acknowledged_goes
     sequences.answered(b, out_of_order=False)
     sequences.acknowledged(b)
     sequences.answered(a, out_of_order=False)  # its answer was lost
-    assert sequences.may_send(a)
+    return a, b
+
+
+def test_a_batch_behind_an_acknowledged_one_refused_as_out_of_order_is_never_numbered_again() -> None:
+    """A's retry is refused as out of order: the leader's window of five moved past it (replication
+    sim seed 774512936, where A was numbered anew under a new epoch and written twice) or the leader
+    lost both (seed 40125). Either way A fails as most likely written: no new epoch, no renumbering,
+    and the next batch follows B in the same epoch."""
+    sequences = PartitionSequences(producer_id=7, max_in_flight=5)
+    a, b = _acknowledged_behind(sequences)
+    assert sequences.behind_acknowledged(a) and sequences.may_send(a)
     sequences.sent(a)
     sequences.answered(a, out_of_order=True)
-    assert sequences.maybe_start_new_epoch()
-    assert (sequences.epoch, a.producer_epoch, a.sequence, list(sequences.window)) == (1, 1, 0, [a])
-    assert sequences.may_send(a)
+    assert not sequences.new_epoch_needed
+    sequences.failed(a)  # the producer fails it at once (Producer._handle_error)
+    assert not sequences.maybe_start_new_epoch()
+    assert (sequences.epoch, a.producer_epoch, a.sequence, list(sequences.window)) == (0, 0, 1, [])
+    c = _numbered_batch(sequences, b"d")
+    assert (c.producer_epoch, c.sequence) == (0, b.sequence_end)
+
+
+def test_a_batch_behind_an_acknowledged_one_that_times_out_leaves_no_gap() -> None:
+    """Kafka's maybeResolveSequences: A expires (delivery.timeout.ms) after B was acknowledged, so A was
+    written: no new epoch is needed."""
+    sequences = PartitionSequences(producer_id=7, max_in_flight=5)
+    a, _ = _acknowledged_behind(sequences)
+    sequences.failed(a)
+    assert not sequences.new_epoch_needed and not sequences.window

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from client.accumulator import RecordAccumulator
+from client.batch_retry import Retry, after_error
 from client.errors import error_for
 from client.idempotence import MAX_IN_FLIGHT, PartitionSequences
 from client.producer_batch import ProducerBatch
@@ -157,7 +158,8 @@ class SimIdempotentProducer:
         self.figures.out_of_order += out_of_order
         sequences = self._sequences_of(batch.tp)
         sequences.answered(batch, out_of_order)
-        if code is ErrorCode.MESSAGE_TOO_LARGE and batch.parts and batch.attempts == 1:
+        decision = after_error(batch, error, sequences, RETRIES, self.delivery_timeout_ms, now_ms)
+        if decision is Retry.SPLIT:
             # A merged backlog over the topic's limit (segment.bytes is small here), never written:
             # its parts go again in its place with its sequences (`Producer._resend_parts`).
             parts = batch.split()
@@ -165,10 +167,8 @@ class SimIdempotentProducer:
             self.figures.splits += 1
             for part in reversed(parts):
                 self.accumulator.reenqueue(part, now_ms)
-            return
-        can_retry = batch.attempts <= RETRIES and now_ms - batch.created_ms < self.delivery_timeout_ms
-        if (error.retriable or out_of_order) and can_retry:
-            self.accumulator.reenqueue(batch, now_ms if out_of_order else now_ms + self.retry_backoff_ms)
+        elif decision in (Retry.RETRY, Retry.RETRY_NOW):
+            self.accumulator.reenqueue(batch, now_ms + (self.retry_backoff_ms if decision is Retry.RETRY else 0))
         else:
             self._finish(batch, failed=True)
 
