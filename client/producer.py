@@ -15,7 +15,8 @@ instead of being written twice. A partition's batch goes alone in a request and 
 `max.in.flight.requests.per.connection` (at most 5) of its batches are in flight; after a failure
 they are retried one at a time in sequence order, so order holds across retries. A batch that
 fails for good after it was numbered bumps that partition's epoch and the batches behind it are
-numbered again under it (KIP-360); client/idempotence.py has the rules.
+numbered again under it (KIP-360), unless a later batch was acknowledged (then it was written);
+client/idempotence.py has the rules.
 """
 
 from __future__ import annotations
