@@ -13,6 +13,13 @@ broker synonyms of `LogConfig`'s topic keys and are handed to `LogConfig.from_pr
 node's own keys are in `_NODE_KEYS`.
 Every bad value raises `ConfigException` naming the key, the value and what is allowed.
 
+Listeners speak one of two protocols, by `listener.security.protocol.map` (Kafka's key): PLAINTEXT
+is Kafka's wire protocol (node/kafka/: every Kafka client), HTTP is Tributary's HTTP+msgpack API
+(inter-node traffic, the controller quorum, `/metrics`, `/health` and our own client). A listener
+the map does not name speaks the protocol its name is (PLAINTEXT, HTTP), else HTTP (Tributary's
+default, so `INTERNAL://`/`EXTERNAL://` configs keep their meaning). The inter-broker and controller
+listeners must speak HTTP; a node needs one.
+
 Unknown keys are not errors (Kafka logs "supplied but isn't a known config" and carries on, so
 a Kafka `server.properties` full of keys we do not use still starts); they are listed in
 `NodeConfig.unused_keys` for the node to log at start.
@@ -38,7 +45,10 @@ from storage.config import INT_MAX, LONG_MAX, LogConfig
 from storage.errors import InvalidConfigError
 
 ENV_PREFIX = "TRIBUTARY_"
-DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092,HTTP://127.0.0.1:9192"
+KAFKA_PROTOCOL = "PLAINTEXT"  # Kafka's wire protocol, no TLS (SSL and SASL are not served)
+HTTP_PROTOCOL = "HTTP"  # Tributary's HTTP+msgpack API
+PROTOCOLS = (KAFKA_PROTOCOL, HTTP_PROTOCOL)
 DEFAULT_LOG_DIR = "/tmp/kafka-logs"  # Kafka's `log.dir` default; `log.dirs` falls back to it
 _QUORUM_PREFIXES = ("controller.quorum.", "metadata.log.")
 METADATA_LOG_DIR_KEY = "metadata.log.dir"  # Kafka's; under a quorum prefix, but the node's own key
@@ -156,7 +166,7 @@ _TIME_UNIT_SYNONYMS: dict[str, tuple[tuple[str, int, int], ...]] = {
 }
 _SPECIAL_KEYS = frozenset({
     "node.id", "process.roles", "listeners", "advertised.listeners", "inter.broker.listener.name",
-    "controller.listener.names",
+    "controller.listener.names", "listener.security.protocol.map",
     "controller.quorum.voters", "log.dirs", "log.dir", "cluster.id", "broker.rack", METADATA_LOG_DIR_KEY,
 })
 KNOWN_KEYS = frozenset(
@@ -174,6 +184,7 @@ class NodeConfig:
     process_roles: frozenset[ProcessRole]
     listeners: tuple[Endpoint, ...]
     advertised_listeners: tuple[Endpoint, ...]
+    listener_protocols: Mapping[str, str]  # listener name -> PLAINTEXT (Kafka) or HTTP
     inter_broker_listener_name: str
     controller_listener_names: tuple[str, ...]
     log_dirs: tuple[Path, ...]
@@ -221,6 +232,7 @@ class NodeConfig:
         roles = _parse_roles(properties.get("process.roles", "broker,controller"))
         listeners = _parse_listeners("listeners", properties.get("listeners", DEFAULT_LISTENERS))
         advertised = _parse_advertised(properties, listeners)
+        protocols = _parse_protocol_map(properties, listeners)
         quorum = _parse_quorum(properties)
         _check_voter_role(node_id, roles, quorum)
         scalars = {
@@ -232,8 +244,9 @@ class NodeConfig:
             process_roles=roles,
             listeners=listeners,
             advertised_listeners=advertised,
-            inter_broker_listener_name=_parse_inter_broker_listener(properties, listeners, advertised),
-            controller_listener_names=_parse_controller_listeners(properties, listeners, node_id, quorum),
+            listener_protocols=protocols,
+            inter_broker_listener_name=_parse_inter_broker_listener(properties, listeners, advertised, protocols),
+            controller_listener_names=_parse_controller_listeners(properties, listeners, node_id, quorum, protocols),
             log_dirs=log_dirs,
             metadata_log_dir=_parse_metadata_log_dir(properties, log_dirs),
             cluster_id=_parse_cluster_id(properties, quorum),
@@ -295,19 +308,26 @@ class NodeConfig:
         """Every listener as `NAME://host:port`, in configured order (for logs)."""
         return [str(endpoint) for endpoint in self.listeners]
 
-    def listener_binds(self) -> list[tuple[str, int]]:
-        """(host, port) of every listener, to bind the server to."""
-        return [(endpoint.host.strip("[]"), endpoint.port) for endpoint in self.listeners]
+    def listener_binds(self, protocol: str = HTTP_PROTOCOL) -> list[tuple[str, int]]:
+        """(host, port) of every listener speaking `protocol`, to bind its server to."""
+        return [(endpoint.host.strip("[]"), endpoint.port) for endpoint in self.listeners
+                if self.listener_protocols[endpoint.name] == protocol]
+
+    def kafka_listeners(self) -> tuple[Endpoint, ...]:
+        """The listeners speaking Kafka's protocol (a broker's; a controller-only node has none)."""
+        return tuple(endpoint for endpoint in self.listeners
+                     if self.listener_protocols[endpoint.name] == KAFKA_PROTOCOL)
 
     def listener_for(self, host: str | None, port: int | None) -> str:
         """The name of the listener bound to local `host`:`port` (two listeners may share a port on
         different addresses; a wildcard host matches any). A socket no listener matches is the
         inter-broker listener's only when it is the node's one listener; else the first client
         listener's, so an unknown socket is never trusted with node-to-node traffic."""
-        for endpoint in self.listeners:
+        http = [endpoint for endpoint in self.listeners if self.listener_protocols[endpoint.name] == HTTP_PROTOCOL]
+        for endpoint in http:
             if endpoint.port == port and endpoint.host.strip("[]") in (host, *_WILDCARD_HOSTS):
                 return endpoint.name
-        clients = [endpoint.name for endpoint in self.listeners if not self.serves_node_traffic(endpoint.name)]
+        clients = [endpoint.name for endpoint in http if not self.serves_node_traffic(endpoint.name)]
         return clients[0] if clients else self.inter_broker_listener_name
 
     def serves_node_traffic(self, listener: str) -> bool:
@@ -507,20 +527,49 @@ def _parse_advertised(properties: Mapping[str, str], listeners: tuple[Endpoint, 
     return advertised
 
 
+def _parse_protocol_map(properties: Mapping[str, str], listeners: tuple[Endpoint, ...]) -> dict[str, str]:
+    """`listener.security.protocol.map` (NAME:PROTOCOL,...): each listener's protocol."""
+    raw = properties.get("listener.security.protocol.map", "")
+    mapped: dict[str, str] = {}
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        name, _, protocol = (part.strip().upper() for part in entry.partition(":"))
+        if not name or protocol not in PROTOCOLS:
+            raise ConfigException(
+                f"listener.security.protocol.map: {entry!r} is not NAME:PROTOCOL with PROTOCOL one of "
+                f"{', '.join(PROTOCOLS)} (PLAINTEXT: Kafka's protocol; HTTP: Tributary's API; SSL and SASL are "
+                "not served)")
+        mapped[name] = protocol
+    protocols = {}
+    for endpoint in listeners:
+        default = endpoint.name if endpoint.name in PROTOCOLS else HTTP_PROTOCOL
+        protocols[endpoint.name] = mapped.get(endpoint.name, default)
+    if HTTP_PROTOCOL not in protocols.values():
+        raise ConfigException(
+            f"listeners={','.join(map(str, listeners))} has no HTTP listener; nodes replicate and run the controller "
+            "quorum over Tributary's HTTP API: add one, e.g. HTTP://127.0.0.1:9192")
+    return protocols
+
+
 def _parse_inter_broker_listener(properties: Mapping[str, str], listeners: tuple[Endpoint, ...],
-                                 advertised: tuple[Endpoint, ...]) -> str:
+                                 advertised: tuple[Endpoint, ...], protocols: Mapping[str, str]) -> str:
     raw = properties.get("inter.broker.listener.name")
-    name = listeners[0].name if raw is None else raw.strip().upper()
+    http = [endpoint.name for endpoint in listeners if protocols[endpoint.name] == HTTP_PROTOCOL]
+    name = http[0] if raw is None else raw.strip().upper()
     if name not in {endpoint.name for endpoint in advertised}:
         raise ConfigException(
             f"inter.broker.listener.name={name!r} is not an advertised listener; use one of "
             f"{', '.join(endpoint.name for endpoint in advertised)}"
         )
+    if protocols[name] != HTTP_PROTOCOL:
+        raise ConfigException(f"inter.broker.listener.name={name}: listener {name} speaks Kafka's protocol; nodes "
+                              f"replicate over Tributary's HTTP API: use one of {', '.join(http)}")
     return name
 
 
 def _parse_controller_listeners(properties: Mapping[str, str], listeners: tuple[Endpoint, ...], node_id: int,
-                                quorum: QuorumConfig) -> tuple[str, ...]:
+                                quorum: QuorumConfig, protocols: Mapping[str, str]) -> tuple[str, ...]:
     """`controller.listener.names`: the listeners `controller.quorum.voters` points at, when they
     are not the inter-broker one (Kafka's `CONTROLLER://:9093` beside `PLAINTEXT://:9092`). Unset,
     a voter's is the listener on its own voter port, so a Kafka-style config without the key keeps
@@ -528,15 +577,22 @@ def _parse_controller_listeners(properties: Mapping[str, str], listeners: tuple[
     raw = properties.get("controller.listener.names")
     if raw is None:
         voter = quorum.voters.get(node_id)
-        return tuple(endpoint.name for endpoint in listeners if voter is not None and endpoint.port == voter.port)
-    names = tuple(name.strip().upper() for name in raw.split(",") if name.strip())
-    known = {endpoint.name for endpoint in listeners}
-    unknown = [name for name in names if name not in known]
-    if unknown:
+        names = tuple(endpoint.name for endpoint in listeners if voter is not None and endpoint.port == voter.port)
+    else:
+        names = tuple(name.strip().upper() for name in raw.split(",") if name.strip())
+        known = {endpoint.name for endpoint in listeners}
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise ConfigException(
+                f"controller.listener.names={raw!r} names {', '.join(unknown)}, not in listeners; use some of "
+                f"{', '.join(sorted(known))}"
+            )
+    kafka = [name for name in names if protocols[name] != HTTP_PROTOCOL]
+    if kafka:
         raise ConfigException(
-            f"controller.listener.names={raw!r} names {', '.join(unknown)}, not in listeners; use some of "
-            f"{', '.join(sorted(known))}"
-        )
+            f"controller listener {', '.join(kafka)} speaks Kafka's protocol; the controller quorum runs over "
+            "Tributary's HTTP API: map it to HTTP in listener.security.protocol.map or point "
+            "controller.quorum.voters at an HTTP listener")
     return names
 
 

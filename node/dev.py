@@ -2,10 +2,12 @@
 
 Two shapes, as Kafka deploys KRaft: N nodes that are each controller and broker (combined mode,
 the default), or C controller-only nodes (the Raft voters; ids 1..C) and B broker-only nodes
-(ids C+1..C+B) that follow the metadata log as observers. Node i listens on base-port + i - 1 and
-keeps its data, its generated `server.properties` and its log under DATA_DIR/node-<id>/. The same
-data dir started again keeps the data. Ctrl-C or SIGTERM stops every node with a controlled
-shutdown. `DevCluster` is also what the multi-process tests use, so the README's run command is
+(ids C+1..C+B) that follow the metadata log as observers. Broker i speaks Kafka's protocol on
+base-port + i - 1 (PLAINTEXT, 9092 up by default: any Kafka client) and every node Tributary's HTTP
+API on base-port + 100 + i - 1 (HTTP, 9192 up: replication, the controller quorum, our own client,
+/metrics and /health). Each keeps its data, its generated `server.properties` and its log under
+DATA_DIR/node-<id>/. The same data dir started again keeps the data. Ctrl-C or SIGTERM stops every
+node with a controlled shutdown. `DevCluster` is also what the multi-process tests use, so the README's run command is
 tested.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 DEFAULT_DATA_DIR = "/tmp/tributary-dev"
 HEALTH_TIMEOUT_S = 60.0
+HTTP_PORT_OFFSET = 100  # `tributary-node dev`: HTTP listeners 100 above the Kafka ones
 STOP_TIMEOUT_S = 40.0
 
 
@@ -34,6 +37,7 @@ class DevNode:
     directory: Path
     process_roles: str  # the node's `process.roles`
     host: str = "127.0.0.1"
+    kafka_port: int | None = None  # its PLAINTEXT (Kafka protocol) listener, a broker's
     wrapper: tuple[str, ...] = ()  # a command the node runs under (`ip netns exec NAME` in tests)
     environment: Mapping[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
@@ -48,7 +52,12 @@ class DevNode:
 
     @property
     def address(self) -> str:
+        """Its HTTP listener's (our client, /health, the quorum)."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return None if self.kafka_port is None else f"{self.host}:{self.kafka_port}"
 
     @property
     def config_path(self) -> Path:
@@ -72,12 +81,13 @@ class DevCluster:
 
     data_dir: Path
     node_count: int = 3
-    base_port: int = 9092
+    base_port: int = 9192  # node i's HTTP listener: base_port + i - 1
     properties: Mapping[str, str] = field(default_factory=dict)
     controller_count: int = 0
     hosts: Mapping[int, str] = field(default_factory=dict)
     wrappers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     environments: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    kafka_base_port: int | None = None  # broker i's Kafka listener: kafka_base_port + i - 1 (None: none)
     nodes: dict[int, DevNode] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -87,9 +97,15 @@ class DevCluster:
         self.nodes = {
             node_id: DevNode(node_id, self.base_port + node_id - 1, self.data_dir / f"node-{node_id}",
                              self._roles_of(node_id), self.hosts.get(node_id, "127.0.0.1"),
-                             self.wrappers.get(node_id, ()), self.environments.get(node_id, {}))
+                             self._kafka_port_of(node_id), self.wrappers.get(node_id, ()),
+                             self.environments.get(node_id, {}))
             for node_id in range(1, self.controller_count + self.node_count + 1)
         }
+
+    def _kafka_port_of(self, node_id: int) -> int | None:
+        if self.kafka_base_port is None or "broker" not in self._roles_of(node_id).split(","):
+            return None
+        return self.kafka_base_port + node_id - 1
 
     def _roles_of(self, node_id: int) -> str:
         if self.controller_count == 0:
@@ -109,12 +125,19 @@ class DevCluster:
         """The brokers' addresses: controller-only nodes serve no client (they answer 503)."""
         return ",".join(self.nodes[node_id].address for node_id in self.broker_ids)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka listeners (`bootstrap.servers` for any Kafka client)."""
+        return ",".join(address for node_id in self.broker_ids
+                        if (address := self.nodes[node_id].kafka_address) is not None)
+
     def write_config(self, node: DevNode) -> None:
         voters = ",".join(f"{node_id}@{self.nodes[node_id].address}" for node_id in self.controller_ids)
         properties = {
             "node.id": str(node.node_id),
             "process.roles": node.process_roles,
-            "listeners": f"PLAINTEXT://{node.address}",
+            "listeners": ",".join([f"HTTP://{node.address}"]
+                                  + ([f"PLAINTEXT://{node.kafka_address}"] if node.kafka_address else [])),
             "controller.quorum.voters": voters,
             "log.dirs": str(node.directory / "data"),
             # As Kafka's single-node configs do: the offsets topic is created only at this factor.
@@ -209,7 +232,8 @@ def healthy(address: str) -> bool:
 
 def run(node_count: int, data_dir: str, base_port: int, controller_count: int = 0) -> int:
     """The `dev` command: start, tell the user how to use it, wait for Ctrl-C or SIGTERM, stop."""
-    cluster = DevCluster(Path(data_dir), node_count, base_port, controller_count=controller_count)
+    cluster = DevCluster(Path(data_dir), node_count, base_port + HTTP_PORT_OFFSET, controller_count=controller_count,
+                         kafka_base_port=base_port)
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -219,7 +243,8 @@ def run(node_count: int, data_dir: str, base_port: int, controller_count: int = 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     last_port = base_port + len(cluster.nodes) - 1
-    print(f"starting {_shape(cluster)} on 127.0.0.1:{base_port}..{last_port}, data in {cluster.data_dir}",
+    print(f"starting {_shape(cluster)} on 127.0.0.1:{base_port}..{last_port} (Kafka) and "
+          f"{base_port + HTTP_PORT_OFFSET}..{last_port + HTTP_PORT_OFFSET} (HTTP), data in {cluster.data_dir}",
           flush=True)
     try:
         cluster.start()
@@ -251,15 +276,18 @@ def _shape(cluster: DevCluster) -> str:
 
 
 def _usage(cluster: DevCluster) -> str:
-    logs = "\n".join(f"  node {n.node_id} ({n.process_roles}): {n.address}  log: {n.log_path}"
-                     for n in cluster.nodes.values())
+    logs = "\n".join(f"  node {n.node_id} ({n.process_roles}): Kafka {n.kafka_address or '-'}, HTTP {n.address}  "
+                     f"log: {n.log_path}" for n in cluster.nodes.values())
     script = Path(sys.executable).parent / "tributary"  # the CLI next to this interpreter (the venv's)
     tributary = os.path.relpath(script) if script.exists() else "tributary"
     return f"""
 Tributary dev cluster is up.
 {logs}
 
-bootstrap: {cluster.bootstrap}
+kafka bootstrap: {cluster.kafka_bootstrap}
+  kcat -b {cluster.kafka_bootstrap} -L
+
+bootstrap: {cluster.bootstrap}  (Tributary's own client and CLI, over HTTP)
   export TRIBUTARY_BOOTSTRAP={cluster.bootstrap}
   {tributary} topics create --topic demo --partitions 3 --replication-factor 3
   seq 10 | {tributary} produce demo

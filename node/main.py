@@ -72,7 +72,8 @@ def _dev(argv: list[str]) -> int:
     parser.add_argument("--controllers", type=int, help="controller-only nodes (ids 1..N); with --brokers")
     parser.add_argument("--brokers", type=int, help="broker-only nodes after the controllers; with --controllers")
     parser.add_argument("--data-dir", default=dev.DEFAULT_DATA_DIR, help=f"default {dev.DEFAULT_DATA_DIR}")
-    parser.add_argument("--base-port", type=int, default=9092, help="node i listens on base-port + i - 1")
+    parser.add_argument("--base-port", type=int, default=9092,
+                        help="node i speaks Kafka on base-port + i - 1 and HTTP on base-port + 100 + i - 1")
     args = parser.parse_args(argv)
     if (args.controllers is None) != (args.brokers is None):
         parser.error("--controllers and --brokers go together (dedicated controllers and brokers)")

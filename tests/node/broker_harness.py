@@ -45,7 +45,7 @@ from storage.log_manager import LogManager
 from storage.records import build_batch_from_values, iter_headers
 
 T = TypeVar("T")
-LISTENER = "PLAINTEXT"
+LISTENER = "HTTP"
 CLUSTER_ID = "tributary-test-cluster"
 TIMEOUT_S = 15
 # Small index files: every partition preallocates its indexes on a temp dir.

@@ -56,7 +56,9 @@ def free_port_block(count: int) -> int:
 
 def start_cluster(data_dir: Path, nodes: int = 3, controllers: int = 0, **properties: str) -> DevCluster:
     """`nodes` combined nodes, or (`controllers` > 0) that many controller-only nodes and `nodes` brokers."""
-    cluster = DevCluster(data_dir, nodes, free_port_block(controllers + nodes), {**FAST, **properties}, controllers)
+    count = controllers + nodes
+    base = free_port_block(2 * count)  # HTTP listeners, then the brokers' Kafka listeners
+    cluster = DevCluster(data_dir, nodes, base, {**FAST, **properties}, controllers, kafka_base_port=base + count)
     cluster.start()
     return cluster
 

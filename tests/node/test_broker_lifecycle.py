@@ -35,7 +35,7 @@ async def test_brokers_register_with_endpoints_and_rack_and_are_unfenced(cluster
         broker = cluster.broker(node.broker_id)
         assert registration.incarnation_id == broker.lifecycle.incarnation_id
         assert registration.broker_epoch == broker.lifecycle.broker_epoch
-        assert dict(registration.endpoints) == {"PLAINTEXT": node.address}
+        assert dict(registration.endpoints) == {"HTTP": node.address}
         assert registration.rack == f"rack-{node.broker_id}"
         assert registration.active
         assert broker.is_unfenced
@@ -47,7 +47,7 @@ async def test_stale_broker_epoch_makes_the_broker_register_again(cluster: Clust
     old_epoch = broker.lifecycle.broker_epoch
     # Another registration (as after a controller failover that replayed an old request) moves
     # the controller's epoch for broker 1 on: its next heartbeat is STALE_BROKER_EPOCH.
-    cluster.quorum.write(RegisterBroker(1, "someone-else", {"PLAINTEXT": cluster.nodes[1].address}, None))
+    cluster.quorum.write(RegisterBroker(1, "someone-else", {"HTTP": cluster.nodes[1].address}, None))
 
     def registered_again(metadata: ClusterMetadata) -> bool:
         registration = metadata.broker(1)

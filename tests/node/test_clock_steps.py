@@ -30,7 +30,7 @@ async def test_a_wall_clock_step_back_does_not_freeze_broker_sessions(tmp_path: 
 
     node = Node(NodeConfig.from_properties({
         "node.id": "1", "controller.quorum.voters": f"1@127.0.0.1:{port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "logs"),
+        "listeners": f"HTTP://127.0.0.1:{port}", "log.dirs": str(tmp_path / "logs"),
         "broker.heartbeat.interval.ms": str(HEARTBEAT_MS), "broker.session.timeout.ms": str(SESSION_MS),
         "controller.quorum.election.timeout.ms": "150", "controller.quorum.fetch.timeout.ms": "500",
     }), clock=wall_clock_ms)

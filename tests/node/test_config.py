@@ -23,7 +23,7 @@ from node.config import (
 from replication.config import ReplicationConfig
 from storage.config import CleanupPolicy, LogConfig
 
-VOTERS = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"
+VOTERS = "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"
 MINIMAL = {"node.id": "1", "controller.quorum.voters": VOTERS}
 
 
@@ -62,7 +62,9 @@ def test_defaults_are_kafkas() -> None:
     assert config.is_broker and config.is_controller
     assert config.listener_address("PLAINTEXT") == "127.0.0.1:9092"
     assert config.advertised_address("PLAINTEXT") == "127.0.0.1:9092"
-    assert config.inter_broker_listener_name == "PLAINTEXT"
+    assert config.listener_protocols == {"PLAINTEXT": "PLAINTEXT", "HTTP": "HTTP"}
+    assert config.kafka_listeners() == (config.listener("PLAINTEXT"),)
+    assert config.inter_broker_listener_name == "HTTP" and config.listener_address("HTTP") == "127.0.0.1:9192"
     assert config.log_dirs == (Path("/tmp/kafka-logs"),)
     assert config.broker_heartbeat_interval_ms == 2000
     assert config.broker_session_timeout_ms == 9000
@@ -92,6 +94,7 @@ def test_every_node_key_sets_its_field() -> None:
     fields = set(NodeConfig.__dataclass_fields__)
     scalar_keys = KNOWN_KEYS - set(TOPIC_DEFAULT_SYNONYMS) - {
         "node.id", "process.roles", "listeners", "advertised.listeners", "controller.quorum.voters", "log.dir",
+        "listener.security.protocol.map",
         "log.roll.hours", "log.retention.minutes", "log.retention.hours",
     }
     assert {key.replace(".", "_") for key in scalar_keys} <= fields
@@ -143,21 +146,33 @@ def test_listeners_sharing_a_port_on_two_addresses_are_told_apart_by_address() -
     assert config.listener_for("10.0.0.2", 9092) == "EXTERNAL"
 
 
+def test_each_listener_speaks_kafka_or_http_by_the_protocol_map() -> None:
+    """PLAINTEXT is Kafka's protocol; HTTP and any name the map leaves out speak Tributary's API."""
+    config = config_of(**{"listeners": "INTERNAL://h:9192,CLIENT://h:9092,PLAINTEXT://h:9093,HTTP://h:9094",
+                          "listener.security.protocol.map": "client:plaintext"})
+    assert config.listener_protocols == {"INTERNAL": "HTTP", "CLIENT": "PLAINTEXT", "PLAINTEXT": "PLAINTEXT",
+                                         "HTTP": "HTTP"}
+    assert [endpoint.name for endpoint in config.kafka_listeners()] == ["CLIENT", "PLAINTEXT"]
+    assert config.listener_binds() == [("h", 9192), ("h", 9094)]
+    assert config.inter_broker_listener_name == "INTERNAL", "the first HTTP listener"
+    assert config.listener_for("h", 9094) == "HTTP" and config.listener_for(None, None) == "HTTP"
+
+
 def test_a_voters_controller_listener_defaults_to_the_one_on_its_voter_port() -> None:
     """Found in review: a Kafka-style config without controller.listener.names refused its own Raft
     traffic on the CONTROLLER listener the voters point at."""
-    config = config_of(**{"listeners": "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:9092"})
+    config = config_of(**{"listeners": "HTTP://127.0.0.1:19092,CONTROLLER://127.0.0.1:9192"})
     assert config.controller_listener_names == ("CONTROLLER",)
     assert config.serves_node_traffic("CONTROLLER")
 
 
 def test_controller_listener_names_also_take_node_to_node_traffic() -> None:
     config = config_of(**{
-        "listeners": "PLAINTEXT://h:9092,CONTROLLER://h:9093,CLIENT://h:9094",
+        "listeners": "HTTP://h:9092,CONTROLLER://h:9093,CLIENT://h:9094",
         "controller.listener.names": "controller",
     })
     assert config.controller_listener_names == ("CONTROLLER",)
-    assert [config.serves_node_traffic(name) for name in ("PLAINTEXT", "CONTROLLER", "CLIENT")] == [True, True, False]
+    assert [config.serves_node_traffic(name) for name in ("HTTP", "CONTROLLER", "CLIENT")] == [True, True, False]
 
 
 def test_request_bounds_reach_the_parts_that_apply_them() -> None:
@@ -167,7 +182,7 @@ def test_request_bounds_reach_the_parts_that_apply_them() -> None:
 
 
 def test_voter_address_and_roles() -> None:
-    assert config_of().voter_address(3) == "127.0.0.1:9094"
+    assert config_of().voter_address(3) == "127.0.0.1:9194"
     broker = config_of(**{"node.id": "7", "process.roles": "broker"})
     assert broker.is_broker and not broker.is_controller
 
@@ -192,9 +207,9 @@ def test_cluster_id_is_derived_from_the_voters_alike_on_every_node() -> None:
 
 
 def test_broker_settings_and_binds() -> None:
-    config = config_of(**{"listeners": "PLAINTEXT://[::1]:9092", "broker.rack": "r1", "replica.fetch.min.bytes": "7"})
+    config = config_of(**{"listeners": "HTTP://[::1]:9092", "broker.rack": "r1", "replica.fetch.min.bytes": "7"})
     settings = config.broker_settings()
-    assert settings.advertised_endpoints == {"PLAINTEXT": "[::1]:9092"}
+    assert settings.advertised_endpoints == {"HTTP": "[::1]:9092"}
     assert settings.broker_rack == "r1"
     assert settings.replica_fetch_min_bytes == 7
     assert settings.replication == config.replication_config()
@@ -215,13 +230,20 @@ def test_unknown_keys_are_reported_not_fatal() -> None:
         ({"process.roles": "broker,zookeeper"}, r"process.roles='broker,zookeeper': use broker, controller"),
         ({"process.roles": ""}, r"process.roles='': use broker, controller"),
         ({"listeners": "127.0.0.1:9092"}, r"listeners: '127.0.0.1:9092' is not NAME://host:port"),
-        ({"listeners": "PLAINTEXT://:9092"}, r"has no host; use 0.0.0.0"),
-        ({"listeners": "PLAINTEXT://h:70000"}, r"port 70000 .* outside 0..65535"),
+        ({"listeners": "HTTP://:9092"}, r"has no host; use 0.0.0.0"),
+        ({"listeners": "HTTP://h:70000"}, r"port 70000 .* outside 0..65535"),
         ({"listeners": "A://h:1,a://h:2"}, r"names listener A twice"),
-        ({"advertised.listeners": "OTHER://h:1"}, r"listener OTHER is not in listeners \(PLAINTEXT\)"),
-        ({"listeners": "PLAINTEXT://0.0.0.0:9092"}, r"PLAINTEXT://0.0.0.0:9092 cannot be reached.*advertised"),
-        ({"inter.broker.listener.name": "NOPE"}, r"inter.broker.listener.name='NOPE' is not .* use one of PLAINTEXT"),
-        ({"controller.listener.names": "PLAINTEXT,NOPE"}, r"controller.listener.names='PLAINTEXT,NOPE' names NOPE"),
+        ({"advertised.listeners": "OTHER://h:1"}, r"listener OTHER is not in listeners \(HTTP, PLAINTEXT\)"),
+        ({"listeners": "HTTP://0.0.0.0:9092"}, r"HTTP://0.0.0.0:9092 cannot be reached.*advertised"),
+        ({"inter.broker.listener.name": "NOPE"},
+         r"inter.broker.listener.name='NOPE' is not .* use one of PLAINTEXT, HTTP"),
+        ({"controller.listener.names": "HTTP,NOPE"}, r"controller.listener.names='HTTP,NOPE' names NOPE"),
+        ({"listener.security.protocol.map": "HTTP:SSL"}, r"'HTTP:SSL' is not NAME:PROTOCOL .*SSL and SASL are not"),
+        ({"listeners": "PLAINTEXT://h:9092"}, r"has no HTTP listener; nodes replicate .* over Tributary's HTTP API"),
+        ({"inter.broker.listener.name": "PLAINTEXT"},
+         r"listener PLAINTEXT speaks Kafka's protocol; .* use one of HTTP"),
+        ({"listeners": "HTTP://h:1,CONTROLLER://h:9192", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"},
+         r"controller listener CONTROLLER speaks Kafka's protocol; .*map it to HTTP"),
         ({"controller.quorum.voters": None}, r"controller.quorum.voters is required"),
         ({"controller.quorum.voters": "1@h"}, r"'1@h' is not id@host:port"),
         ({"controller.quorum.election.timeout.ms": "soon"}, r"controller.quorum.election.timeout.ms='soon'"),

@@ -44,14 +44,14 @@ async def test_the_active_controller_serves_topic_admin_and_forwarded_requests_b
     node = starting_node(active_controller_id=1)
     create = SimpleNamespace(timeout_ms=1000)
     for api in (Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.INCREMENTAL_ALTER_CONFIGS):
-        assert await node.dispatch(api, create, "PLAINTEXT") == "answered by the controller"
-    assert await node.dispatch(Api.BROKER_HEARTBEAT, object(), "PLAINTEXT") == "forwarded request answered"
+        assert await node.dispatch(api, create, "HTTP") == "answered by the controller"
+    assert await node.dispatch(Api.BROKER_HEARTBEAT, object(), "HTTP") == "forwarded request answered"
     with pytest.raises(NotServingYet, match=r"node 1 is starting.*offset 7"):
-        await node.dispatch(Api.METADATA, MetadataRequest(None), "PLAINTEXT")
+        await node.dispatch(Api.METADATA, MetadataRequest(None), "HTTP")
 
 
 async def test_a_node_that_is_not_the_controller_refuses_topic_admin_before_catching_up() -> None:
     node = starting_node(active_controller_id=2)
     with pytest.raises(NotServingYet):
-        await node.dispatch(Api.CREATE_TOPICS, SimpleNamespace(timeout_ms=1000), "PLAINTEXT")
-    assert await node.dispatch(Api.ALTER_PARTITION, object(), "PLAINTEXT") == "forwarded request answered"
+        await node.dispatch(Api.CREATE_TOPICS, SimpleNamespace(timeout_ms=1000), "HTTP")
+    assert await node.dispatch(Api.ALTER_PARTITION, object(), "HTTP") == "forwarded request answered"

@@ -39,8 +39,8 @@ class StandInQuorum:
     def __init__(self, active_controller_id: int | None = 1) -> None:
         self.active_controller_id = active_controller_id
         self.metadata = SimpleNamespace(brokers=lambda: [
-            SimpleNamespace(broker_id=4, fenced=False, endpoints={"PLAINTEXT": "127.0.0.1:9095"}),
-            SimpleNamespace(broker_id=5, fenced=True, endpoints={"PLAINTEXT": "127.0.0.1:9096"}),
+            SimpleNamespace(broker_id=4, fenced=False, endpoints={"HTTP": "127.0.0.1:9095"}),
+            SimpleNamespace(broker_id=5, fenced=True, endpoints={"HTTP": "127.0.0.1:9096"}),
         ])
         self.asked: list[str] = []
 
@@ -67,7 +67,7 @@ def node_of(roles: str, node_id: int = 1) -> Node:
 async def test_a_controller_only_node_refuses_broker_requests_naming_the_unfenced_brokers(api: Api) -> None:
     node = node_of("controller")
     with pytest.raises(NotABroker, match=rf"node 1 is a controller only .*no {api.value} requests") as refused:
-        await node.dispatch(api, object(), "PLAINTEXT")
+        await node.dispatch(api, object(), "HTTP")
     assert "send it to a broker: 127.0.0.1:9095" in str(refused.value)
     assert "9096" not in str(refused.value)
     assert node.quorum.asked == []  # type: ignore[attr-defined]
@@ -77,17 +77,17 @@ async def test_a_controller_only_node_with_no_broker_yet_says_to_start_one() -> 
     node = node_of("controller")
     node.quorum.metadata = SimpleNamespace(brokers=lambda: [])  # type: ignore[attr-defined]
     with pytest.raises(NotABroker, match=r"no broker is registered and unfenced yet; start nodes with process\.roles"):
-        await node.dispatch(Api.METADATA, object(), "PLAINTEXT")
+        await node.dispatch(Api.METADATA, object(), "HTTP")
 
 
 async def test_a_controller_only_node_serves_raft_broker_to_controller_requests_and_topic_admin() -> None:
     node = node_of("controller")
     node.quorum.active_controller_id = 2  # type: ignore[misc]  # not the active controller: admin is forwarded
-    assert (await node.dispatch(Api.RAFT, object(), "PLAINTEXT")).type == "Ack"
+    assert (await node.dispatch(Api.RAFT, object(), "HTTP")).type == "Ack"
     for api in (Api.BROKER_REGISTRATION, Api.BROKER_HEARTBEAT, Api.CONTROLLED_SHUTDOWN, Api.ALTER_PARTITION):
-        assert await node.dispatch(api, object(), "PLAINTEXT") == "answered by the quorum"
+        assert await node.dispatch(api, object(), "HTTP") == "answered by the quorum"
     for api in (Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.INCREMENTAL_ALTER_CONFIGS):
-        assert await node.dispatch(api, SimpleNamespace(timeout_ms=1000), "PLAINTEXT") == "answered by the controller"
+        assert await node.dispatch(api, SimpleNamespace(timeout_ms=1000), "HTTP") == "answered by the controller"
     assert node.quorum.asked == ["raft", "broker_registration", "broker_heartbeat",  # type: ignore[attr-defined]
                                  "controlled_shutdown", "alter_partition"] + ["controller_request"] * 3
 
@@ -96,7 +96,7 @@ async def test_a_broker_only_node_serves_broker_requests_once_caught_up() -> Non
     node = node_of("broker", node_id=4)
     metadata = object()
     node.broker = SimpleNamespace(is_caught_up=True, describe_replicas=lambda request: ("replicas", request))  # type: ignore[assignment]
-    assert await node.dispatch(Api.DESCRIBE_REPLICAS, metadata, "PLAINTEXT") == ("replicas", metadata)
+    assert await node.dispatch(Api.DESCRIBE_REPLICAS, metadata, "HTTP") == ("replicas", metadata)
 
 
 def test_health_of_a_controller_only_node_has_no_broker_part() -> None:
@@ -113,7 +113,7 @@ async def test_a_controller_only_node_keeps_only_its_metadata_log_and_refuses_fe
     log_dir, metadata_dir = tmp_path / "logs", tmp_path / "metadata"
     node = Node(NodeConfig.from_properties({
         "node.id": "1", "process.roles": "controller", "controller.quorum.voters": f"1@127.0.0.1:{port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(log_dir), "metadata.log.dir": str(metadata_dir),
+        "listeners": f"HTTP://127.0.0.1:{port}", "log.dirs": str(log_dir), "metadata.log.dir": str(metadata_dir),
         "controller.quorum.election.timeout.ms": "150", "controller.quorum.fetch.timeout.ms": "500",
         "controller.quorum.request.timeout.ms": "500", "controller.quorum.fetch.max.wait.ms": "100",
     }))
@@ -123,7 +123,7 @@ async def test_a_controller_only_node_keeps_only_its_metadata_log_and_refuses_fe
         assert node.broker is None and node.log_manager is None and node.group_offsets is None
         # Topic admin is the active controller's own: with no broker registered, no replica can be placed.
         request = CreateTopicsRequest((CreatableTopic("orders", 1, 1),), timeout_ms=10_000)
-        response = await node.dispatch(Api.CREATE_TOPICS, request, "PLAINTEXT")
+        response = await node.dispatch(Api.CREATE_TOPICS, request, "HTTP")
         assert node.quorum.is_active_controller
         assert response.topics[0].error_code is ErrorCode.INVALID_REPLICATION_FACTOR, response
         fetch = FetchRequest((FetchPartition("orders", 0, 0, 1024),), max_wait_ms=0, min_bytes=0)
@@ -151,7 +151,7 @@ async def test_one_dir_named_twice_is_locked_once_and_released_at_stop(tmp_path:
     (tmp_path / "other").mkdir()
     properties = {
         "node.id": "1", "process.roles": "controller", "controller.quorum.voters": f"1@127.0.0.1:{port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "data"),
+        "listeners": f"HTTP://127.0.0.1:{port}", "log.dirs": str(tmp_path / "data"),
         "metadata.log.dir": str(tmp_path / "other" / ".." / "data"),
     }
     for _ in range(2):

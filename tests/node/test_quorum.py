@@ -142,7 +142,7 @@ class Cluster:
             node.config = NodeConfig.from_properties({
                 "node.id": str(node.node_id), "controller.quorum.voters": voters,
                 "process.roles": "broker,controller" if node.node_id <= size else "broker",
-                "listeners": f"PLAINTEXT://127.0.0.1:{node.port}", "log.dirs": str(node.root / "data"),
+                "listeners": f"HTTP://127.0.0.1:{node.port}", "log.dirs": str(node.root / "data"),
                 **FAST_RAFT, **extra,
             })
 
@@ -169,7 +169,7 @@ async def wait_for_metadata(service: QuorumService, predicate: Callable[[], bool
 
 
 async def register(service: QuorumService, broker_id: int) -> int:
-    endpoints = {"PLAINTEXT": f"127.0.0.1:{9000 + broker_id}"}
+    endpoints = {"HTTP": f"127.0.0.1:{9000 + broker_id}"}
     request = BrokerRegistrationRequest(broker_id, f"incarnation-{broker_id}", endpoints)
     response = await service.controller_request(request, REQUEST_TIMEOUT_MS)
     assert response.error_code is ErrorCode.NONE, response
@@ -287,7 +287,7 @@ async def test_non_leader_answers_not_controller_and_bad_envelopes_are_refused(t
         # the Raft envelopes below come from node 2: the node asked is a follower other than node 2
         follower = cluster.service(next(candidate for candidate in cluster.nodes if candidate not in (leader, 2)))
         cluster_id = follower.config.cluster_id
-        request = BrokerRegistrationRequest(7, "x", {"PLAINTEXT": "127.0.0.1:9"})
+        request = BrokerRegistrationRequest(7, "x", {"HTTP": "127.0.0.1:9"})
         envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 7, "127.0.0.1:9", cluster_id)
         answer = await follower.handle_controller(Api.BROKER_REGISTRATION, envelope)
         assert answer.type == "BrokerRegistrationResponse"
@@ -389,7 +389,7 @@ async def test_a_leader_cut_off_from_its_quorum_answers_pending_requests_not_con
         for node_id in cluster.nodes:
             if node_id != leader:
                 await cluster.nodes[node_id].stop()
-        request = BrokerRegistrationRequest(2, "incarnation-2", {"PLAINTEXT": "127.0.0.1:9002"})
+        request = BrokerRegistrationRequest(2, "incarnation-2", {"HTTP": "127.0.0.1:9002"})
         envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 2, "127.0.0.1:9002",
                             cluster.service(leader).config.cluster_id)
         started = clock_ms()

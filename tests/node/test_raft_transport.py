@@ -27,7 +27,7 @@ async def test_a_fetch_to_a_refusing_voter_is_reported_and_a_vote_is_not(tmp_pat
     config = NodeConfig.from_properties({
         "node.id": "1", "process.roles": "broker,controller", "log.dirs": str(tmp_path),
         "controller.quorum.voters": f"1@127.0.0.1:{closed_port()},2@127.0.0.1:{closed_port()}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{closed_port()}", "controller.quorum.request.timeout.ms": "30000",
+        "listeners": f"HTTP://127.0.0.1:{closed_port()}", "controller.quorum.request.timeout.ms": "30000",
     })
     reported: asyncio.Queue[Unreachable] = asyncio.Queue()
     connections = Connections()

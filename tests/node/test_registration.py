@@ -162,15 +162,15 @@ def test_metadata_answers_show_elr_and_last_known_elr() -> None:
     """What `topics describe` and `cluster status` print (Kafka's DescribeTopicPartitions fields)."""
     metadata = ClusterMetadata()
     records = [
-        RegisterBroker(1, "i1", {"PLAINTEXT": "h:1"}, None),
-        RegisterBroker(2, "i2", {"PLAINTEXT": "h:2"}, None),
-        RegisterBroker(3, "i3", {"PLAINTEXT": "h:3"}, None),
+        RegisterBroker(1, "i1", {"HTTP": "h:1"}, None),
+        RegisterBroker(2, "i2", {"HTTP": "h:2"}, None),
+        RegisterBroker(3, "i3", {"HTTP": "h:3"}, None),
         Topic("orders", "ECfE0cOGu8TNYT4w2PFq3w", {}),
         Partition("ECfE0cOGu8TNYT4w2PFq3w", 0, (1, 2, 3), (), NO_LEADER, 4, 9, (3,), (1,)),
     ]
     for offset, record in enumerate(records):
         metadata.apply_record(offset, record)
-    response = metadata_response(metadata, protocol.MetadataRequest(), "PLAINTEXT", "c", 1)
+    response = metadata_response(metadata, protocol.MetadataRequest(), "HTTP", "c", 1)
     (partition,) = response.topics[0].partitions
     assert (partition.isr, partition.eligible_leader_replicas, partition.last_known_elr) == ((), (3,), (1,))
     assert partition.error_code == ErrorCode.LEADER_NOT_AVAILABLE
