@@ -106,7 +106,7 @@ class Broker:
         self._tick_at_ms: int | None = None
         self._changed = asyncio.Event()
         self._stopped = False
-        self._caught_up = False
+        self._caught_up = asyncio.Event()
         self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
         self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, self._on_lease, directory_ids,
                                                 log_manager.previous_broker_epoch, clock)
@@ -136,7 +136,10 @@ class Broker:
     def is_caught_up(self) -> bool:
         """This process has applied the metadata up to its own registration (Kafka's initial
         catch-up): until then its copy may be from before it stopped, and clients are refused."""
-        return self._caught_up
+        return self._caught_up.is_set()
+
+    async def wait_caught_up(self) -> None:
+        await self._caught_up.wait()
 
     @property
     def is_unfenced(self) -> bool:
@@ -175,7 +178,8 @@ class Broker:
         except Exception:
             log.exception("broker %s: applying metadata at offset %s failed", self.settings.node_id,
                           self.quorum.metadata_offset)
-        self._caught_up = self._caught_up or caught_up
+        if caught_up:
+            self._caught_up.set()
         self.lifecycle.on_metadata(self.quorum.metadata_offset, caught_up, self.core.offline_log_ends())
 
     def _on_lease(self, until_ms: int) -> None:

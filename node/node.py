@@ -40,6 +40,7 @@ from node.group_deletion import GroupDeletion
 from node.group_membership import GroupMembership, with_client_host
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.group_queries import GroupQueries
+from node.kafka.listener import KafkaListener
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.producer_ids import ProducerIdManager
 from node.quorum import QuorumService
@@ -93,6 +94,8 @@ class Node:
         self.group_queries: GroupQueries | None = None
         self.group_deletion: GroupDeletion | None = None
         self._runner: web.AppRunner | None = None
+        self.kafka_listeners = [KafkaListener(self, endpoint.name, endpoint.host.strip("[]"), endpoint.port)
+                                for endpoint in config.kafka_listeners()] if config.is_broker else []
         self._dir_locks: list[DirLock] = []
 
     async def start(self) -> None:
@@ -117,6 +120,8 @@ class Node:
         await self.quorum.start()
         if self.broker is not None:
             await self.broker.start()
+            for listener in self.kafka_listeners:
+                await listener.start(self.broker.wait_caught_up)
 
     def _make_broker(self, directory_ids: tuple[str, ...]) -> None:
         """The broker's parts: its partition logs (storage recovery runs here; the clean-shutdown
@@ -154,6 +159,8 @@ class Node:
                                               self.quorum.controller_request, self.config.request_timeout_ms)
 
     async def stop(self, controlled: bool) -> None:
+        for listener in self.kafka_listeners:
+            await listener.stop()
         if self.broker is not None:
             await self.broker.stop(controlled)
         await self.quorum.stop()
