@@ -18,7 +18,7 @@ from client.connection import Connections, NodeUnavailableError, RequestRejected
 from client.errors import TributaryError, error_for
 from client.protocol import NO_LEADER, Api, ErrorCode, MetadataBroker, MetadataRequest, MetadataResponse
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9192"  # `tributary-node dev`'s first HTTP listener
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def parse_bootstrap(bootstrap: str) -> tuple[str, ...]:
     for address in addresses:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"bootstrap address {address!r} is not host:port (e.g. 127.0.0.1:9092)")
+            raise ValueError(f"bootstrap address {address!r} is not host:port (e.g. 127.0.0.1:9192)")
     return addresses
 
 

@@ -2,7 +2,7 @@
 
     import pipeline
     pipeline.register(spark)
-    df = spark.read.format("tributary").option("bootstrap", "127.0.0.1:9092").option("topic", "t").load()
+    df = spark.read.format("tributary").option("bootstrap", "127.0.0.1:9192").option("topic", "t").load()
 
 Options and columns are Spark's Kafka source's (see `pipeline.options` and `pipeline.sink`); the
 usage and the example pipeline are in pipeline/README.md.

@@ -1,6 +1,6 @@
 """Page views: a generator → a streaming aggregation → a compacted topic and Parquet → a batch read.
 
-    .venv/bin/tributary-node dev                      # another terminal: a 3-node cluster on 9092-9094
+    .venv/bin/tributary-node dev                      # another terminal: a 3-node cluster (HTTP on 9192-9194)
     .venv/bin/python -m pipeline.examples.page_views  # --bootstrap HOST:PORT,... for another cluster
 
 1. The generator writes `--events` JSON page views (`{"page": "/docs", "user": "u7", "ts": ms}`),
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.examples.page_views", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", default=os.environ.get("TRIBUTARY_BOOTSTRAP",
-                                                              "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"))
+                                                              "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194"))
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/tributary-page-views"),
                         help="Parquet output and streaming checkpoints")
     parser.add_argument("--events", type=int, default=20_000)

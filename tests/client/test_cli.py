@@ -59,7 +59,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str], stdin: bytes = b"")
 
 def test_bootstrap_defaults_to_the_environment_then_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRIBUTARY_BOOTSTRAP", raising=False)
-    assert build_parser().parse_args(["topics", "list"]).bootstrap == "127.0.0.1:9092"
+    assert build_parser().parse_args(["topics", "list"]).bootstrap == "127.0.0.1:9192"
     monkeypatch.setenv("TRIBUTARY_BOOTSTRAP", "h1:1,h2:2")
     assert build_parser().parse_args(["topics", "list"]).bootstrap == "h1:1,h2:2"
 

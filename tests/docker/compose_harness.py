@@ -81,10 +81,12 @@ def build_image() -> str:
 
 @dataclass
 class ComposeCluster:
-    """One compose project of deploy/docker-compose.yml, on host ports `ports` (node id -> port)."""
+    """One compose project of deploy/docker-compose.yml, on host ports `ports` (node id -> port of
+    its EXTERNAL HTTP listener) and `kafka_ports` (node id -> port of its Kafka listener)."""
 
     project: str
     ports: dict[int, int]
+    kafka_ports: dict[int, int]
     compose: list[str] = field(default_factory=compose_command)
 
     @property
@@ -93,7 +95,12 @@ class ComposeCluster:
             **os.environ,
             "TRIBUTARY_IMAGE": IMAGE,
             **{f"TRIBUTARY_PORT_{node_id}": str(port) for node_id, port in self.ports.items()},
+            **{f"TRIBUTARY_KAFKA_PORT_{node_id}": str(port) for node_id, port in self.kafka_ports.items()},
         }
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.kafka_ports.values())
 
     @property
     def bootstrap(self) -> str:

@@ -40,8 +40,9 @@ def compose_cluster() -> Iterator[ComposeCluster]:
         started = time.monotonic()
         base = build_image()
         MEASUREMENTS.append(f"image tributary:test built on {base} in {time.monotonic() - started:.1f} s")
-        base_port = free_port_block(3)
-        cluster = ComposeCluster(f"tributarytest{os.getpid()}", {n: base_port + n - 1 for n in (1, 2, 3)}, compose)
+        base_port = free_port_block(6)  # the HTTP listeners, then the Kafka ones
+        cluster = ComposeCluster(f"tributarytest{os.getpid()}", {n: base_port + n - 1 for n in (1, 2, 3)},
+                                 {n: base_port + n + 2 for n in (1, 2, 3)}, compose)
         try:
             started = time.monotonic()
             cluster.up()

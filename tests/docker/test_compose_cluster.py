@@ -102,6 +102,14 @@ def cli_status(bootstrap: str) -> dict:
     return json.loads(result.stdout)
 
 
+def kafka_brokers(bootstrap: str) -> dict[int, str]:
+    """The brokers librdkafka learns from the Kafka listeners' Metadata."""
+    from confluent_kafka.admin import AdminClient
+
+    brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
+    return {node_id: f"{broker.host}:{broker.port}" for node_id, broker in brokers.items()}
+
+
 def node_health(address: str) -> dict:
     """The node's /health answer (200 or 503), as JSON."""
     try:
@@ -118,6 +126,9 @@ async def test_records_produced_to_the_leaders_are_served_identically_by_every_f
     # Metadata answers a host client with the EXTERNAL listener's advertised addresses (the published ports).
     assert {(n["id"], f"{n['host']}:{n['port']}", n["state"]) for n in status["nodes"]} == {
         (node_id, cluster.address(node_id), "online") for node_id in cluster.ports}
+    # A Kafka client on the host is answered with the published Kafka ports.
+    listing = await asyncio.to_thread(kafka_brokers, cluster.kafka_bootstrap)
+    assert listing == {node_id: f"127.0.0.1:{port}" for node_id, port in cluster.kafka_ports.items()}
 
     await create_topic(cluster, "replicated", 3, **{"min.insync.replicas": "2"})
     count = 900
