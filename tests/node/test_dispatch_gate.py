@@ -17,7 +17,7 @@ from node.config import NodeConfig
 from node.node import Node
 from node.server import NotServingYet
 
-CONFIG = {"node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"}
+CONFIG = {"node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"}
 
 
 class StandInQuorum:

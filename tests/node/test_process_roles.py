@@ -26,7 +26,7 @@ from node.server import NotABroker
 from storage.error_codes import ErrorCode
 from tests.node.cluster_harness import free_port_block
 
-VOTERS = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"
+VOTERS = "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"
 BROKER_APIS = [api for api in Api if api not in NODE_TO_NODE_APIS | CONTROLLER_ADMIN_APIS]
 
 
