@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.consumer_protocol import ConsumerProtocolError, decode_assignment
 from client.errors import TributaryError, error_for, retrying
-from client.metadata import Metadata, PartitionInfo, TopicPartition
+from client.metadata import Metadata, PartitionInfo
 from client.protocol import (
     AlterableConfig,
     AlterConfigOp,
@@ -46,7 +46,6 @@ from client.protocol import (
     DescribeGroupsResponse,
     DescribeReplicasRequest,
     DescribeReplicasResponse,
-    ErrorCode,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -56,6 +55,8 @@ from client.protocol import (
     OffsetDeleteResponse,
     ReplicaState,
 )
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,13 +64,9 @@ from client.connection import Connections, NodeUnavailableError, RequestRejected
 from client.errors import LogTruncationError, TributaryError, error_for, retrying
 from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
 from client.group_member import GroupMember
-from client.metadata import Metadata, TopicPartition
+from client.metadata import Metadata
 from client.protocol import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    NO_EPOCH,
     Api,
-    ErrorCode,
     FetchPartition,
     FetchPartitionResponse,
     FetchRequest,
@@ -87,6 +83,9 @@ from client.protocol import (
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
 )
+from wire.error_codes import ErrorCode
+from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH
+from wire.topic_partition import TopicPartition
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

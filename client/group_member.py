@@ -36,10 +36,9 @@ from client.consumer_protocol import (
     encode_subscription,
 )
 from client.errors import TributaryError, error_for
-from client.metadata import Metadata, TopicPartition
+from client.metadata import Metadata
 from client.protocol import (
     Api,
-    ErrorCode,
     GroupResponse,
     HeartbeatRequest,
     JoinGroupProtocol,
@@ -50,6 +49,8 @@ from client.protocol import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
 REJOIN = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})

@@ -16,18 +16,12 @@ from dataclasses import dataclass
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
-from client.protocol import NO_LEADER, Api, ErrorCode, MetadataBroker, MetadataRequest, MetadataResponse
+from client.protocol import Api, MetadataBroker, MetadataRequest, MetadataResponse
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
+from wire.topic_partition import TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

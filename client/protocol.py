@@ -46,19 +46,12 @@ from controller.controller_api import (  # the topic-admin shapes are the contro
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH
 
 CONTENT_TYPE = "application/msgpack"
 PREFIX = "/v1/"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-NO_LEADER = -1
-NO_EPOCH = -1
-
-# Special timestamps of ListOffsets (Kafka's ListOffsetsRequest constants).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-
 T = TypeVar("T")
 
 

@@ -52,7 +52,7 @@ from controller.controller_api import (
     ControlledShutdownRequest,
     ReplicaLogInfo,
 )
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 NO_BROKER_EPOCH = NO_VALUE
 _REREGISTER_ERRORS = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED})

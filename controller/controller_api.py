@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 NO_VALUE = -1
 """Kafka's "use the default" for `num_partitions` and `replication_factor`, and "unknown" elsewhere."""

@@ -32,7 +32,7 @@ from controller.controller_api import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 
 def error_response(request: Any, code: ErrorCode, message: str) -> Any:

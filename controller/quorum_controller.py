@@ -126,7 +126,6 @@ from controller.controller_api import (
 )
 from controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, topic_name_error
 from controller.metadata_records import (
-    NO_LEADER,
     BrokerRegistrationChange,
     ConfigChange,
     FenceBroker,
@@ -142,8 +141,9 @@ from controller.metadata_records import (
 from controller.partition_change import partition_change
 from controller.replica_assignment import RandomSource, UsableBroker, assign_replicas
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.errors import InvalidConfigError
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
 
 ResponseT = TypeVar("ResponseT")
 

@@ -8,9 +8,9 @@ controller's own requests, which the node hands to the quorum service as they ar
 from __future__ import annotations
 
 from client import protocol
-from client.protocol import ErrorCode
 from controller.metadata import ClusterMetadata
 from storage.config import LogConfig
+from wire.error_codes import ErrorCode
 
 
 def metadata_response(

@@ -36,7 +36,6 @@ from node.lifecycle import BrokerLifecycleManager, Quorum
 from node.log_tasks import LogTasks
 from node.metrics import ReplicaMetrics
 from replication.broker_events import (
-    CONSUMER_REPLICA_ID,
     AlterPartitionAnswer,
     ClientRequest,
     FetchWait,
@@ -67,9 +66,10 @@ from replication.ready import (
     Role,
 )
 from replication.replica_manager import HostedPartition, ReplicaManager
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
+from wire.error_codes import ErrorCode
+from wire.sentinels import CONSUMER_REPLICA_ID
+from wire.topic_partition import TopicPartition
 
 __all__ = ["Broker", "BrokerSettings"]
 

@@ -38,7 +38,7 @@ from controller.controller_api import (
     IncrementalAlterConfigsResponse,
 )
 from controller.error_responses import error_response
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from client import protocol
-from client.protocol import ErrorCode
 from node.group_membership import GroupMembership, Route
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
+from wire.error_codes import ErrorCode
 
 DeleteOffsets = Callable[[int, str, tuple[tuple[str, int], ...]], Awaitable[tuple[ErrorCode, str]]]
 

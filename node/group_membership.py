@@ -30,7 +30,6 @@ from typing import Any
 
 from client import protocol
 from client.consumer_protocol import ConsumerProtocolError, decode_subscription
-from client.protocol import ErrorCode
 from replication.consumer_groups import (
     ConsumerGroups,
     DeleteGroup,
@@ -52,6 +51,7 @@ from replication.consumer_groups import (
 )
 from replication.group_coordinator import OFFSETS_TOPIC, coordinator_partition
 from replication.group_metadata import GroupMetadata
+from wire.error_codes import ErrorCode
 
 Route = Callable[[int, bool], Awaitable[ErrorCode | None]]
 Store = Callable[[int, str, GroupMetadata | None], Awaitable[tuple[ErrorCode, str]]]

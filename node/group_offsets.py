@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from client import protocol
-from client.protocol import NO_EPOCH, ErrorCode
 from replication.group_coordinator import (
     OFFSETS_TOPIC,
     CommitAnswer,
@@ -42,6 +41,8 @@ from replication.group_coordinator import (
     coordinator_partition,
 )
 from replication.group_metadata import GroupMetadata
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH
 
 __all__ = ["OFFSETS_TOPIC", "GroupOffsets"]
 

@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from client import protocol
-from client.protocol import ConsumerGroupState, ErrorCode
+from client.protocol import ConsumerGroupState
 from node.group_membership import GroupMembership, Route
 from replication.consumer_groups import GroupState, GroupSummary
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
 from replication.group_listing import dead_group, merge_overviews, offsets_only_group
+from wire.error_codes import ErrorCode
 
 
 class GroupQueries:

@@ -15,7 +15,7 @@ from typing import Any
 
 from client.protocol import InitProducerIdRequest, InitProducerIdResponse
 from controller.controller_api import AllocateProducerIdsRequest
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 
 class ProducerIdManager:

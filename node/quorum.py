@@ -46,7 +46,7 @@ from controller.raft_messages import Message, Role, Tick, Unreachable
 from node.config import NodeConfig
 from node.controller_channel import CONTROLLER_APIS, forward, request_from_envelope
 from node.raft_transport import RaftTransport, from_envelope
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 

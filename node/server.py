@@ -20,16 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from client.protocol import (
-    CONTENT_TYPE,
-    REQUESTS,
-    Api,
-    ErrorCode,
-    ProtocolError,
-    error_response,
-    pack,
-    unpack,
-)
+from client.protocol import CONTENT_TYPE, REQUESTS, Api, ProtocolError, error_response, pack, unpack
+from wire.error_codes import ErrorCode
 
 if TYPE_CHECKING:
     from node.node import Node

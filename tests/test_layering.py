@@ -45,9 +45,9 @@ def test_storage_is_checked_at_all() -> None:
 
 def test_the_client_pulls_in_only_the_controllers_plain_data() -> None:
     """client/protocol.py re-exports the topic-admin shapes of controller/controller_api.py, so that
-    module must stay plain data over storage (no Raft, no metadata state)."""
+    module must stay plain data over wire (no Raft, no metadata state)."""
     assert imported_modules(ROOT / "controller" / "controller_api.py") - {"__future__", "collections",
-                                                                          "dataclasses", "enum"} == {"storage"}
+                                                                          "dataclasses", "enum"} == {"wire"}
     client_imports = set().union(*(imported_modules(path) for path in (ROOT / "client").rglob("*.py")))
     assert client_imports & {"node", "replication", "pipeline"} == set()
     controller_modules = {

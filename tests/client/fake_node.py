@@ -30,8 +30,6 @@ from aiohttp import web
 from client.metadata import Metadata
 from client.protocol import (
     CONTENT_TYPE,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
     REQUESTS,
     AlterConfigsResourceResult,
     Api,
@@ -55,7 +53,6 @@ from client.protocol import (
     DescribeReplicasRequest,
     DescribeReplicasResponse,
     EpochEndOffsetResponse,
-    ErrorCode,
     FetchPartitionResponse,
     FetchRequest,
     FetchResponse,
@@ -109,6 +106,8 @@ from storage.errors import StorageError
 from storage.log import Log
 from storage.log_loader import LogLoader
 from storage.records import read_header
+from wire.error_codes import ErrorCode
+from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 
 def now_ms() -> int:

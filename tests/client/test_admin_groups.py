@@ -11,10 +11,11 @@ import pytest
 from client.admin import Admin, GroupListing
 from client.consumer import Consumer
 from client.errors import TributaryError
-from client.metadata import TopicPartition
-from client.protocol import Api, ConsumerGroupState, ErrorCode
+from client.protocol import Api, ConsumerGroupState
 from tests.client.fake_node import FakeCluster
 from tests.client.group_helpers import start_members
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 
 async def test_groups_are_listed_and_described_with_each_partitions_owner(cluster: FakeCluster) -> None:

@@ -14,10 +14,11 @@ import pytest
 
 from client.consumer import Consumer
 from client.errors import ERRORS
-from client.metadata import TopicPartition
 from client.producer import Producer
-from client.protocol import Api, ErrorCode, FetchRequest, MetadataResponse
+from client.protocol import Api, FetchRequest, MetadataResponse
 from tests.client.fake_node import FakeCluster, count_refreshes
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 T0 = TopicPartition("t", 0)
 

@@ -20,18 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.protocol import (
-    INT64_MAX,
-    REQUESTS,
-    RESPONSES,
-    Api,
-    ErrorCode,
-    ProtocolError,
-    decode,
-    encode,
-    pack,
-    unpack,
-)
+from client.protocol import INT64_MAX, REQUESTS, RESPONSES, Api, ProtocolError, decode, encode, pack, unpack
+from wire.error_codes import ErrorCode
 
 SHAPES = sorted({*REQUESTS.values(), *RESPONSES.values()}, key=lambda cls: cls.__name__)
 SCALARS: dict[Any, st.SearchStrategy] = {

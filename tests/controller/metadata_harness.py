@@ -19,7 +19,7 @@ from controller.controller_api import (
 from controller.metadata import ClusterMetadata, MetadataHistory, PartitionRegistration, check_invariants
 from controller.metadata_records import encode_record
 from controller.quorum_controller import ControllerConfig, ControllerResult, QuorumController
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 RAFT_EPOCH = 3
 

@@ -40,7 +40,7 @@ from controller.metadata import ClusterMetadata
 from controller.metadata_records import FenceBroker, RegisterBroker, decode_record
 from controller.quorum_controller import ControllerConfig
 from controller.raft_messages import ProposalCompletion, ProposeBatch, RaftError, Role
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 NODE_ID = 1
 TICK_INTERVAL_MS = 100

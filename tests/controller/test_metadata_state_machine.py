@@ -33,10 +33,11 @@ from controller.controller_api import (
     IncrementalAlterConfigsRequest,
 )
 from controller.metadata import ClusterMetadata, check_invariants
-from controller.metadata_records import NO_LEADER, encode_record
+from controller.metadata_records import encode_record
 from controller.quorum_controller import ControllerConfig
-from storage.error_codes import ErrorCode
 from tests.controller.metadata_harness import Harness
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
 
 SESSION_MS = 1000
 BROKER_IDS = st.integers(1, 5)

@@ -31,7 +31,6 @@ from controller.controller_api import (
 )
 from controller.metadata import ClusterMetadata, PartitionRegistration
 from controller.metadata_records import (
-    NO_LEADER,
     BrokerRegistrationChange,
     ConfigChange,
     FenceBroker,
@@ -44,8 +43,9 @@ from controller.metadata_records import (
     encode_record,
 )
 from controller.quorum_controller import ControllerConfig, QuorumController
-from storage.error_codes import ErrorCode
 from tests.controller.metadata_harness import Harness
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
 
 SESSION_MS = 9000
 

@@ -38,11 +38,11 @@ from controller.quorum_controller import ControllerConfig, QuorumController
 from node.broker import Broker, BrokerSettings
 from replication.config import ReplicationConfig
 from storage import meta_properties
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
 from storage.records import build_batch_from_values, iter_headers
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 T = TypeVar("T")
 LISTENER = "PLAINTEXT"

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from client.admin import Admin, ClusterDescription
 from client.connection import Connections
-from client.protocol import Api, ErrorCode, FetchPartition, FetchRequest, FetchResponse
+from client.protocol import Api, FetchPartition, FetchRequest, FetchResponse
 from node.dev import DevCluster
 from storage.records import iter_records
+from wire.error_codes import ErrorCode
 
 FAST = {
     "broker.heartbeat.interval.ms": "200",

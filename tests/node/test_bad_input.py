@@ -15,7 +15,6 @@ from client.admin import Admin, NewTopic
 from client.producer import Producer
 from client.protocol import (
     Api,
-    ErrorCode,
     ErrorResponse,
     FetchPartition,
     FetchRequest,
@@ -30,6 +29,7 @@ from client.protocol import (
 from node.dev import DevCluster, healthy
 from storage.records import Compression, build_batch
 from tests.node.cluster_harness import describe, start_cluster, stopped
+from wire.error_codes import ErrorCode
 
 MAX_BYTES = 65536
 MAX_PARTITIONS = 100

@@ -17,11 +17,11 @@ from client import protocol
 from node.broker import Broker
 from replication.config import ReplicationConfig
 from replication.ready import Role
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.records import iter_headers
 from tests.node.broker_harness import TIMEOUT_S, Cluster, batch, log_bytes, started, until, wall_clock_ms
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)

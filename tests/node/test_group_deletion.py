@@ -9,13 +9,13 @@ import random
 from typing import Any
 
 from client import protocol
-from client.protocol import ErrorCode
 from node.group_deletion import GroupDeletion
 from node.group_membership import GroupMembership
 from replication.consumer_groups import GroupsConfig
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
 from replication.group_metadata import GroupMetadata
 from tests.node.test_group_queries import PARTITIONS, Stubs, group_on
+from wire.error_codes import ErrorCode
 
 
 class DeletionStubs(Stubs):

@@ -24,9 +24,9 @@ from node.group_membership import GroupMembership
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from tests.node.broker_harness import Cluster, log_bytes, monotonic_ms, started, until, wall_clock_ms
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 T = TypeVar("T")
 OFFSETS_TP = TopicPartition(OFFSETS_TOPIC, 0)

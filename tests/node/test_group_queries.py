@@ -9,12 +9,13 @@ import random
 from typing import Any
 
 from client import protocol
-from client.protocol import ConsumerGroupState, DescribedGroup, ErrorCode, JoinGroupProtocol, JoinGroupRequest
+from client.protocol import ConsumerGroupState, DescribedGroup, JoinGroupProtocol, JoinGroupRequest
 from node.group_membership import GroupMembership, with_client_host
 from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
 from replication.group_metadata import GroupMetadata
+from wire.error_codes import ErrorCode
 
 PARTITIONS = 2
 

@@ -13,7 +13,6 @@ from client.connection import Connections, NodeUnavailableError
 from client.producer import Producer
 from client.protocol import (
     Api,
-    ErrorCode,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -26,6 +25,7 @@ from client.protocol import (
 from node.dev import DevCluster
 from storage.records import build_batch, iter_headers
 from tests.node.cluster_harness import describe, eventually, read_replica, start_cluster, stopped
+from wire.error_codes import ErrorCode
 
 TOPIC = "once"
 

@@ -17,7 +17,6 @@ from client.producer import Producer
 from client.protocol import (
     Api,
     Envelope,
-    ErrorCode,
     ErrorResponse,
     FetchPartition,
     FetchRequest,
@@ -29,6 +28,7 @@ from client.protocol import (
 )
 from node.dev import DevCluster
 from tests.node.cluster_harness import FAST, free_port_block, stopped
+from wire.error_codes import ErrorCode
 
 TOPIC = "listened"
 

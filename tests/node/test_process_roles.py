@@ -23,8 +23,8 @@ from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node.config import NodeConfig
 from node.node import CONTROLLER_ADMIN_APIS, NODE_TO_NODE_APIS, Node
 from node.server import NotABroker
-from storage.error_codes import ErrorCode
 from tests.node.cluster_harness import free_port_block
+from wire.error_codes import ErrorCode
 
 VOTERS = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"
 BROKER_APIS = [api for api in Api if api not in NODE_TO_NODE_APIS | CONTROLLER_ADMIN_APIS]

@@ -36,7 +36,7 @@ from controller.controller_api import (
 from node.config import NodeConfig
 from node.quorum import QuorumService
 from node.raft_transport import ACK
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 TIMEOUT_S = 20
 REQUEST_TIMEOUT_MS = 10_000

@@ -37,10 +37,10 @@ from replication.broker_ready import AlterPartitionSend, BrokerReady, ClientAnsw
 from replication.config import ReplicaManagerConfig, ReplicationConfig
 from replication.events import Tick
 from replication.replica_manager import ReplicaManager
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 LISTENER = "PLAINTEXT"
 LOG_DEFAULTS = {"segment.index.bytes": "4096", "index.interval.bytes": "64"}

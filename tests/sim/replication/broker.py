@@ -64,10 +64,7 @@ from replication.partition import Partition
 from replication.ready import FetchResult, ListOffsetsResult, ProduceResult
 from replication.replica_manager import ReplicaManager
 from storage import meta_properties
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
-from storage.log import LATEST_TIMESTAMP
 from storage.log_manager import LogManager
 from tests.sim.kernel.disk import DiskModel
 from tests.sim.replication import disk
@@ -90,6 +87,9 @@ from tests.sim.replication.messages import (
 )
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS
+from wire.error_codes import ErrorCode
+from wire.sentinels import LATEST_TIMESTAMP
+from wire.topic_partition import TopicPartition
 
 WALL_START_MS = 1_700_000_000_000  # the simulated wall clocks' base (simulated time 0)
 

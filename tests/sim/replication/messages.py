@@ -18,7 +18,7 @@ from replication.broker_ready import ReplicaFetchSend
 from replication.events import ConsumerFetch, ProduceRequest
 from replication.group_coordinator import CommitAnswer, CommitOffsets, FetchAnswer, FetchOffsets
 from replication.ready import FetchResult, ProduceResult
-from storage.checkpoint import TopicPartition
+from wire.topic_partition import TopicPartition
 
 CONTROLLER_ID = 0  # in a scenario's cut: every controller node (tests/sim/replication/quorum.py)
 PRODUCER_ID = 100
