@@ -30,12 +30,18 @@ from typing import Any, TypeVar
 
 import msgpack
 
-from controller.controller_api import (  # the topic-admin shapes are the controller's own: defined once, re-exported
+from wire.configs import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
     AlterConfigsResourceResult,
     ConfigResourceType,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH
+from wire.topics import (
     CreatableTopic,
     CreatableTopicResult,
     CreateTopicsRequest,
@@ -43,11 +49,7 @@ from controller.controller_api import (  # the topic-admin shapes are the contro
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
-from wire.error_codes import ErrorCode
-from wire.sentinels import NO_EPOCH
 
 CONTENT_TYPE = "application/msgpack"
 PREFIX = "/v1/"

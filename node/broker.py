@@ -29,8 +29,6 @@ from typing import NoReturn
 
 from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from controller.controller_api import AlterPartitionData, AlterPartitionRequest
-from controller.controller_api import AlterPartitionResponse as ControllerAlterPartitionResponse
 from node.broker_settings import BrokerSettings
 from node.lifecycle import BrokerLifecycleManager, Quorum
 from node.log_tasks import LogTasks
@@ -67,6 +65,8 @@ from replication.ready import (
 )
 from replication.replica_manager import HostedPartition, ReplicaManager
 from storage.log_manager import LogManager
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.alter_partition import AlterPartitionResponse as ControllerAlterPartitionResponse
 from wire.error_codes import ErrorCode
 from wire.sentinels import CONSUMER_REPLICA_ID
 from wire.topic_partition import TopicPartition

@@ -32,7 +32,6 @@ from aiohttp import web
 from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.protocol import Api, Envelope, ProtocolError
-from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node import admin
 from node.broker import Broker
 from node.config import NodeConfig
@@ -49,6 +48,7 @@ from storage.config import LogConfig
 from storage.dir_lock import DirLock
 from storage.log_manager import LogManager
 from wire.error_codes import ErrorCode
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from client.protocol import InitProducerIdRequest, InitProducerIdResponse
-from controller.controller_api import AllocateProducerIdsRequest
 from wire.error_codes import ErrorCode
+from wire.producer_ids import AllocateProducerIdsRequest
 
 
 class ProducerIdManager:

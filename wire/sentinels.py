@@ -26,3 +26,6 @@ sends its broker id."""
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # KIP-734: the record with the largest timestamp
+
+NO_VALUE = -1
+"""Kafka's "use the default" for `num_partitions` and `replication_factor`, and "unknown" elsewhere."""

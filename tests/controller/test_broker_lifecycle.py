@@ -19,7 +19,7 @@ from controller.broker_lifecycle import (
     StartLifecycle,
     StopLifecycle,
 )
-from controller.controller_api import (
+from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,

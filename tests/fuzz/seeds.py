@@ -22,7 +22,6 @@ from client.protocol import (
     pack,
 )
 from controller import raft_messages as raft
-from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
 from controller.quorum_state import ElectionState, QuorumStateStore
 from controller.raft import Raft
 from controller.raft_driver import RaftDriver
@@ -40,6 +39,7 @@ from tests.fuzz.targets import (
     CountingStateMachine,
     raft_frame,
 )
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
 
 CORPUS = Path(__file__).parent / "corpus"
 

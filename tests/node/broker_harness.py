@@ -27,11 +27,6 @@ from aiohttp import web
 
 from client import protocol
 from client.connection import Connections
-from controller.controller_api import (
-    CreatableTopic,
-    CreateTopicsRequest,
-    DeleteTopicsRequest,
-)
 from controller.metadata import ClusterMetadata, PartitionRegistration
 from controller.metadata_records import MetadataRecord, PartitionChange
 from controller.quorum_controller import ControllerConfig, QuorumController
@@ -43,6 +38,7 @@ from storage.log_manager import LogManager
 from storage.records import build_batch_from_values, iter_headers
 from wire.error_codes import ErrorCode
 from wire.topic_partition import TopicPartition
+from wire.topics import CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
 
 T = TypeVar("T")
 LISTENER = "PLAINTEXT"

@@ -27,16 +27,12 @@ from aiohttp import web
 from client import protocol
 from client.connection import Connections
 from client.protocol import Api, Envelope, ProtocolError, pack, unpack
-from controller.controller_api import (
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    CreatableTopic,
-    CreateTopicsRequest,
-)
 from node.config import NodeConfig
 from node.quorum import QuorumService
 from node.raft_transport import ACK
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from wire.error_codes import ErrorCode
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 TIMEOUT_S = 20
 REQUEST_TIMEOUT_MS = 10_000

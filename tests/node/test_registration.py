@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from client import protocol
-from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest, BrokerRegistrationResponse
 from controller.metadata import ClusterMetadata
 from controller.metadata_records import Partition, PartitionChange, RegisterBroker, Topic
 from node.admin import metadata_response
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.meta_properties import META_PROPERTIES_FILE, MetaProperties
 from tests.node.broker_harness import Cluster, batch, log_bytes, started, until
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, BrokerRegistrationResponse
 from wire.error_codes import ErrorCode
 from wire.sentinels import NO_LEADER
 from wire.topic_partition import TopicPartition

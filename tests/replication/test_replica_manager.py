@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from controller.metadata import PartitionRegistration
 from replication.broker_events import (
     ClientRequest,
@@ -30,6 +29,7 @@ from replication.ready import FetchResult, ProduceResult, Role
 from storage import log_segment
 from storage.records import build_batch_from_values, iter_headers
 from tests.replication.core_cluster import CoreCluster
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from wire.error_codes import ErrorCode
 from wire.sentinels import NO_LEADER
 from wire.topic_partition import TopicPartition

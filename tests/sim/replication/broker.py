@@ -34,7 +34,6 @@ from controller.broker_lifecycle import (
     StartLifecycle,
 )
 from controller.broker_lifecycle import ControllerAnswer as LifecycleAnswer
-from controller.controller_api import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse
 from controller.error_responses import is_not_controller
 from controller.metadata import ClusterMetadata
 from node.lifecycle import replica_log_info
@@ -87,6 +86,7 @@ from tests.sim.replication.messages import (
 )
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse
 from wire.error_codes import ErrorCode
 from wire.sentinels import LATEST_TIMESTAMP
 from wire.topic_partition import TopicPartition

@@ -1,7 +1,7 @@
 """What travels over the simulated network: a `Message` with one of these bodies.
 
-Broker <-> controller bodies wrap the controller's own request and response dataclasses
-(`controller/controller_api.py`) with a correlation id; broker <-> broker and client <-> broker
+Broker <-> controller bodies wrap the controller's request and response dataclasses
+(`wire/`) with a correlation id; broker <-> broker and client <-> broker
 bodies wrap the broker core's sends, events and completions. Nothing is encoded: the simulator
 tests the cores, not the wire format.
 """

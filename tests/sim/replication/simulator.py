@@ -47,7 +47,6 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from controller.error_responses import is_not_controller
 from controller.quorum_controller import ControllerConfig
 from controller.raft_messages import Message as RaftMessage
@@ -110,6 +109,7 @@ from tests.sim.replication.quorum import CONTROLLER_IDS, SimQuorum
 from wire.error_codes import ErrorCode
 from wire.sentinels import NO_LEADER
 from wire.topic_partition import TopicPartition
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 BROKER_IDS = (1, 2, 3)
 DUTY_INTERVAL_MS = 20
