@@ -21,42 +21,40 @@ from client.connection import Connections, NodeUnavailableError, RequestRejected
 from client.consumer_protocol import ConsumerProtocolError, decode_assignment
 from client.errors import TributaryError, error_for, retrying
 from client.metadata import Metadata, PartitionInfo
-from client.protocol import (
+from wire.api import Api
+from wire.configs import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
-    Api,
     ConfigResourceType,
-    ConsumerGroupState,
-    CreatableTopic,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DeleteRecordsPartition,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from wire.error_codes import ErrorCode
+from wire.group_admin import (
+    ConsumerGroupState,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
-    DescribeReplicasRequest,
-    DescribeReplicasResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
-    MetadataBroker,
-    OffsetDeleteRequest,
-    OffsetDeleteResponse,
-    ReplicaState,
 )
-from wire.error_codes import ErrorCode
+from wire.group_offsets import OffsetDeleteRequest, OffsetDeleteResponse
+from wire.log_offsets import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsResponse
+from wire.metadata import DescribeReplicasRequest, DescribeReplicasResponse, MetadataBroker, ReplicaState
 from wire.topic_partition import TopicPartition
+from wire.topics import (
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 
 
 @dataclass(frozen=True, slots=True)

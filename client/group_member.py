@@ -37,8 +37,9 @@ from client.consumer_protocol import (
 )
 from client.errors import TributaryError, error_for
 from client.metadata import Metadata
-from client.protocol import (
-    Api,
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_membership import (
     GroupResponse,
     HeartbeatRequest,
     JoinGroupProtocol,
@@ -49,7 +50,6 @@ from client.protocol import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from wire.error_codes import ErrorCode
 from wire.topic_partition import TopicPartition
 
 PROTOCOL_TYPE = "consumer"

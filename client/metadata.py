@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
-from client.protocol import Api, MetadataBroker, MetadataRequest, MetadataResponse
+from wire.api import Api
 from wire.error_codes import ErrorCode
+from wire.metadata import MetadataBroker, MetadataRequest, MetadataResponse
 from wire.sentinels import NO_LEADER
 from wire.topic_partition import TopicPartition
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.connection import Connections, RequestRejectedError
-from client.protocol import Api, Envelope, ProtocolError, decode, encode
 from controller.error_responses import error_response
 from wire.alter_partition import AlterPartitionRequest, AlterPartitionResponse
+from wire.api import Api
 from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
@@ -29,7 +29,9 @@ from wire.broker_lifecycle import (
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
 )
+from wire.codec import ProtocolError, decode, encode
 from wire.configs import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from wire.envelope import Envelope
 from wire.error_codes import ErrorCode
 from wire.producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
 from wire.topics import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
@@ -38,7 +40,7 @@ from wire.topics import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsR
 @dataclass(frozen=True, slots=True)
 class ControllerApi:
     """Where a controller request goes and what comes back. `wire`: forwarded in its
-    client/protocol form on a public route (topic admin), not in an Envelope."""
+    public wire form on a public route (topic admin), not in an Envelope."""
 
     api: Api
     response_type: type

@@ -13,9 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from client.protocol import InitProducerIdRequest, InitProducerIdResponse
 from wire.error_codes import ErrorCode
-from wire.producer_ids import AllocateProducerIdsRequest
+from wire.producer_ids import AllocateProducerIdsRequest, InitProducerIdRequest, InitProducerIdResponse
 
 
 class ProducerIdManager:

@@ -21,7 +21,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.protocol import Api, Envelope, ProtocolError, decode, encode
 from controller.raft_messages import (
     BeginQuorumEpoch,
     FetchRequest,
@@ -36,6 +35,9 @@ from controller.raft_messages import (
     VoteResponse,
 )
 from node.config import NodeConfig
+from wire.api import Api
+from wire.codec import ProtocolError, decode, encode
+from wire.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

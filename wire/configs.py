@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 from wire.error_codes import ErrorCode
@@ -61,3 +62,24 @@ class AlterConfigsResourceResult:
 @dataclass(frozen=True, slots=True)
 class IncrementalAlterConfigsResponse:
     responses: tuple[AlterConfigsResourceResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsRequest:
+    """Topic configs: the topic's own settings and the effective value of every key."""
+
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsResult:
+    topic: str
+    error_code: ErrorCode
+    error_message: str = ""
+    configs: Mapping[str, str] = field(default_factory=dict)
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsResponse:
+    results: tuple[DescribeConfigsResult, ...]

@@ -25,3 +25,22 @@ class AllocateProducerIdsResponse:
     error_message: str | None = None
     producer_id_start: int = -1
     producer_id_len: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest:
+    """An idempotent producer's id and epoch, from any broker. Transactions (`transactional_id`)
+    are not supported: such a request is refused with INVALID_REQUEST."""
+
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse:
+    error_code: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+    error_message: str = ""

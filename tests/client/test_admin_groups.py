@@ -11,10 +11,11 @@ import pytest
 from client.admin import Admin, GroupListing
 from client.consumer import Consumer
 from client.errors import TributaryError
-from client.protocol import Api, ConsumerGroupState
 from tests.client.fake_node import FakeCluster
 from tests.client.group_helpers import start_members
+from wire.api import Api
 from wire.error_codes import ErrorCode
+from wire.group_admin import ConsumerGroupState
 from wire.topic_partition import TopicPartition
 
 

@@ -24,9 +24,10 @@ from client.cli_perf import LatencyStats, produce_summary
 from client.cli_produce import producer_settings
 from client.fetched_batch import ConsumerRecord
 from client.metadata import PartitionInfo
-from client.protocol import Api, MetadataBroker, ReplicaState
 from tests.client.fake_node import FakeCluster, FakeClusterThread
 from tests.client.group_helpers import start_members
+from wire.api import Api
+from wire.metadata import MetadataBroker, ReplicaState
 from wire.topic_partition import TopicPartition
 
 

@@ -14,8 +14,9 @@ import pytest
 from client.consumer import Consumer
 from client.errors import LogTruncationError, OffsetOutOfRangeError
 from client.producer import Producer
-from client.protocol import Api, OffsetForLeaderPartition, OffsetsForLeaderEpochRequest
 from tests.client.fake_node import FakeCluster
+from wire.api import Api
+from wire.log_offsets import OffsetForLeaderPartition, OffsetsForLeaderEpochRequest
 from wire.topic_partition import TopicPartition
 
 T0 = TopicPartition("t", 0)

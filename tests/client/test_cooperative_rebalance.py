@@ -19,8 +19,8 @@ import pytest
 from client.consumer import Consumer
 from client.errors import TributaryError
 from client.producer import Producer
-from client.protocol import LeaveGroupRequest
 from tests.client.fake_node import FakeCluster
+from wire.group_membership import LeaveGroupRequest
 from wire.topic_partition import TopicPartition
 
 TOPIC = "shared"

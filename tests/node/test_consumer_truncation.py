@@ -18,10 +18,10 @@ import pytest
 
 from client.consumer import Consumer
 from client.errors import LogTruncationError
-from client.protocol import MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic
 from controller.metadata_records import PartitionChange
 from tests.node.broker_harness import CLUSTER_ID, Cluster, batch, started, until
 from wire.error_codes import ErrorCode
+from wire.metadata import MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic
 from wire.topic_partition import TopicPartition
 
 ORDERS = TopicPartition("orders", 0)
