@@ -31,10 +31,10 @@ from pathlib import Path
 
 from client.admin import Admin, NewTopic
 from client.consumer import Consumer
-from client.metadata import TopicPartition
 from client.producer import Producer
 from node.dev import DevCluster
 from tests.node.cluster_harness import start_cluster
+from wire.topic_partition import TopicPartition
 
 TOPIC = "rebalanced"
 PARTITIONS = 6

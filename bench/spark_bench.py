@@ -33,9 +33,9 @@ from pyspark.sql import functions as F
 import pipeline
 from client.admin import Admin, NewTopic
 from client.consumer import Consumer
-from client.metadata import TopicPartition
 from node.dev import DevCluster
 from tests.node.cluster_harness import free_port_block
+from wire.topic_partition import TopicPartition
 
 TOPIC = "spark-bench"
 VALUE_BYTES = 100

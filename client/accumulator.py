@@ -26,8 +26,8 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from client.metadata import TopicPartition
 from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordMetadata
+from wire.topic_partition import TopicPartition
 
 
 class RecordAccumulator:

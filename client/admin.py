@@ -20,41 +20,40 @@ from dataclasses import dataclass, field
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.consumer_protocol import ConsumerProtocolError, decode_assignment
 from client.errors import TributaryError, error_for, retrying
-from client.metadata import Metadata, PartitionInfo, TopicPartition
-from client.protocol import (
+from client.metadata import Metadata, PartitionInfo
+from wire.api import Api
+from wire.configs import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
-    Api,
     ConfigResourceType,
-    ConsumerGroupState,
-    CreatableTopic,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DeleteRecordsPartition,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from wire.error_codes import ErrorCode
+from wire.group_admin import (
+    ConsumerGroupState,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
-    DescribeReplicasRequest,
-    DescribeReplicasResponse,
-    ErrorCode,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
-    MetadataBroker,
-    OffsetDeleteRequest,
-    OffsetDeleteResponse,
-    ReplicaState,
+)
+from wire.group_offsets import OffsetDeleteRequest, OffsetDeleteResponse
+from wire.log_offsets import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsResponse
+from wire.metadata import DescribeReplicasRequest, DescribeReplicasResponse, MetadataBroker, ReplicaState
+from wire.topic_partition import TopicPartition
+from wire.topics import (
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
 )
 
 

@@ -17,7 +17,7 @@ import enum
 from client.errors import TributaryError
 from client.idempotence import PartitionSequences
 from client.producer_batch import ProducerBatch
-from client.protocol import ErrorCode
+from wire.error_codes import ErrorCode
 
 
 class Retry(enum.Enum):

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from client.cli_support import EXIT_OK, bootstrap_parent, parse_properties, run_command
 from client.consumer import Consumer
 from client.fetched_batch import ConsumerRecord
-from client.metadata import TopicPartition
+from wire.topic_partition import TopicPartition
 
 
 def register(subcommands: Any) -> None:

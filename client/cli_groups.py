@@ -28,8 +28,8 @@ from client.cli_cluster import format_rows
 from client.cli_support import EXIT_FAILED, EXIT_OK, bootstrap_parent, run_command
 from client.consumer import Consumer
 from client.errors import TributaryError
-from client.metadata import TopicPartition
-from client.protocol import ConsumerGroupState
+from wire.group_admin import ConsumerGroupState
+from wire.topic_partition import TopicPartition
 
 
 def register(subcommands: Any) -> None:

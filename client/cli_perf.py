@@ -23,8 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from client.cli_produce import producer_settings
 from client.cli_support import EXIT_OK, bootstrap_parent, parse_properties, run_command
 from client.consumer import Consumer
-from client.metadata import TopicPartition
 from client.producer import Producer
+from wire.topic_partition import TopicPartition
 
 CHUNK_RECORDS_MAX = 500
 PERCENTILES = (50, 95, 99, 99.9)

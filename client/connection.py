@@ -9,7 +9,9 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from client.protocol import CONTENT_TYPE, Api, ErrorCode, ErrorResponse, ProtocolError, pack, unpack
+from wire.api import CONTENT_TYPE, Api, ErrorResponse
+from wire.codec import ProtocolError, pack, unpack
+from wire.error_codes import ErrorCode
 
 T = TypeVar("T")
 

@@ -64,29 +64,27 @@ from client.connection import Connections, NodeUnavailableError, RequestRejected
 from client.errors import LogTruncationError, TributaryError, error_for, retrying
 from client.fetched_batch import ConsumerRecord, FetchedBatch, split_batches
 from client.group_member import GroupMember
-from client.metadata import Metadata, TopicPartition
-from client.protocol import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    NO_EPOCH,
-    Api,
-    ErrorCode,
-    FetchPartition,
-    FetchPartitionResponse,
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
+from client.metadata import Metadata
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse
+from wire.group_offsets import (
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+)
+from wire.log_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
     OffsetForLeaderPartition,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
 )
+from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH
+from wire.topic_partition import TopicPartition
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from client.metadata import TopicPartition
+from wire.topic_partition import TopicPartition
 
 SUBSCRIPTION_VERSION = 3
 ASSIGNMENT_VERSION = 3

@@ -12,10 +12,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 if TYPE_CHECKING:
-    from client.metadata import TopicPartition
+    from wire.topic_partition import TopicPartition
 
 T = TypeVar("T")
 

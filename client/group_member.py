@@ -36,10 +36,10 @@ from client.consumer_protocol import (
     encode_subscription,
 )
 from client.errors import TributaryError, error_for
-from client.metadata import Metadata, TopicPartition
-from client.protocol import (
-    Api,
-    ErrorCode,
+from client.metadata import Metadata
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_membership import (
     GroupResponse,
     HeartbeatRequest,
     JoinGroupProtocol,
@@ -50,6 +50,7 @@ from client.protocol import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from wire.topic_partition import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
 REJOIN = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})

@@ -16,18 +16,13 @@ from dataclasses import dataclass
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
-from client.protocol import NO_LEADER, Api, ErrorCode, MetadataBroker, MetadataRequest, MetadataResponse
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.metadata import MetadataBroker, MetadataRequest, MetadataResponse
+from wire.sentinels import NO_LEADER
+from wire.topic_partition import TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9192"  # `tributary-node dev`'s first HTTP listener
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,20 +31,16 @@ from client.batch_retry import WRITTEN_MESSAGE, Retry, after_error
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
 from client.idempotence import MAX_IN_FLIGHT, PartitionSequences
-from client.metadata import Metadata, TopicPartition
+from client.metadata import Metadata
 from client.partitioner import StickyPartitioner, partition_for_key
 from client.producer_batch import BatchMetadata, Headers, ProducerBatch, RecordMetadata, record_size
-from client.protocol import (
-    Api,
-    ErrorCode,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    ProducePartition,
-    ProduceRequest,
-    ProduceResponse,
-)
 from storage.errors import StorageError
 from storage.records import NO_PRODUCER_ID, Compression
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.produce import ProducePartition, ProduceRequest, ProduceResponse
+from wire.producer_ids import InitProducerIdRequest, InitProducerIdResponse
+from wire.topic_partition import TopicPartition
 
 COMPRESSION_TYPES = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
                      "lz4": Compression.LZ4, "zstd": Compression.ZSTD}

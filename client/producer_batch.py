@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from client.metadata import TopicPartition
 from storage.records import (
     BATCH_HEADER_SIZE,
     NO_PRODUCER_EPOCH,
@@ -29,6 +28,7 @@ from storage.records import (
     build_batch,
     build_batch_from_values,
 )
+from wire.topic_partition import TopicPartition
 
 SEQUENCE_MASK = 2**31 - 1  # sequences wrap from 2^31-1 to 0 (Kafka's rule)
 # Upper bound of a record's framing: length (5), attributes (1), timestampDelta (10),

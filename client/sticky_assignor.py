@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from client.consumer_protocol import Subscription
-from client.metadata import TopicPartition
+from wire.topic_partition import TopicPartition
 
 Plan = dict[str, dict[str, list[int]]]
 

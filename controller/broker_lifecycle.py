@@ -43,8 +43,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from controller.controller_api import (
-    NO_VALUE,
+from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -52,7 +51,8 @@ from controller.controller_api import (
     ControlledShutdownRequest,
     ReplicaLogInfo,
 )
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_VALUE
 
 NO_BROKER_EPOCH = NO_VALUE
 _REREGISTER_ERRORS = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED})

@@ -71,7 +71,7 @@ from controller.quorum_controller import ControllerConfig, ControllerResult, Quo
 from controller.raft import Raft
 from controller.raft_messages import ProposalCompletion, ProposeBatch, RaftError, Role
 from controller.replica_assignment import RandomSource
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 NEVER_MS = 2**62
 CALLS_AWAITING_OFFICE_MAX = 1_000  # calls held while a new leader's log is still being applied

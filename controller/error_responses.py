@@ -12,27 +12,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.controller_api import (
-    AllocateProducerIdsRequest,
-    AllocateProducerIdsResponse,
-    AlterConfigsResourceResult,
-    AlterPartitionRequest,
-    AlterPartitionResponse,
+from wire.alter_partition import AlterPartitionRequest, AlterPartitionResponse
+from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
+)
+from wire.configs import AlterConfigsResourceResult, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from wire.error_codes import ErrorCode
+from wire.producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+from wire.topics import (
     CreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
-from storage.error_codes import ErrorCode
 
 
 def error_response(request: Any, code: ErrorCode, message: str) -> Any:

@@ -36,7 +36,6 @@ import msgpack
 
 from controller.errors import MetadataApplyError, MetadataRecordError
 from controller.metadata_records import (
-    NO_LEADER,
     BrokerRegistrationChange,
     ConfigChange,
     FenceBroker,
@@ -55,6 +54,7 @@ from controller.metadata_records import (
 )
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
+from wire.sentinels import NO_LEADER
 
 SNAPSHOT_VERSION = 4  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset;
 # 3: brokers: fenced_offset; 4: the next producer id

@@ -40,10 +40,6 @@ import msgpack
 
 from controller.errors import MetadataRecordError
 
-NO_LEADER = -1
-"""`leader` of a partition with no leader (offline), as in Kafka's `LeaderConstants.NO_LEADER`."""
-
-
 
 class MetadataRecordType(IntEnum):
     """The type tag of a record on the wire: Kafka's `apiKey` for the matching KRaft record."""

@@ -36,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from controller.metadata import PartitionRegistration
-from controller.metadata_records import NO_LEADER, PartitionChange
+from controller.metadata_records import PartitionChange
+from wire.sentinels import NO_LEADER
 
 
 def partition_change(

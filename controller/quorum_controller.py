@@ -91,42 +91,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
-from controller.controller_api import (
-    NO_VALUE,
-    PRODUCER_ID_BLOCK_SIZE,
-    PRODUCER_ID_MAX,
-    AllocateProducerIdsRequest,
-    AllocateProducerIdsResponse,
-    AlterableConfig,
-    AlterConfigOp,
-    AlterConfigsResource,
-    AlterConfigsResourceResult,
-    AlterPartitionData,
-    AlterPartitionRequest,
-    AlterPartitionResponse,
-    AlterPartitionResult,
-    BrokerHeartbeatRequest,
-    BrokerHeartbeatResponse,
-    BrokerRegistrationRequest,
-    BrokerRegistrationResponse,
-    ConfigResourceType,
-    ControlledShutdownRequest,
-    ControllerTick,
-    CreatableTopic,
-    CreatableTopicResult,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeletableTopicResult,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
-    ReplicaLogInfo,
-    TickResponse,
-)
+from controller.controller_api import ControllerTick, TickResponse
 from controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, topic_name_error
 from controller.metadata_records import (
-    NO_LEADER,
     BrokerRegistrationChange,
     ConfigChange,
     FenceBroker,
@@ -142,8 +109,40 @@ from controller.metadata_records import (
 from controller.partition_change import partition_change
 from controller.replica_assignment import RandomSource, UsableBroker, assign_replicas
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.errors import InvalidConfigError
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionResult
+from wire.broker_lifecycle import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    ControlledShutdownRequest,
+    ReplicaLogInfo,
+)
+from wire.configs import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResourceResult,
+    ConfigResourceType,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from wire.error_codes import ErrorCode
+from wire.producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+from wire.sentinels import NO_LEADER, NO_VALUE
+from wire.topics import (
+    CreatableTopic,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+PRODUCER_ID_MAX = 2**63 - 1
 
 ResponseT = TypeVar("ResponseT")
 

@@ -36,10 +36,10 @@ from pathlib import Path
 from controller.raft_messages import CommittedEntry, OffsetAndEpoch
 from controller.snapshot import SnapshotStore
 from storage.config import LogConfig
-from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET
 from storage.log import Log, LogAppendInfo
 from storage.log_loader import LogLoader
 from storage.records import build_batch, build_batch_from_values, decode_records, iter_headers
+from wire.sentinels import UNDEFINED_EPOCH_OFFSET
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0

@@ -20,8 +20,7 @@ from controller.quorum_state import ElectionState
 class RaftError(IntEnum):
     """Errors the quorum can answer, with Kafka's names and numeric codes.
 
-    `client/protocol.py` owns the wire `ErrorCode`; controller/ may not import client/, so the node
-    maps these by name."""
+    The node maps these by name to the wire's `ErrorCode` (`wire/error_codes.py`)."""
 
     NONE = 0
     NOT_LEADER_OR_FOLLOWER = 6

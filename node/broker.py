@@ -27,16 +27,12 @@ import os
 from collections.abc import Callable
 from typing import NoReturn
 
-from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from controller.controller_api import AlterPartitionData, AlterPartitionRequest
-from controller.controller_api import AlterPartitionResponse as ControllerAlterPartitionResponse
 from node.broker_settings import BrokerSettings
 from node.lifecycle import BrokerLifecycleManager, Quorum
 from node.log_tasks import LogTasks
 from node.metrics import ReplicaMetrics
 from replication.broker_events import (
-    CONSUMER_REPLICA_ID,
     AlterPartitionAnswer,
     ClientRequest,
     FetchWait,
@@ -67,9 +63,29 @@ from replication.ready import (
     Role,
 )
 from replication.replica_manager import HostedPartition, ReplicaManager
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.alter_partition import AlterPartitionResponse as ControllerAlterPartitionResponse
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import EpochEndOffset as WireEpochEndOffset
+from wire.fetch import FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, LeaderIdAndEpoch
+from wire.log_offsets import (
+    DeleteRecordsPartitionResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    EpochEndOffsetResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+)
+from wire.metadata import DescribeReplicasRequest, DescribeReplicasResponse, ReplicaState
+from wire.produce import ProducePartitionResponse, ProduceResponse
+from wire.produce import ProduceRequest as WireProduceRequest
+from wire.sentinels import CONSUMER_REPLICA_ID
+from wire.topic_partition import TopicPartition
 
 __all__ = ["Broker", "BrokerSettings"]
 
@@ -301,7 +317,7 @@ class Broker:
 
     async def _replica_fetch(self, send: ReplicaFetchSend) -> None:
         partitions = tuple(
-            protocol.FetchPartition(
+            FetchPartition(
                 topic=topic_partition.topic,
                 partition=topic_partition.partition,
                 fetch_offset=position.fetch_offset,
@@ -313,13 +329,13 @@ class Broker:
             )
             for topic_partition, position in send.positions
         )
-        request = protocol.FetchRequest(partitions=partitions, replica_id=self.settings.node_id,
+        request = FetchRequest(partitions=partitions, replica_id=self.settings.node_id,
                                         broker_epoch=send.broker_epoch, max_wait_ms=send.max_wait_ms,
                                         min_bytes=send.min_bytes, max_bytes=send.max_bytes,
                                         cluster_id=self.settings.cluster_id)
         try:
-            response = await self._connections.call(send.address, protocol.Api.FETCH, request,
-                                                    protocol.FetchResponse, self.core.config.replica_fetch_timeout_ms)
+            response = await self._connections.call(send.address, Api.FETCH, request,
+                                                    FetchResponse, self.core.config.replica_fetch_timeout_ms)
         except (NodeUnavailableError, RequestRejectedError) as error:
             log.info("broker %s: fetch from broker %s failed (%s); the core backs off", self.settings.node_id,
                      send.leader_id, error)
@@ -335,7 +351,7 @@ class Broker:
 
     # -- client requests ----------------------------------------------------------------------------
 
-    async def produce(self, request: protocol.ProduceRequest) -> protocol.ProduceResponse:
+    async def produce(self, request: WireProduceRequest) -> ProduceResponse:
         answer = await self._submit(tuple(
             (TopicPartition(part.topic, part.partition),
              ProduceRequest(0, part.records, request.acks, request.timeout_ms, part.current_leader_epoch))
@@ -345,13 +361,13 @@ class Broker:
         for part in answer.parts:
             result = part.result
             assert isinstance(result, ProduceResult), result
-            parts.append(protocol.ProducePartitionResponse(
+            parts.append(ProducePartitionResponse(
                 part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
                 result.base_offset, result.log_append_time_ms, result.log_start_offset,
             ))
-        return protocol.ProduceResponse(tuple(parts))
+        return ProduceResponse(tuple(parts))
 
-    async def fetch(self, request: protocol.FetchRequest) -> protocol.FetchResponse:
+    async def fetch(self, request: FetchRequest) -> FetchResponse:
         """Consumers (replica_id -1, any replica serves up to its HW) and followers (replica_id = their
         node id, leader only); the core long-polls up to max_wait_ms for min_bytes."""
         parts: list[tuple[TopicPartition, PartitionRequest]] = []
@@ -372,9 +388,9 @@ class Broker:
         wait = FetchWait(request.replica_id, min(request.max_wait_ms, self.settings.request_timeout_ms),
                          request.min_bytes, request.max_bytes, request.rack_id)
         answer = await self._submit(tuple(parts), wait)
-        return protocol.FetchResponse(tuple(_fetch_partition_response(part) for part in answer.parts))
+        return FetchResponse(tuple(_fetch_partition_response(part) for part in answer.parts))
 
-    async def list_offsets(self, request: protocol.ListOffsetsRequest) -> protocol.ListOffsetsResponse:
+    async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         answer = await self._submit(tuple(
             (TopicPartition(part.topic, part.partition),
              ListOffsets(0, part.timestamp, part.current_leader_epoch, require_leader=not request.from_follower))
@@ -384,15 +400,15 @@ class Broker:
         for part in answer.parts:
             result = part.result
             assert isinstance(result, ListOffsetsResult), result
-            parts.append(protocol.ListOffsetsPartitionResponse(
+            parts.append(ListOffsetsPartitionResponse(
                 part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
                 result.timestamp, result.offset, result.leader_epoch,
             ))
-        return protocol.ListOffsetsResponse(tuple(parts))
+        return ListOffsetsResponse(tuple(parts))
 
     async def offsets_for_leader_epoch(
-        self, request: protocol.OffsetsForLeaderEpochRequest
-    ) -> protocol.OffsetsForLeaderEpochResponse:
+        self, request: OffsetsForLeaderEpochRequest
+    ) -> OffsetsForLeaderEpochResponse:
         answer = await self._submit(tuple(
             (TopicPartition(part.topic, part.partition),
              OffsetsForLeaderEpoch(0, part.leader_epoch, part.current_leader_epoch))
@@ -402,13 +418,13 @@ class Broker:
         for part in answer.parts:
             result = part.result
             assert isinstance(result, OffsetsForLeaderEpochResult), result
-            parts.append(protocol.EpochEndOffsetResponse(
+            parts.append(EpochEndOffsetResponse(
                 part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
                 result.leader_epoch, result.end_offset,
             ))
-        return protocol.OffsetsForLeaderEpochResponse(tuple(parts))
+        return OffsetsForLeaderEpochResponse(tuple(parts))
 
-    async def delete_records(self, request: protocol.DeleteRecordsRequest) -> protocol.DeleteRecordsResponse:
+    async def delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
         answer = await self._submit(tuple(
             (TopicPartition(part.topic, part.partition), DeleteRecords(0, part.offset, request.timeout_ms))
             for part in request.partitions
@@ -417,21 +433,21 @@ class Broker:
         for part in answer.parts:
             result = part.result
             assert isinstance(result, DeleteRecordsResult), result
-            parts.append(protocol.DeleteRecordsPartitionResponse(
+            parts.append(DeleteRecordsPartitionResponse(
                 part.topic_partition.topic, part.topic_partition.partition, result.error, result.error_message,
                 result.low_watermark,
             ))
-        return protocol.DeleteRecordsResponse(tuple(parts))
+        return DeleteRecordsResponse(tuple(parts))
 
     # -- state for tools and metrics ----------------------------------------------------------------
 
-    def describe_replicas(self, request: protocol.DescribeReplicasRequest) -> protocol.DescribeReplicasResponse:
+    def describe_replicas(self, request: DescribeReplicasRequest) -> DescribeReplicasResponse:
         replicas = []
         for topic_partition, partition in self.core.partitions():
             if request.topics is not None and topic_partition.topic not in request.topics:
                 continue
             log_ = partition.log
-            replicas.append(protocol.ReplicaState(
+            replicas.append(ReplicaState(
                 topic=topic_partition.topic,
                 partition=topic_partition.partition,
                 role=partition.role.value,
@@ -443,7 +459,7 @@ class Broker:
                 isr=tuple(partition.isr),
                 size_bytes=log_.size_in_bytes(),
             ))
-        return protocol.DescribeReplicasResponse(self.settings.node_id, tuple(replicas))
+        return DescribeReplicasResponse(self.settings.node_id, tuple(replicas))
 
     def replica_metrics(self) -> list[ReplicaMetrics]:
         """Per hosted partition: LEO, HW, logStartOffset, size; on the leader also the ISR size and
@@ -469,7 +485,7 @@ class Broker:
         return metrics
 
 
-def _fetch_result(answer: protocol.FetchPartitionResponse) -> FetchResult:
+def _fetch_result(answer: FetchPartitionResponse) -> FetchResult:
     """A leader's wire answer as the core's `FetchResult` (request ids do not cross the wire)."""
     diverging = answer.diverging_epoch
     return FetchResult(
@@ -484,12 +500,12 @@ def _fetch_result(answer: protocol.FetchPartitionResponse) -> FetchResult:
     )
 
 
-def _fetch_partition_response(part: PartAnswer) -> protocol.FetchPartitionResponse:
+def _fetch_partition_response(part: PartAnswer) -> FetchPartitionResponse:
     result = part.result
     assert isinstance(result, FetchResult), result
     diverging = result.diverging_epoch
     leader = part.current_leader
-    return protocol.FetchPartitionResponse(
+    return FetchPartitionResponse(
         topic=part.topic_partition.topic,
         partition=part.topic_partition.partition,
         error_code=result.error,
@@ -498,7 +514,7 @@ def _fetch_partition_response(part: PartAnswer) -> protocol.FetchPartitionRespon
         log_start_offset=result.log_start_offset,
         log_end_offset=result.log_end_offset,
         records=result.records,
-        diverging_epoch=None if diverging is None else protocol.EpochEndOffset(diverging.epoch, diverging.end_offset),
-        current_leader=None if leader is None else protocol.LeaderIdAndEpoch(leader.leader_id, leader.leader_epoch),
+        diverging_epoch=None if diverging is None else WireEpochEndOffset(diverging.epoch, diverging.end_offset),
+        current_leader=None if leader is None else LeaderIdAndEpoch(leader.leader_id, leader.leader_epoch),
         preferred_read_replica=part.preferred_read_replica,
     )

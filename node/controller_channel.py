@@ -1,10 +1,10 @@
 """The controller channel: controller requests between nodes, their routes and their error answers.
 
 Kafka's forwarding (KIP-590) in our protocol. Broker requests (BrokerRegistration, BrokerHeartbeat,
-ControlledShutdown, AlterPartition, AllocateProducerIds) travel in an `Envelope(type=<controller_api class name>, body)`
+ControlledShutdown, AlterPartition, AllocateProducerIds) travel in an `Envelope(type=<class name>, body)`
 on their node-to-node route, and are answered with an Envelope of the response. Topic admin
 requests (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are forwarded on their public route,
-as a client would send them to the active controller (their wire shape is the controller's own),
+as a client would send them to the active controller (the same `wire/` shapes),
 and the route's handler runs them through `QuorumService.controller_request`.
 
 A node that is not the active controller answers NOT_CONTROLLER in the response's own error
@@ -19,32 +19,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.connection import Connections, RequestRejectedError
-from client.protocol import Api, Envelope, ProtocolError, decode, encode
-from controller.controller_api import (
-    AllocateProducerIdsRequest,
-    AllocateProducerIdsResponse,
-    AlterPartitionRequest,
-    AlterPartitionResponse,
+from controller.error_responses import error_response
+from wire.alter_partition import AlterPartitionRequest, AlterPartitionResponse
+from wire.api import Api
+from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
-from controller.error_responses import error_response
-from storage.error_codes import ErrorCode
+from wire.codec import ProtocolError, decode, encode
+from wire.configs import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from wire.envelope import Envelope
+from wire.error_codes import ErrorCode
+from wire.producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+from wire.topics import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerApi:
     """Where a controller request goes and what comes back. `wire`: forwarded in its
-    client/protocol form on a public route (topic admin), not in an Envelope."""
+    public wire form on a public route (topic admin), not in an Envelope."""
 
     api: Api
     response_type: type

@@ -17,10 +17,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from client import protocol
-from client.protocol import ErrorCode
 from node.group_membership import GroupMembership, Route
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_admin import DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
+from wire.group_offsets import OffsetDeletePartitionResponse, OffsetDeleteRequest, OffsetDeleteResponse
 
 DeleteOffsets = Callable[[int, str, tuple[tuple[str, int], ...]], Awaitable[tuple[ErrorCode, str]]]
 
@@ -32,7 +34,7 @@ class GroupDeletion:
 
     def __init__(self, node_id: int, partition_count: int, leader_of: Callable[[int], int | None], route: Route,
                  coordinator_address: Callable[[int], str | None],
-                 forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]], membership: GroupMembership,
+                 forward: Callable[[str, Api, Any, type], Awaitable[Any]], membership: GroupMembership,
                  offset_groups: Callable[[int], Awaitable[OffsetGroupsAnswer]], delete_offsets: DeleteOffsets,
                  partition_exists: Callable[[str, int], bool]) -> None:
         self._node_id = node_id
@@ -48,9 +50,9 @@ class GroupDeletion:
 
     # -- DeleteGroups -----------------------------------------------------------------------------
 
-    async def delete_groups(self, request: protocol.DeleteGroupsRequest) -> protocol.DeleteGroupsResponse:
+    async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
         wanted = tuple(dict.fromkeys(request.groups_names))
-        results = {"": protocol.DeletableGroupResult("", ErrorCode.INVALID_GROUP_ID, "the group id is empty")}
+        results = {"": DeletableGroupResult("", ErrorCode.INVALID_GROUP_ID, "the group id is empty")}
         by_partition: dict[int, list[str]] = {}
         for group_id in wanted:
             if group_id:
@@ -58,10 +60,10 @@ class GroupDeletion:
         for answered in await asyncio.gather(*(self._delete_on(partition, tuple(group_ids))
                                                for partition, group_ids in by_partition.items())):
             results.update((result.group_id, result) for result in answered)
-        return protocol.DeleteGroupsResponse(tuple(results[group_id] for group_id in wanted))
+        return DeleteGroupsResponse(tuple(results[group_id] for group_id in wanted))
 
     async def _delete_on(self, partition: int,
-                         group_ids: tuple[str, ...]) -> tuple[protocol.DeletableGroupResult, ...]:
+                         group_ids: tuple[str, ...]) -> tuple[DeletableGroupResult, ...]:
         """The groups of one `__consumer_offsets` partition, deleted by its coordinator."""
         code = await self._route(partition, False)
         if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
@@ -71,8 +73,8 @@ class GroupDeletion:
         if self._leader_of(partition) != self._node_id:
             address = self._coordinator_address(partition)
             assert address is not None, "routed: the coordinator's address is known"
-            response = await self._forward(address, protocol.Api.DELETE_GROUPS, protocol.DeleteGroupsRequest(group_ids),
-                                           protocol.DeleteGroupsResponse)
+            response = await self._forward(address, Api.DELETE_GROUPS, DeleteGroupsRequest(group_ids),
+                                           DeleteGroupsResponse)
             if sorted(result.group_id for result in response.results) != sorted(group_ids):
                 return _every(group_ids, ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator answered for "
                               f"{[result.group_id for result in response.results]}; retry")
@@ -82,26 +84,26 @@ class GroupDeletion:
             return _every(group_ids, with_offsets.error, _message(with_offsets.error, with_offsets.message))
         answers = await asyncio.gather(*(self._membership.delete_group(group_id, group_id in with_offsets.group_ids)
                                          for group_id in group_ids))
-        return tuple(protocol.DeletableGroupResult(group_id, code, message)
+        return tuple(DeletableGroupResult(group_id, code, message)
                      for group_id, (code, message) in zip(group_ids, answers, strict=True))
 
     # -- OffsetDelete -----------------------------------------------------------------------------
 
-    async def delete_offsets(self, request: protocol.OffsetDeleteRequest) -> protocol.OffsetDeleteResponse:
+    async def delete_offsets(self, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
         if not request.group_id:
-            return protocol.OffsetDeleteResponse(ErrorCode.INVALID_GROUP_ID, (), "the group id is empty")
+            return OffsetDeleteResponse(ErrorCode.INVALID_GROUP_ID, (), "the group id is empty")
         wanted = tuple(dict.fromkeys(request.partitions))
         known = tuple(tp for tp in wanted if self._partition_exists(*tp))
-        unknown = tuple(protocol.OffsetDeletePartitionResponse(
+        unknown = tuple(OffsetDeletePartitionResponse(
             topic, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} does not exist")
             for topic, partition in wanted if (topic, partition) not in known)
         if not known:
-            return protocol.OffsetDeleteResponse(ErrorCode.NONE, unknown)
+            return OffsetDeleteResponse(ErrorCode.NONE, unknown)
         code, message, answered = await self._delete_known(request.group_id, known)
-        return protocol.OffsetDeleteResponse(code, unknown + answered, message)
+        return OffsetDeleteResponse(code, unknown + answered, message)
 
     async def _delete_known(self, group_id: str, known: tuple[tuple[str, int], ...]) -> tuple[
-            ErrorCode, str, tuple[protocol.OffsetDeletePartitionResponse, ...]]:
+            ErrorCode, str, tuple[OffsetDeletePartitionResponse, ...]]:
         """The group's error, or each partition's answer, from the group's coordinator."""
         partition = coordinator_partition(group_id, self._partition_count)
         code = await self._route(partition, False)
@@ -112,8 +114,8 @@ class GroupDeletion:
         if self._leader_of(partition) != self._node_id:
             address = self._coordinator_address(partition)
             assert address is not None, "routed: the coordinator's address is known"
-            response = await self._forward(address, protocol.Api.OFFSET_DELETE,
-                                           protocol.OffsetDeleteRequest(group_id, known), protocol.OffsetDeleteResponse)
+            response = await self._forward(address, Api.OFFSET_DELETE,
+                                           OffsetDeleteRequest(group_id, known), OffsetDeleteResponse)
             return response.error_code, response.error_message, response.partitions
         with_offsets = await self._offset_groups(partition)
         if with_offsets.error != ErrorCode.NONE:
@@ -125,14 +127,14 @@ class GroupDeletion:
         eligible = tuple(tp for tp in known if tp[0] not in subscribed)
         written, why = await self._delete_offsets(partition, group_id, eligible)
         return ErrorCode.NONE, "", tuple(
-            protocol.OffsetDeletePartitionResponse(topic, number, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+            OffsetDeletePartitionResponse(topic, number, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
                                                    f"a member of group {group_id} subscribes to {topic}")
-            if topic in subscribed else protocol.OffsetDeletePartitionResponse(topic, number, written, why)
+            if topic in subscribed else OffsetDeletePartitionResponse(topic, number, written, why)
             for topic, number in known)
 
 
-def _every(group_ids: tuple[str, ...], code: ErrorCode, message: str) -> tuple[protocol.DeletableGroupResult, ...]:
-    return tuple(protocol.DeletableGroupResult(group_id, code, message) for group_id in group_ids)
+def _every(group_ids: tuple[str, ...], code: ErrorCode, message: str) -> tuple[DeletableGroupResult, ...]:
+    return tuple(DeletableGroupResult(group_id, code, message) for group_id in group_ids)
 
 
 def _message(code: ErrorCode, detail: str = "") -> str:

@@ -28,9 +28,7 @@ import random
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
-from client import protocol
 from client.consumer_protocol import ConsumerProtocolError, decode_subscription
-from client.protocol import ErrorCode
 from replication.consumer_groups import (
     ConsumerGroups,
     DeleteGroup,
@@ -52,6 +50,18 @@ from replication.consumer_groups import (
 )
 from replication.group_coordinator import OFFSETS_TOPIC, coordinator_partition
 from replication.group_metadata import GroupMetadata
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_membership import (
+    GroupResponse,
+    HeartbeatRequest,
+    JoinGroupMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 
 Route = Callable[[int, bool], Awaitable[ErrorCode | None]]
 Store = Callable[[int, str, GroupMetadata | None], Awaitable[tuple[ErrorCode, str]]]
@@ -69,7 +79,7 @@ class GroupMembership:
     def __init__(self, node_id: int, partition_count: int, config: GroupsConfig,
                  leader_of: Callable[[int], int | None], leader_epoch_of: Callable[[int], int], route: Route,
                  coordinator_address: Callable[[int], str | None],
-                 forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]], store: Store,
+                 forward: Callable[[str, Api, Any, type], Awaitable[Any]], store: Store,
                  load_groups: Load, clock: Callable[[], int], rng: random.Random) -> None:
         self._node_id = node_id
         self._partition_count = partition_count
@@ -90,43 +100,43 @@ class GroupMembership:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loading: dict[int, tuple[int, asyncio.Task[None]]] = {}  # partition -> (leader epoch, its load)
 
-    async def join(self, request: protocol.JoinGroupRequest) -> protocol.JoinGroupResponse:
+    async def join(self, request: JoinGroupRequest) -> JoinGroupResponse:
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
-        answer = await self._call(request.group_id, protocol.Api.JOIN_GROUP, request, protocol.JoinGroupResponse,
+        answer = await self._call(request.group_id, Api.JOIN_GROUP, request, JoinGroupResponse,
                                   lambda request_id: JoinGroup(request_id, request.group_id, request.member_id,
                                                                request.client_id, request.session_timeout_ms,
                                                                request.rebalance_timeout_ms, request.protocol_type,
                                                                protocols, request.group_instance_id,
                                                                request.client_host))
-        if isinstance(answer, protocol.JoinGroupResponse):
+        if isinstance(answer, JoinGroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
-            return protocol.JoinGroupResponse(answer, member_id=request.member_id, error_message=_message(answer))
+            return JoinGroupResponse(answer, member_id=request.member_id, error_message=_message(answer))
         assert isinstance(answer, JoinGroupResult), answer
-        return protocol.JoinGroupResponse(answer.error, answer.generation_id, answer.protocol_name, answer.leader,
-                                          answer.member_id, tuple(protocol.JoinGroupMember(member, metadata)
+        return JoinGroupResponse(answer.error, answer.generation_id, answer.protocol_name, answer.leader,
+                                          answer.member_id, tuple(JoinGroupMember(member, metadata)
                                                                   for member, metadata in answer.members),
                                           answer.message)
 
-    async def sync(self, request: protocol.SyncGroupRequest) -> protocol.SyncGroupResponse:
+    async def sync(self, request: SyncGroupRequest) -> SyncGroupResponse:
         assignments = tuple((a.member_id, a.assignment) for a in request.assignments)
-        answer = await self._call(request.group_id, protocol.Api.SYNC_GROUP, request, protocol.SyncGroupResponse,
+        answer = await self._call(request.group_id, Api.SYNC_GROUP, request, SyncGroupResponse,
                                   lambda request_id: SyncGroup(request_id, request.group_id, request.generation_id,
                                                                request.member_id, assignments,
                                                                request.group_instance_id))
-        if isinstance(answer, protocol.SyncGroupResponse):
+        if isinstance(answer, SyncGroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
-            return protocol.SyncGroupResponse(answer, error_message=_message(answer))
+            return SyncGroupResponse(answer, error_message=_message(answer))
         assert isinstance(answer, SyncGroupResult), answer
-        return protocol.SyncGroupResponse(answer.error, answer.assignment, answer.message)
+        return SyncGroupResponse(answer.error, answer.assignment, answer.message)
 
-    async def heartbeat(self, request: protocol.HeartbeatRequest) -> protocol.GroupResponse:
-        return await self._simple(request.group_id, protocol.Api.HEARTBEAT, request, lambda request_id: Heartbeat(
+    async def heartbeat(self, request: HeartbeatRequest) -> GroupResponse:
+        return await self._simple(request.group_id, Api.HEARTBEAT, request, lambda request_id: Heartbeat(
             request_id, request.group_id, request.generation_id, request.member_id, request.group_instance_id))
 
-    async def leave(self, request: protocol.LeaveGroupRequest) -> protocol.GroupResponse:
-        return await self._simple(request.group_id, protocol.Api.LEAVE_GROUP, request, lambda request_id: LeaveGroup(
+    async def leave(self, request: LeaveGroupRequest) -> GroupResponse:
+        return await self._simple(request.group_id, Api.LEAVE_GROUP, request, lambda request_id: LeaveGroup(
             request_id, request.group_id, request.member_ids,
             tuple((member.member_id, member.group_instance_id) for member in request.members)))
 
@@ -181,21 +191,21 @@ class GroupMembership:
 
     # -- internals --------------------------------------------------------------------------------
 
-    async def _simple(self, group_id: str, api: protocol.Api, request: Any,
-                      event_for: Callable[[int], GroupEvent]) -> protocol.GroupResponse:
-        answer = await self._call(group_id, api, request, protocol.GroupResponse, event_for)
-        if isinstance(answer, protocol.GroupResponse):
+    async def _simple(self, group_id: str, api: Api, request: Any,
+                      event_for: Callable[[int], GroupEvent]) -> GroupResponse:
+        answer = await self._call(group_id, api, request, GroupResponse, event_for)
+        if isinstance(answer, GroupResponse):
             return answer
         if isinstance(answer, ErrorCode):
-            return protocol.GroupResponse(answer, _message(answer))
+            return GroupResponse(answer, _message(answer))
         assert isinstance(answer, GroupResult), answer
-        return protocol.GroupResponse(answer.error, answer.message)
+        return GroupResponse(answer.error, answer.message)
 
-    async def _call(self, group_id: str, api: protocol.Api, request: Any, response_type: type,
+    async def _call(self, group_id: str, api: Api, request: Any, response_type: type,
                     event_for: Callable[[int], GroupEvent]) -> Any:
         """The core's answer here, the coordinator's response from another node, or an error code."""
         partition = coordinator_partition(group_id, self._partition_count)
-        code = await self._route(partition, api is protocol.Api.JOIN_GROUP)
+        code = await self._route(partition, api is Api.JOIN_GROUP)
         if code is not None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else code
         if self._leader_of(partition) != self._node_id:
@@ -307,8 +317,8 @@ class GroupMembership:
         self._step(partition, core, GroupStored(store.token, code, message))
 
 
-def with_client_host(request: protocol.JoinGroupRequest, peer: str | None,
-                     from_a_node: bool) -> protocol.JoinGroupRequest:
+def with_client_host(request: JoinGroupRequest, peer: str | None,
+                     from_a_node: bool) -> JoinGroupRequest:
     """The JoinGroup with Kafka's clientHost ("/" and the peer's address): the one a node forwarded
     (`from_a_node`: it came in on a listener of node traffic) keeps its client's; any other is
     stamped with its peer, whatever it said. On a listener shared by clients and nodes a client

@@ -14,8 +14,6 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from client import protocol
-from client.protocol import NO_EPOCH, ErrorCode
 from replication.group_coordinator import (
     OFFSETS_TOPIC,
     CommitAnswer,
@@ -42,6 +40,20 @@ from replication.group_coordinator import (
     coordinator_partition,
 )
 from replication.group_metadata import GroupMetadata
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchRequest, FetchResponse
+from wire.group_offsets import (
+    OffsetCommitPartitionResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchPartitionResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from wire.log_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse
+from wire.produce import ProducePartition, ProduceRequest, ProduceResponse
+from wire.sentinels import LATEST_TIMESTAMP, NO_EPOCH
 
 __all__ = ["OFFSETS_TOPIC", "GroupOffsets"]
 
@@ -62,10 +74,10 @@ class GroupOffsets:
         partition_count: int,
         leader_of: Callable[[int], int | None],
         coordinator_address: Callable[[int], str | None],
-        produce: Callable[[protocol.ProduceRequest], Awaitable[protocol.ProduceResponse]],
-        fetch: Callable[[protocol.FetchRequest], Awaitable[protocol.FetchResponse]],
-        list_offsets: Callable[[protocol.ListOffsetsRequest], Awaitable[protocol.ListOffsetsResponse]],
-        forward: Callable[[str, protocol.Api, Any, type], Awaitable[Any]],
+        produce: Callable[[ProduceRequest], Awaitable[ProduceResponse]],
+        fetch: Callable[[FetchRequest], Awaitable[FetchResponse]],
+        list_offsets: Callable[[ListOffsetsRequest], Awaitable[ListOffsetsResponse]],
+        forward: Callable[[str, Api, Any, type], Awaitable[Any]],
         create_topic: Callable[[], Awaitable[ErrorCode]],
         clock: Callable[[], int],
         timeout_ms: int,
@@ -88,7 +100,7 @@ class GroupOffsets:
         self._waiting: dict[int, asyncio.Future[CoordinatorAnswer]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def commit(self, request: protocol.OffsetCommitRequest) -> protocol.OffsetCommitResponse:
+    async def commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         partition = coordinator_partition(request.group_id, self._partition_count)
         code = await self.route(partition, create=True)
         if code is not None:
@@ -96,7 +108,7 @@ class GroupOffsets:
         if self._leader_of(partition) != self._node_id:
             address = self._coordinator_address(partition)
             assert address is not None
-            return await self._forward(address, protocol.Api.OFFSET_COMMIT, request, protocol.OffsetCommitResponse)
+            return await self._forward(address, Api.OFFSET_COMMIT, request, OffsetCommitResponse)
         fenced, why = self._commit_error(request.group_id, request.generation_id, request.member_id,
                                          request.group_instance_id)
         if fenced != ErrorCode.NONE:
@@ -111,29 +123,29 @@ class GroupOffsets:
         assert isinstance(answer, CommitAnswer), answer
         if answer.error != ErrorCode.NONE:
             return self._commit_failed(request, answer.error, answer.message)
-        return protocol.OffsetCommitResponse(tuple(
-            protocol.OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.NONE) for p in request.partitions))
+        return OffsetCommitResponse(tuple(
+            OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.NONE) for p in request.partitions))
 
-    async def fetch(self, request: protocol.OffsetFetchRequest) -> protocol.OffsetFetchResponse:
+    async def fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         partition = coordinator_partition(request.group_id, self._partition_count)
         code = await self.route(partition, create=False)
         if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            return protocol.OffsetFetchResponse(ErrorCode.NONE, tuple(  # nothing was ever committed
-                protocol.OffsetFetchPartitionResponse(topic, index, ErrorCode.NONE, -1, "")
+            return OffsetFetchResponse(ErrorCode.NONE, tuple(  # nothing was ever committed
+                OffsetFetchPartitionResponse(topic, index, ErrorCode.NONE, -1, "")
                 for topic, index in request.partitions or ()))
         if code is not None:
-            return protocol.OffsetFetchResponse(code, (), _message(code))
+            return OffsetFetchResponse(code, (), _message(code))
         if self._leader_of(partition) != self._node_id:
             address = self._coordinator_address(partition)
             assert address is not None
-            return await self._forward(address, protocol.Api.OFFSET_FETCH, request, protocol.OffsetFetchResponse)
+            return await self._forward(address, Api.OFFSET_FETCH, request, OffsetFetchResponse)
         wanted = None if request.partitions is None else tuple(request.partitions)
         answer = await self._ask(lambda request_id: FetchOffsets(request_id, request.group_id, partition, wanted))
         assert isinstance(answer, FetchAnswer), answer
         if answer.error != ErrorCode.NONE:
-            return protocol.OffsetFetchResponse(answer.error, (), _message(answer.error, answer.message))
-        return protocol.OffsetFetchResponse(ErrorCode.NONE, tuple(
-            protocol.OffsetFetchPartitionResponse(entry.topic, entry.partition, ErrorCode.NONE, entry.offset,
+            return OffsetFetchResponse(answer.error, (), _message(answer.error, answer.message))
+        return OffsetFetchResponse(ErrorCode.NONE, tuple(
+            OffsetFetchPartitionResponse(entry.topic, entry.partition, ErrorCode.NONE, entry.offset,
                                                   entry.metadata, entry.leader_epoch)
             for entry in answer.offsets))
 
@@ -195,17 +207,17 @@ class GroupOffsets:
         event: CoordinatorEvent
         try:
             if isinstance(request, ProduceOffsets):
-                produced = (await self._produce(protocol.ProduceRequest(-1, self._timeout_ms, (
-                    protocol.ProducePartition(OFFSETS_TOPIC, request.partition, request.records),)))).partitions[0]
+                produced = (await self._produce(ProduceRequest(-1, self._timeout_ms, (
+                    ProducePartition(OFFSETS_TOPIC, request.partition, request.records),)))).partitions[0]
                 event = Produced(request.token, produced.error_code, produced.error_message)
             elif isinstance(request, ListLatest):
-                latest = (await self._list_offsets(protocol.ListOffsetsRequest((
-                    protocol.ListOffsetsPartition(OFFSETS_TOPIC, request.partition, protocol.LATEST_TIMESTAMP),
+                latest = (await self._list_offsets(ListOffsetsRequest((
+                    ListOffsetsPartition(OFFSETS_TOPIC, request.partition, LATEST_TIMESTAMP),
                 )))).partitions[0]
                 event = LatestListed(request.token, latest.error_code, latest.leader_epoch, latest.error_message)
             else:
-                data = (await self._fetch(protocol.FetchRequest(
-                    (protocol.FetchPartition(OFFSETS_TOPIC, request.partition, request.offset, REPLAY_MAX_BYTES,
+                data = (await self._fetch(FetchRequest(
+                    (FetchPartition(OFFSETS_TOPIC, request.partition, request.offset, REPLAY_MAX_BYTES,
                                              current_leader_epoch=request.leader_epoch),),
                     max_wait_ms=0, min_bytes=0))).partitions[0]
                 event = Read(request.token, data.error_code, data.records, data.log_start_offset)
@@ -228,10 +240,10 @@ class GroupOffsets:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None
 
-    def _commit_failed(self, request: protocol.OffsetCommitRequest, code: ErrorCode,
-                       message: str = "") -> protocol.OffsetCommitResponse:
-        return protocol.OffsetCommitResponse(tuple(
-            protocol.OffsetCommitPartitionResponse(p.topic, p.partition, code, message or _message(code))
+    def _commit_failed(self, request: OffsetCommitRequest, code: ErrorCode,
+                       message: str = "") -> OffsetCommitResponse:
+        return OffsetCommitResponse(tuple(
+            OffsetCommitPartitionResponse(p.topic, p.partition, code, message or _message(code))
             for p in request.partitions))
 
 

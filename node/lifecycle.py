@@ -29,10 +29,10 @@ from controller.broker_lifecycle import (
     StartLifecycle,
     StopLifecycle,
 )
-from controller.controller_api import ReplicaLogInfo
 from controller.metadata import ClusterMetadata
 from node.broker_settings import BrokerSettings
 from replication.broker_ready import ReplicaLogEnd
+from wire.broker_lifecycle import ReplicaLogInfo
 
 log = logging.getLogger(__name__)
 

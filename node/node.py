@@ -29,10 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from client import protocol
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.protocol import Api, Envelope, ErrorCode, ProtocolError
-from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node import admin
 from node.broker import Broker
 from node.config import NodeConfig
@@ -49,6 +46,19 @@ from storage import meta_properties
 from storage.config import LogConfig
 from storage.dir_lock import DirLock
 from storage.log_manager import LogManager
+from wire.api import Api
+from wire.codec import ProtocolError
+from wire.envelope import Envelope
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchRequest
+from wire.group_admin import DeletableGroupResult, DeleteGroupsResponse, DescribedGroup, DescribeGroupsResponse
+from wire.group_offsets import (
+    OffsetCommitPartitionResponse,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+)
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +250,7 @@ class Node:
         """Raise NotOnThisListener, NotABroker or NotServingYet when this node does not serve `api`
         on `listener`, or not yet; ProtocolError (INCONSISTENT_CLUSTER_ID) for another cluster's
         replica fetch."""
-        if api in NODE_TO_NODE_APIS or (isinstance(message, protocol.FetchRequest) and message.replica_id >= 0):
+        if api in NODE_TO_NODE_APIS or (isinstance(message, FetchRequest) and message.replica_id >= 0):
             if not self.config.serves_node_traffic(listener):
                 internal = ", ".join((self.config.inter_broker_listener_name, *self.config.controller_listener_names))
                 raise NotOnThisListener(
@@ -301,19 +311,19 @@ class Node:
             if api in (Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT, Api.LEAVE_GROUP):
                 return response_type(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(error))
             if api is Api.OFFSET_FETCH:
-                return protocol.OffsetFetchResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
+                return OffsetFetchResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
             if api is Api.DESCRIBE_GROUPS:
-                return protocol.DescribeGroupsResponse(tuple(
-                    protocol.DescribedGroup(ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id, error_message=str(error))
+                return DescribeGroupsResponse(tuple(
+                    DescribedGroup(ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id, error_message=str(error))
                     for group_id in request.groups))
             if api is Api.DELETE_GROUPS:
-                return protocol.DeleteGroupsResponse(tuple(
-                    protocol.DeletableGroupResult(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, str(error))
+                return DeleteGroupsResponse(tuple(
+                    DeletableGroupResult(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, str(error))
                     for group_id in request.groups_names))
             if api is Api.OFFSET_DELETE:
-                return protocol.OffsetDeleteResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
-            return protocol.OffsetCommitResponse(tuple(
-                protocol.OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                return OffsetDeleteResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, (), str(error))
+            return OffsetCommitResponse(tuple(
+                OffsetCommitPartitionResponse(p.topic, p.partition, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                        str(error))
                 for p in request.partitions))
 

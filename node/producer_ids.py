@@ -13,9 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from client.protocol import InitProducerIdRequest, InitProducerIdResponse
-from controller.controller_api import AllocateProducerIdsRequest
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
+from wire.producer_ids import AllocateProducerIdsRequest, InitProducerIdRequest, InitProducerIdResponse
 
 
 class ProducerIdManager:

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.connection import Connections, NodeUnavailableError
-from client.protocol import Api, Envelope, encode
 from controller.controller_driver import ControllerDriver
 from controller.controller_office import ControllerOffice, LeftOffice, OfficeChange, TookOffice
 from controller.error_responses import error_response, is_not_controller
@@ -46,7 +45,10 @@ from controller.raft_messages import Message, Role, Tick, Unreachable
 from node.config import NodeConfig
 from node.controller_channel import CONTROLLER_APIS, forward, request_from_envelope
 from node.raft_transport import RaftTransport, from_envelope
-from storage.error_codes import ErrorCode
+from wire.api import Api
+from wire.codec import encode
+from wire.envelope import Envelope
+from wire.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 

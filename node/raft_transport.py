@@ -21,7 +21,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
-from client.protocol import Api, Envelope, ProtocolError, decode, encode
 from controller.raft_messages import (
     BeginQuorumEpoch,
     FetchRequest,
@@ -36,6 +35,9 @@ from controller.raft_messages import (
     VoteResponse,
 )
 from node.config import NodeConfig
+from wire.api import Api
+from wire.codec import INT64_MAX, ProtocolError, decode, encode
+from wire.envelope import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,6 @@ _EPOCH_FIELDS = ("epoch", "last_fetched_epoch", "last_epoch")
 _SENDER_FIELDS = {VoteRequest: "candidate_id", BeginQuorumEpoch: "leader_id", FetchRequest: "replica_id",
                   FetchSnapshotRequest: "replica_id"}
 INT32_MAX = 2**31 - 1  # Kafka's epochs are int32, offsets int64
-INT64_MAX = 2**63 - 1
 SENDS_IN_FLIGHT_MAX = 256  # beyond it a message is dropped (Raft resends); bounds tasks under a slow peer
 OBSERVER_ADDRESSES_MAX = 1024  # the leader's view of observers, least recently heard dropped first
 

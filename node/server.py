@@ -1,6 +1,6 @@
 """The node's HTTP edge: one aiohttp app serving every `Api` route, `/metrics` and `/health`.
 
-A route decodes its body with `client.protocol` (strict: bad msgpack, missing, unknown or
+A route decodes its body with `wire.codec` (strict: bad msgpack, missing, unknown or
 mistyped fields and out-of-range numbers are answered 400 with a named error and change nothing),
 hands the request to the part of the node that owns it, and encodes the answer. A body over
 `socket.request.max.bytes` is answered 413 before it is read; one the node cannot serve yet (still
@@ -20,16 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from client.protocol import (
-    CONTENT_TYPE,
-    REQUESTS,
-    Api,
-    ErrorCode,
-    ProtocolError,
-    error_response,
-    pack,
-    unpack,
-)
+from wire.api import CONTENT_TYPE, REQUESTS, Api, error_response
+from wire.codec import ProtocolError, pack, unpack
+from wire.error_codes import ErrorCode
 
 if TYPE_CHECKING:
     from node.node import Node

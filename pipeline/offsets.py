@@ -16,9 +16,9 @@ from pyspark.sql.datasource import InputPartition
 
 from client.consumer import Consumer
 from client.errors import error_for
-from client.metadata import TopicPartition
-from client.protocol import ErrorCode
 from pipeline.options import EARLIEST, LATEST, SourceOptions
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

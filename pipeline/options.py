@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from client.consumer import READ_FROM
-from client.metadata import TopicPartition
+from wire.topic_partition import TopicPartition
 
 EARLIEST = -2  # Spark's Kafka source: -2 in a JSON offsets option is the earliest offset
 LATEST = -1

@@ -17,11 +17,11 @@ import pyarrow as pa
 
 from client.consumer import Consumer
 from client.errors import OffsetOutOfRangeError, error_for
-from client.metadata import TopicPartition
-from client.protocol import ErrorCode
 from pipeline.arrow_records import to_arrow
 from pipeline.offsets import OffsetRange, data_loss_message
 from pipeline.options import SourceOptions
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 FETCH_BYTES = 8 << 20  # per fetch: one RecordBatch of ~70k 100-byte records
 POLL_MS = 500

@@ -17,10 +17,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from client.metadata import TopicPartition
 from pipeline.offsets import Bounds, OffsetRange, batch_ranges, fetch_bounds, plan, rate_limit, starting_offsets
 from pipeline.options import SourceOptions, offsets_from_json, offsets_to_json
 from pipeline.reader import read_range
+from wire.topic_partition import TopicPartition
 
 
 class BatchReader(DataSourceReader):

@@ -17,11 +17,8 @@ from replication.broker_ready import ClientAnswer, ReplicaFetchSend
 from replication.events import FollowerFetch, PartitionRequest
 from replication.metadata_view import MetadataView
 from replication.ready import FetchResult
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
-
-CONSUMER_REPLICA_ID = -1
-"""`FetchWait.replica_id` of a consumer's fetch (Kafka's -1); a follower sends its broker id."""
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from replication.events import Event
 from replication.ready import AlterPartitionProposal, Completion, FollowerFetchPosition, Ready
-from storage.checkpoint import TopicPartition
+from wire.topic_partition import TopicPartition
 
 NO_PREFERRED_READ_REPLICA = -1
 

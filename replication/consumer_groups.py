@@ -85,7 +85,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from replication.group_metadata import GroupMetadata, MemberMetadata
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 NO_GENERATION = -1
 UNKNOWN_MEMBER = ""

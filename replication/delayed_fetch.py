@@ -18,8 +18,8 @@ from replication.broker_events import ClientRequest, FetchWait
 from replication.broker_ready import NO_PREFERRED_READ_REPLICA, PartAnswer
 from replication.events import FollowerFetch
 from replication.ready import FetchResult
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 
 def is_answerable(request: ClientRequest, answers: Iterable[PartAnswer]) -> bool:

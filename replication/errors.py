@@ -1,9 +1,9 @@
-"""The error code of a storage error, for replication outcomes (one wire enum: storage/error_codes.py)."""
+"""The error code of a storage error, for replication outcomes (one wire enum: wire/error_codes.py)."""
 
 from __future__ import annotations
 
-from storage.error_codes import ErrorCode
 from storage.errors import StorageError
+from wire.error_codes import ErrorCode
 
 
 def error_of(error: StorageError) -> ErrorCode:

@@ -27,14 +27,8 @@ from replication.ready import (
     OffsetsForLeaderEpochResult,
     ProduceResult,
 )
-from storage.error_codes import ErrorCode
-
-NO_EPOCH = -1
-"""An epoch field left unset (Kafka's -1): no fencing check."""
-
-NO_LEADER = -1
-"""`MakeFollower.leader_id` of a partition without a leader: the follower stops fetching."""
-
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH, NO_LEADER
 
 # -- metadata -------------------------------------------------------------------------------------
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from replication.events import NO_LEADER
 from replication.ready import FollowerFetchPosition
-from storage.checkpoint import TopicPartition
+from wire.sentinels import NO_LEADER
+from wire.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,15 +25,15 @@ says where to fetch (`position`), the owner's fetcher sends the fetch and hands 
 
 from __future__ import annotations
 
-from replication.events import NO_LEADER, FetchResponseFromLeader
+from replication.events import FetchResponseFromLeader
 from replication.outbox import Outbox
 from replication.ready import EpochEndOffset, FollowerFetchPosition
 from replication.replica_log import ReplicaLog
-from storage.error_codes import ErrorCode
 from storage.errors import StorageError
-from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET
 from storage.log import LogStartOffsetIncrementReason
 from storage.records import BATCH_HEADER_SIZE, read_header
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER, UNDEFINED_EPOCH_OFFSET
 
 
 class Follower:

@@ -50,13 +50,13 @@ from replication.group_metadata import (
     encode_group_key,
     encode_group_value,
 )
-from storage.error_codes import ErrorCode
 from storage.records import build_batch, iter_records
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH
 
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY_VERSION = 1
 VALUE_VERSION = 3
-NO_LEADER_EPOCH = -1
 NO_OFFSET = -1
 
 
@@ -77,7 +77,7 @@ def encode_key(group_id: str, topic: str, partition: int) -> bytes:
     return struct.pack(">h", KEY_VERSION) + _string(group_id) + _string(topic) + struct.pack(">i", partition)
 
 
-def encode_value(offset: int, metadata: str, commit_timestamp_ms: int, leader_epoch: int = NO_LEADER_EPOCH) -> bytes:
+def encode_value(offset: int, metadata: str, commit_timestamp_ms: int, leader_epoch: int = NO_EPOCH) -> bytes:
     return (struct.pack(">hqi", VALUE_VERSION, offset, leader_epoch) + _string(metadata)
             + struct.pack(">q", commit_timestamp_ms))
 
@@ -103,7 +103,7 @@ def decode_value(data: bytes) -> tuple[int, str, int]:
     """(offset, metadata, leader epoch) of an OffsetCommitValue of version 1 to 3 (the leader
     epoch, KIP-320's committed_leader_epoch, only from version 3)."""
     (version, offset) = struct.unpack_from(">hq", data, 0)
-    leader_epoch = struct.unpack_from(">i", data, 10)[0] if version >= 3 else NO_LEADER_EPOCH
+    leader_epoch = struct.unpack_from(">i", data, 10)[0] if version >= 3 else NO_EPOCH
     metadata, _ = _read_string(data, 10 + (4 if version >= 3 else 0))
     return offset, metadata, leader_epoch
 
@@ -120,7 +120,7 @@ class PartitionOffset:
     partition: int
     offset: int
     metadata: str = ""
-    leader_epoch: int = NO_LEADER_EPOCH
+    leader_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +191,7 @@ class LatestListed:
 
     token: int
     error: ErrorCode
-    leader_epoch: int = NO_LEADER_EPOCH
+    leader_epoch: int = NO_EPOCH
     message: str = ""
 
 
@@ -284,7 +284,7 @@ class GroupsLoaded:
 
     request_id: int
     error: ErrorCode
-    leader_epoch: int = NO_LEADER_EPOCH
+    leader_epoch: int = NO_EPOCH
     groups: tuple[tuple[str, GroupMetadata], ...] = ()
     message: str = ""
 
@@ -542,7 +542,7 @@ def _answer(request: FetchOffsets,
     answer = []
     for topic, partition in wanted:
         offset, metadata, leader_epoch = offsets.get((request.group_id, topic, partition),
-                                                     (NO_OFFSET, "", NO_LEADER_EPOCH))
+                                                     (NO_OFFSET, "", NO_EPOCH))
         answer.append(PartitionOffset(topic, partition, offset, metadata, leader_epoch))
     return tuple(answer)
 

@@ -32,13 +32,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from replication.config import ReplicationConfig
-from replication.events import NO_EPOCH, AlterPartitionResponse, FollowerFetch
+from replication.events import AlterPartitionResponse, FollowerFetch
 from replication.isr_state import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, EpochEndOffset, FetchResult
 from replication.replica_state import NO_BROKER_EPOCH, UNKNOWN_OFFSET, ReplicaState
-from storage.error_codes import ErrorCode
-from storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from storage.log import Log
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 # Kafka's handleAlterPartitionError: these answers say the proposal was not applied. The leader goes
 # back to its last committed ISR only when the answer also proves that no copy of the proposal can

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from replication.events import NO_EPOCH
 from replication.ready import (
     AlterPartitionProposal,
     Completion,
@@ -12,7 +11,8 @@ from replication.ready import (
     Ready,
     Role,
 )
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH
 
 
 class Outbox:

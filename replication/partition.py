@@ -47,8 +47,6 @@ from collections.abc import Callable
 from replication.config import ReplicationConfig
 from replication.errors import error_of
 from replication.events import (
-    NO_EPOCH,
-    NO_LEADER,
     AlterPartitionResponse,
     ConsumerFetch,
     DeleteRecords,
@@ -87,12 +85,13 @@ from replication.ready import (
     TruncatedFully,
 )
 from replication.replica_log import ReplicaLog
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.errors import CorruptRecordError, StorageError
-from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogStartOffsetIncrementReason
+from storage.log import Log, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
 from storage.records import DamagedBatch, check_batches
+from wire.error_codes import ErrorCode
+from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, NO_EPOCH, NO_LEADER
+from wire.topic_partition import TopicPartition
 
 ACKS_ALL = -1
 VALID_ACKS = (0, 1, ACKS_ALL)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from storage.error_codes import ErrorCode
 from storage.log import LogStartOffsetIncrementReason
 from storage.retention import SegmentDeletionReason
+from wire.error_codes import ErrorCode
 
 
 class Role(Enum):

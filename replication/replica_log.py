@@ -19,10 +19,10 @@ from replication.ready import (
     TruncatedDamaged,
     TruncatedFully,
 )
-from storage.checkpoint import TopicPartition
 from storage.config import CleanupPolicy
 from storage.log import Log, LogAppendInfo, LogStartOffsetIncrementReason
 from storage.log_manager import LogManager
+from wire.topic_partition import TopicPartition
 
 
 class ReplicaLog:

@@ -66,8 +66,6 @@ from replication.broker_ready import (
 from replication.config import ReplicaManagerConfig
 from replication.delayed_fetch import FetchPurgatory, ParkedFetch, is_answerable
 from replication.events import (
-    NO_EPOCH,
-    NO_LEADER,
     AlterPartitionResponse,
     ConsumerFetch,
     Event,
@@ -89,9 +87,10 @@ from replication.partition import Partition
 from replication.ready import AlterPartitionProposal, Completion, FetchResult, Ready, Role
 from replication.replica_selector import preferred_read_replica
 from replication.replica_state import NO_BROKER_EPOCH
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH, NO_LEADER
+from wire.topic_partition import TopicPartition
 
 _CURRENT_LEADER_ERRORS = frozenset(
     {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH}

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from storage.errors import CorruptCheckpointError
+from wire.topic_partition import TopicPartition
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -50,33 +51,10 @@ TEMPORARY_SUFFIX = ".tmp"
 # Python's int() also accepts "+5", " 5", "1_000" and non-ASCII digits; Kafka's parsers
 # (Integer.parseInt, Long.parseLong) accept an optional '-' and ASCII digits only.
 _INTEGER_PATTERN = re.compile(r"-?[0-9]+")
-_DIGITS_PATTERN = re.compile(r"[0-9]+")
 # Kafka's legal topic names (Topic.validate): what a checkpoint line can carry unambiguously.
 _TOPIC_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
-    """A partition of a topic; `str()` is its log directory name, `<topic>-<partition>`."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    @classmethod
-    def from_dir_name(cls, name: str) -> TopicPartition:
-        """Parse `my-topic-3`: a topic may contain '-', so the partition follows the last one."""
-        topic, separator, partition = name.rpartition("-")
-        if not separator or not topic or not _DIGITS_PATTERN.fullmatch(partition):
-            raise ValueError(
-                f"{name!r} is not a partition directory name: expected <topic>-<partition>, "
-                "e.g. orders-0"
-            )
-        return cls(topic, int(partition))
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -75,7 +75,7 @@ from enum import Enum
 
 from crc32c import crc32c
 
-from storage.checkpoint import OffsetCheckpointFile, TopicPartition, fsync_directory
+from storage.checkpoint import OffsetCheckpointFile, fsync_directory
 from storage.log import Log
 from storage.log_segment import (
     CLEANED_SUFFIX,
@@ -94,6 +94,7 @@ from storage.records import (
     iter_headers,
     read_header,
 )
+from wire.topic_partition import TopicPartition
 
 # Kafka's dedupe buffer is 128 MiB of 24-byte slots; a Python dict entry costs ~100 bytes plus
 # the key, so half a million keys stay around 100 MiB with short keys.

@@ -1,7 +1,7 @@
 """Errors the storage engine raises, each carrying the Kafka error name a client will see.
 
-`storage` imports nothing from the wire protocol (DESIGN §1), so the Kafka name travels as
-`error_name`; `client/protocol.py` maps it to the numeric code. Errors that a client can cause
+Each carries the Kafka name as `error_name`; `replication/errors.py` maps it to the numeric
+`wire.error_codes.ErrorCode`. Errors that a client can cause
 (bad batches, offsets out of range) are operating errors and leave the log unchanged; errors
 that name a broken file (`CorruptIndexError`) are caught by recovery, which rebuilds.
 """

@@ -8,12 +8,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from storage.checkpoint import EpochEntry, LeaderEpochCheckpointFile
+from wire.sentinels import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
-# Kafka's OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
-
-__all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpochCache"]
+__all__ = ["EpochEntry", "LeaderEpochCache"]
 
 
 class LeaderEpochCache:

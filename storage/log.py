@@ -49,10 +49,7 @@ from storage.records import (
 )
 from storage.retention import SegmentDeletionReason, SegmentInfo, deletable_segments
 from storage.time_index import NO_TIMESTAMP
-
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3  # KIP-734: the record with the largest timestamp
+from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 
 class LogStartOffsetIncrementReason(Enum):

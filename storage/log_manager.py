@@ -28,7 +28,6 @@ from storage.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
-    TopicPartition,
     write_atomically,
 )
 from storage.cleaner import Cleaner, CleanResult
@@ -37,6 +36,7 @@ from storage.errors import InconsistentTopicIdError
 from storage.log import Log
 from storage.log_loader import LogLoader
 from storage.partition_metadata import PartitionMetadataFile
+from wire.topic_partition import TopicPartition
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 CLEAN_SHUTDOWN_VERSION = 0

@@ -13,11 +13,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from client.protocol import ErrorCode
 from node.kafka import metadata
 from node.kafka.apis import KafkaApi, RequestContext
 from node.kafka.entities import build, filled
 from node.kafka.frames import Frame, encode, response_schema
+from wire.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 

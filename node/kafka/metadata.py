@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from client import protocol
-from client.protocol import Api, ErrorCode
 from node.kafka.apis import KafkaApi, RequestContext
 from node.kafka.entities import topic_id_text
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.metadata import MetadataRequest, MetadataTopic
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -23,7 +24,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 async def handle_metadata(context: RequestContext, request: Any) -> Mapping[str, Any]:
     node = context.node
     names, unknown_ids = _requested_names(context, request)
-    answer = await node.dispatch(Api.METADATA, protocol.MetadataRequest(names), context.listener)
+    answer = await node.dispatch(Api.METADATA, MetadataRequest(names), context.listener)
     live = {broker.node_id for broker in answer.brokers if not broker.fenced}
     controller_id = answer.controller_id if answer.controller_id in live else min(live, default=-1)
     topics = [_topic(topic, live) for topic in answer.topics]
@@ -58,7 +59,7 @@ def _requested_names(context: RequestContext, request: Any) -> tuple[tuple[str, 
     return tuple(dict.fromkeys(names)), unknown_ids
 
 
-def _topic(topic: protocol.MetadataTopic, live: set[int]) -> dict[str, Any]:
+def _topic(topic: MetadataTopic, live: set[int]) -> dict[str, Any]:
     return {
         "error_code": topic.error_code,
         "name": topic.name,

@@ -33,7 +33,7 @@ import pipeline
 from client.admin import Admin, NewTopic
 from client.errors import TributaryError
 from client.producer import Producer
-from client.protocol import ErrorCode
+from wire.error_codes import ErrorCode
 
 VIEWS_TOPIC = "page-views"
 COUNTS_TOPIC = "page-view-counts"

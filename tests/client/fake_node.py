@@ -28,77 +28,6 @@ from pathlib import Path
 from aiohttp import web
 
 from client.metadata import Metadata
-from client.protocol import (
-    CONTENT_TYPE,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    REQUESTS,
-    AlterConfigsResourceResult,
-    Api,
-    CreatableTopicResult,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeletableTopicResult,
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DeleteRecordsPartitionResponse,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
-    DescribeConfigsResult,
-    DescribedGroup,
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    DescribeReplicasRequest,
-    DescribeReplicasResponse,
-    EpochEndOffsetResponse,
-    ErrorCode,
-    FetchPartitionResponse,
-    FetchRequest,
-    FetchResponse,
-    GroupResponse,
-    HeartbeatRequest,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    ListGroupsRequest,
-    ListGroupsResponse,
-    ListOffsetsPartitionResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    MetadataBroker,
-    MetadataPartition,
-    MetadataRequest,
-    MetadataResponse,
-    MetadataTopic,
-    OffsetCommitPartitionResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetDeleteRequest,
-    OffsetDeleteResponse,
-    OffsetFetchPartitionResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    OffsetsForLeaderEpochRequest,
-    OffsetsForLeaderEpochResponse,
-    ProducePartitionResponse,
-    ProduceRequest,
-    ProduceResponse,
-    ProtocolError,
-    ReplicaState,
-    SyncGroupRequest,
-    SyncGroupResponse,
-    error_response,
-    pack,
-    unpack,
-)
 from node.group_deletion import GroupDeletion
 from node.group_membership import GroupMembership, with_client_host
 from node.group_queries import GroupQueries
@@ -109,6 +38,78 @@ from storage.errors import StorageError
 from storage.log import Log
 from storage.log_loader import LogLoader
 from storage.records import read_header
+from wire.api import CONTENT_TYPE, REQUESTS, Api, error_response
+from wire.codec import ProtocolError, pack, unpack
+from wire.configs import (
+    AlterConfigsResourceResult,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartitionResponse, FetchRequest, FetchResponse
+from wire.group_admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from wire.group_membership import (
+    GroupResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from wire.group_offsets import (
+    OffsetCommitPartitionResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchPartitionResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from wire.log_offsets import (
+    DeleteRecordsPartitionResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    EpochEndOffsetResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+)
+from wire.metadata import (
+    DescribeReplicasRequest,
+    DescribeReplicasResponse,
+    MetadataBroker,
+    MetadataPartition,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataTopic,
+    ReplicaState,
+)
+from wire.produce import ProducePartitionResponse, ProduceRequest, ProduceResponse
+from wire.producer_ids import InitProducerIdRequest, InitProducerIdResponse
+from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from wire.topics import (
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 
 
 def now_ms() -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from client.consumer import Consumer
-from client.metadata import TopicPartition
+from wire.topic_partition import TopicPartition
 
 
 class Assigned:

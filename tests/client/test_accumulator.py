@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from client.accumulator import RecordAccumulator
-from client.metadata import TopicPartition
+from wire.topic_partition import TopicPartition
 
 A0 = TopicPartition("a", 0)
 A1 = TopicPartition("a", 1)

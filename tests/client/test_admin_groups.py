@@ -11,10 +11,12 @@ import pytest
 from client.admin import Admin, GroupListing
 from client.consumer import Consumer
 from client.errors import TributaryError
-from client.metadata import TopicPartition
-from client.protocol import Api, ConsumerGroupState, ErrorCode
 from tests.client.fake_node import FakeCluster
 from tests.client.group_helpers import start_members
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_admin import ConsumerGroupState
+from wire.topic_partition import TopicPartition
 
 
 async def test_groups_are_listed_and_described_with_each_partitions_owner(cluster: FakeCluster) -> None:

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from client.assignors import range_assign, round_robin_assign
 from client.consumer_protocol import Subscription
-from client.metadata import TopicPartition
 from client.sticky_assignor import Plan, cooperative_sticky_assign, sticky_assign
+from wire.topic_partition import TopicPartition
 
 
 def subscribed(topics_of: dict[str, list[str]]) -> dict[str, Subscription]:

@@ -23,10 +23,12 @@ from client.cli_consume import format_record
 from client.cli_perf import LatencyStats, produce_summary
 from client.cli_produce import producer_settings
 from client.fetched_batch import ConsumerRecord
-from client.metadata import PartitionInfo, TopicPartition
-from client.protocol import Api, MetadataBroker, ReplicaState
+from client.metadata import PartitionInfo
 from tests.client.fake_node import FakeCluster, FakeClusterThread
 from tests.client.group_helpers import start_members
+from wire.api import Api
+from wire.metadata import MetadataBroker, ReplicaState
+from wire.topic_partition import TopicPartition
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,13 @@ import pytest
 
 from client.consumer import Consumer
 from client.errors import ERRORS
-from client.metadata import TopicPartition
 from client.producer import Producer
-from client.protocol import Api, ErrorCode, FetchRequest, MetadataResponse
 from tests.client.fake_node import FakeCluster, count_refreshes
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchRequest
+from wire.metadata import MetadataResponse
+from wire.topic_partition import TopicPartition
 
 T0 = TopicPartition("t", 0)
 

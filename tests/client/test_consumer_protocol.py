@@ -15,7 +15,7 @@ from client.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from client.metadata import TopicPartition
+from wire.topic_partition import TopicPartition
 
 names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=4)
 subscriptions = st.builds(

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from client.consumer import Consumer
 from client.fetched_batch import ConsumerRecord
-from client.metadata import TopicPartition
 from client.producer import Producer
 from tests.client.fake_node import FakeCluster
+from wire.topic_partition import TopicPartition
 
 SETTINGS = {"group_id": "g", "auto_offset_reset": "earliest", "heartbeat_interval_ms": 20, "fetch_max_wait_ms": 20,
             "retry_backoff_ms": 10, "max_poll_interval_ms": 5000}

@@ -13,10 +13,11 @@ import pytest
 
 from client.consumer import Consumer
 from client.errors import LogTruncationError, OffsetOutOfRangeError
-from client.metadata import TopicPartition
 from client.producer import Producer
-from client.protocol import Api, OffsetForLeaderPartition, OffsetsForLeaderEpochRequest
 from tests.client.fake_node import FakeCluster
+from wire.api import Api
+from wire.log_offsets import OffsetForLeaderPartition, OffsetsForLeaderEpochRequest
+from wire.topic_partition import TopicPartition
 
 T0 = TopicPartition("t", 0)
 SETTINGS = {"retry_backoff_ms": 10, "fetch_max_wait_ms": 20}

@@ -18,10 +18,10 @@ import pytest
 
 from client.consumer import Consumer
 from client.errors import TributaryError
-from client.metadata import TopicPartition
 from client.producer import Producer
-from client.protocol import LeaveGroupRequest
 from tests.client.fake_node import FakeCluster
+from wire.group_membership import LeaveGroupRequest
+from wire.topic_partition import TopicPartition
 
 TOPIC = "shared"
 PARTITIONS = 4

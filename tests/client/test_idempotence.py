@@ -25,14 +25,14 @@ from client.accumulator import RecordAccumulator
 from client.batch_retry import Retry, after_error
 from client.errors import error_for
 from client.idempotence import PartitionSequences
-from client.metadata import TopicPartition
 from client.producer_batch import ProducerBatch
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.errors import StorageError
 from storage.log import Log
 from storage.log_loader import LogLoader
 from storage.records import Compression, iter_records
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 LEADER = 1

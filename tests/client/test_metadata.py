@@ -8,9 +8,11 @@ import pytest
 
 from client.connection import Connections
 from client.errors import ERRORS, TributaryError, error_for
-from client.metadata import Metadata, TopicPartition, parse_bootstrap
-from client.protocol import Api, ErrorCode
+from client.metadata import Metadata, parse_bootstrap
 from tests.client.fake_node import FakeCluster
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 
 def test_bootstrap_lists_are_comma_separated_host_ports() -> None:

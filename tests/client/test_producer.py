@@ -15,9 +15,12 @@ import pytest
 from client.errors import ERRORS, TributaryError
 from client.partitioner import partition_for_key
 from client.producer import Producer
-from client.protocol import Api, ErrorCode, MetadataResponse, ProduceRequest
 from storage.records import decode_records, iter_headers
 from tests.client.fake_node import FakeCluster, count_refreshes
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.metadata import MetadataResponse
+from wire.produce import ProduceRequest
 
 
 def values_in(cluster: FakeCluster, topic: str, partition: int) -> list[bytes | None]:

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from client.metadata import TopicPartition
 from client.producer_batch import RECORD_OVERHEAD_MAX, ProducerBatch, record_size
 from storage.records import Compression, decode_records, read_header, validate_batch
+from wire.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 T0 = 1_700_000_000_000

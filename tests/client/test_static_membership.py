@@ -12,8 +12,9 @@ import pytest
 from client.cli_consume import consumer_settings
 from client.consumer import Consumer
 from client.errors import ERRORS
-from client.protocol import Api, ErrorCode
 from tests.client.fake_node import FakeCluster
+from wire.api import Api
+from wire.error_codes import ErrorCode
 
 SETTINGS = {"group_id": "g", "session_timeout_ms": 6_000, "heartbeat_interval_ms": 50, "retry_backoff_ms": 10}
 

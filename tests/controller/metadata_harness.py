@@ -10,16 +10,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from controller.controller_api import (
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    CreatableTopic,
-    CreateTopicsRequest,
-)
 from controller.metadata import ClusterMetadata, MetadataHistory, PartitionRegistration, check_invariants
 from controller.metadata_records import encode_record
 from controller.quorum_controller import ControllerConfig, ControllerResult, QuorumController
-from storage.error_codes import ErrorCode
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from wire.error_codes import ErrorCode
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 RAFT_EPOCH = 3
 

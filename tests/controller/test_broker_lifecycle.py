@@ -19,7 +19,7 @@ from controller.broker_lifecycle import (
     StartLifecycle,
     StopLifecycle,
 )
-from controller.controller_api import (
+from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -27,7 +27,7 @@ from controller.controller_api import (
     ControlledShutdownRequest,
     ReplicaLogInfo,
 )
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 CONFIG = BrokerLifecycleConfig(broker_id=4, endpoints=(("PLAINTEXT", "h:1"),), rack="r", log_dirs=("dir-a",),
                                heartbeat_interval_ms=100, session_timeout_ms=1_000, request_timeout_ms=300)

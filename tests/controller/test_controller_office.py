@@ -14,15 +14,6 @@ from typing import Any
 
 import pytest
 
-from controller.controller_api import (
-    BrokerHeartbeatRequest,
-    BrokerHeartbeatResponse,
-    BrokerRegistrationRequest,
-    BrokerRegistrationResponse,
-    CreatableTopic,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-)
 from controller.controller_office import (
     CALLS_AWAITING_OFFICE_MAX,
     NEVER_MS,
@@ -40,7 +31,14 @@ from controller.metadata import ClusterMetadata
 from controller.metadata_records import FenceBroker, RegisterBroker, decode_record
 from controller.quorum_controller import ControllerConfig
 from controller.raft_messages import ProposalCompletion, ProposeBatch, RaftError, Role
-from storage.error_codes import ErrorCode
+from wire.broker_lifecycle import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+)
+from wire.error_codes import ErrorCode
+from wire.topics import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 
 NODE_ID = 1
 TICK_INTERVAL_MS = 100

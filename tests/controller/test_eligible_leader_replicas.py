@@ -13,25 +13,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.controller_api import (
-    AlterableConfig,
-    AlterConfigOp,
-    AlterConfigsResource,
-    AlterPartitionData,
-    AlterPartitionRequest,
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    ConfigResourceType,
-    IncrementalAlterConfigsRequest,
-    ReplicaLogInfo,
-)
 from controller.metadata import PartitionRegistration
-from controller.metadata_records import NO_LEADER, PartitionChange
+from controller.metadata_records import PartitionChange
 from controller.partition_change import partition_change
 from controller.quorum_controller import ControllerConfig
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from tests.controller.metadata_harness import Harness
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
+from wire.configs import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResourceType,
+    IncrementalAlterConfigsRequest,
+)
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
 
 SESSION_MS = 9000
 TOPIC_ID = "ECfE0cOGu8TNYT4w2PFq3w"

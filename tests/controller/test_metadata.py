@@ -21,7 +21,6 @@ from controller.metadata import (
     topic_name_error,
 )
 from controller.metadata_records import (
-    NO_LEADER,
     BrokerRegistrationChange,
     ConfigChange,
     FenceBroker,
@@ -35,6 +34,7 @@ from controller.metadata_records import (
     encode_record,
 )
 from tests.controller.metadata_harness import Harness
+from wire.sentinels import NO_LEADER
 
 TOPIC_ID = "ECfE0cOGu8TNYT4w2PFq3w"
 OTHER_ID = "eOUQYXMR2KPCzm9EftTVew"

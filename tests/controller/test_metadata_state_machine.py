@@ -17,26 +17,22 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from controller.controller_api import (
+from controller.metadata import ClusterMetadata, check_invariants
+from controller.metadata_records import encode_record
+from controller.quorum_controller import ControllerConfig
+from tests.controller.metadata_harness import Harness
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, ControlledShutdownRequest
+from wire.configs import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
-    AlterPartitionData,
-    AlterPartitionRequest,
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
     ConfigResourceType,
-    ControlledShutdownRequest,
-    CreatableTopic,
-    CreateTopicsRequest,
-    DeleteTopicsRequest,
     IncrementalAlterConfigsRequest,
 )
-from controller.metadata import ClusterMetadata, check_invariants
-from controller.metadata_records import NO_LEADER, encode_record
-from controller.quorum_controller import ControllerConfig
-from storage.error_codes import ErrorCode
-from tests.controller.metadata_harness import Harness
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
+from wire.topics import CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
 
 SESSION_MS = 1000
 BROKER_IDS = st.integers(1, 5)

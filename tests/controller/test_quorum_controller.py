@@ -12,26 +12,9 @@ import random
 
 import pytest
 
-from controller.controller_api import (
-    AllocateProducerIdsRequest,
-    AlterableConfig,
-    AlterConfigOp,
-    AlterConfigsResource,
-    AlterPartitionData,
-    AlterPartitionRequest,
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    ConfigResourceType,
-    ControlledShutdownRequest,
-    ControllerTick,
-    CreatableTopic,
-    CreateTopicsRequest,
-    DeleteTopicsRequest,
-    IncrementalAlterConfigsRequest,
-)
+from controller.controller_api import ControllerTick
 from controller.metadata import ClusterMetadata, PartitionRegistration
 from controller.metadata_records import (
-    NO_LEADER,
     BrokerRegistrationChange,
     ConfigChange,
     FenceBroker,
@@ -44,8 +27,20 @@ from controller.metadata_records import (
     encode_record,
 )
 from controller.quorum_controller import ControllerConfig, QuorumController
-from storage.error_codes import ErrorCode
 from tests.controller.metadata_harness import Harness
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, ControlledShutdownRequest
+from wire.configs import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResourceType,
+    IncrementalAlterConfigsRequest,
+)
+from wire.error_codes import ErrorCode
+from wire.producer_ids import AllocateProducerIdsRequest
+from wire.sentinels import NO_LEADER
+from wire.topics import CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
 
 SESSION_MS = 9000
 

@@ -21,10 +21,10 @@ import pytest
 from client.admin import Admin, NewTopic, PartitionStatus
 from client.consumer import Consumer
 from client.errors import UnknownTopicOrPartitionError
-from client.metadata import TopicPartition
 from client.producer import Producer
 from tests.docker.compose_harness import REPLICA_LAG_TIME_MAX_MS, ComposeCluster
 from tests.node.cluster_harness import describe, eventually, read_replica
+from wire.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.docker
 

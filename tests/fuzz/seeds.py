@@ -8,21 +8,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from client.protocol import (
-    REQUESTS,
-    Api,
-    Envelope,
-    FetchPartition,
-    FetchRequest,
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ProducePartition,
-    ProduceRequest,
-    encode,
-    pack,
-)
 from controller import raft_messages as raft
-from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
 from controller.quorum_state import ElectionState, QuorumStateStore
 from controller.raft import Raft
 from controller.raft_driver import RaftDriver
@@ -40,6 +26,13 @@ from tests.fuzz.targets import (
     CountingStateMachine,
     raft_frame,
 )
+from wire.api import REQUESTS, Api
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
+from wire.codec import encode, pack
+from wire.envelope import Envelope
+from wire.fetch import FetchPartition, FetchRequest
+from wire.log_offsets import ListOffsetsPartition, ListOffsetsRequest
+from wire.produce import ProducePartition, ProduceRequest
 
 CORPUS = Path(__file__).parent / "corpus"
 

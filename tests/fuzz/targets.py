@@ -24,7 +24,6 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from client.protocol import REQUESTS, Api, Envelope, ProtocolError, encode, pack, unpack
 from controller.quorum_config import QuorumConfig, VoterEndpoint
 from controller.quorum_state import ElectionState, QuorumStateStore
 from controller.raft import Raft
@@ -36,6 +35,9 @@ from node.raft_transport import from_envelope
 from node.server import decode_request
 from storage.errors import StorageError
 from storage.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, check_batches, decode_records, validate_batch
+from wire.api import REQUESTS, Api
+from wire.codec import ProtocolError, encode, pack, unpack
+from wire.envelope import Envelope
 
 MAX_MESSAGE_BYTES = 1 << 20
 MAX_DECOMPRESSED_BYTES = 8 << 20

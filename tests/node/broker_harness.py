@@ -6,7 +6,7 @@ against; its listeners run synchronously after each change, as a node's metadata
 them after applying records. `move_leader` writes a partition change as another controller would
 (failover), through `QuorumController.reset_to`.
 
-Each broker serves a tiny aiohttp app with the data routes (msgpack through `client.protocol`);
+Each broker serves a tiny aiohttp app with the data routes (msgpack through `wire.codec`);
 `cut(broker_id)` makes its fetch route refuse replicas (HTTP 503, also for answers of fetches in
 flight), as a network cut between a leader and its followers would. `cut_when(answer)` cuts at the
 first answer to a replica fetch that satisfies it, that answer lost too: a follower stops right
@@ -25,24 +25,23 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from client import protocol
 from client.connection import Connections
-from controller.controller_api import (
-    CreatableTopic,
-    CreateTopicsRequest,
-    DeleteTopicsRequest,
-)
 from controller.metadata import ClusterMetadata, PartitionRegistration
 from controller.metadata_records import MetadataRecord, PartitionChange
 from controller.quorum_controller import ControllerConfig, QuorumController
 from node.broker import Broker, BrokerSettings
 from replication.config import ReplicationConfig
 from storage import meta_properties
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
 from storage.records import build_batch_from_values, iter_headers
+from wire.api import CONTENT_TYPE, REQUESTS, Api, error_response
+from wire.codec import pack, unpack
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse
+from wire.produce import ProducePartition, ProducePartitionResponse, ProduceRequest, ProduceResponse
+from wire.topic_partition import TopicPartition
+from wire.topics import CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
 
 T = TypeVar("T")
 LISTENER = "HTTP"
@@ -142,8 +141,8 @@ class BrokerNode:
         self.runner: web.AppRunner | None = None
         self.address = ""
         self.cut = False
-        self.cut_when: Callable[[protocol.FetchResponse], bool] | None = None
-        self.replica_fetches: list[protocol.FetchRequest] = []
+        self.cut_when: Callable[[FetchResponse], bool] | None = None
+        self.replica_fetches: list[FetchRequest] = []
 
     @property
     def log_manager(self) -> LogManager:
@@ -152,12 +151,12 @@ class BrokerNode:
 
     async def serve(self) -> None:
         app = web.Application()
-        routes: dict[protocol.Api, Callable[[Any], Any]] = {
-            protocol.Api.PRODUCE: lambda request: self._broker().produce(request),
-            protocol.Api.FETCH: self._fetch,
-            protocol.Api.LIST_OFFSETS: lambda request: self._broker().list_offsets(request),
-            protocol.Api.OFFSETS_FOR_LEADER_EPOCH: lambda request: self._broker().offsets_for_leader_epoch(request),
-            protocol.Api.DELETE_RECORDS: lambda request: self._broker().delete_records(request),
+        routes: dict[Api, Callable[[Any], Any]] = {
+            Api.PRODUCE: lambda request: self._broker().produce(request),
+            Api.FETCH: self._fetch,
+            Api.LIST_OFFSETS: lambda request: self._broker().list_offsets(request),
+            Api.OFFSETS_FOR_LEADER_EPOCH: lambda request: self._broker().offsets_for_leader_epoch(request),
+            Api.DELETE_RECORDS: lambda request: self._broker().delete_records(request),
         }
         for api, handler in routes.items():
             app.router.add_post(api.path, _route(api, handler))
@@ -172,7 +171,7 @@ class BrokerNode:
         assert self.broker is not None, f"broker {self.broker_id} not started"
         return self.broker
 
-    async def _fetch(self, request: protocol.FetchRequest) -> protocol.FetchResponse | None:
+    async def _fetch(self, request: FetchRequest) -> FetchResponse | None:
         is_replica = request.replica_id >= 0
         if is_replica:
             self.replica_fetches.append(request)
@@ -188,15 +187,15 @@ class BrokerNode:
             await self.runner.cleanup()
 
 
-def _route(api: protocol.Api, handler: Callable[[Any], Any]) -> Callable[[web.Request], Any]:
-    request_type = protocol.REQUESTS[api]
+def _route(api: Api, handler: Callable[[Any], Any]) -> Callable[[web.Request], Any]:
+    request_type = REQUESTS[api]
 
     async def handle(http_request: web.Request) -> web.Response:
-        answer = await handler(protocol.unpack(request_type, await http_request.read()))
+        answer = await handler(unpack(request_type, await http_request.read()))
         if answer is None:
-            body = protocol.pack(protocol.error_response(ErrorCode.NETWORK_EXCEPTION, "cut by the test"))
-            return web.Response(status=503, body=body, content_type=protocol.CONTENT_TYPE)
-        return web.Response(body=protocol.pack(answer), content_type=protocol.CONTENT_TYPE)
+            body = pack(error_response(ErrorCode.NETWORK_EXCEPTION, "cut by the test"))
+            return web.Response(status=503, body=body, content_type=CONTENT_TYPE)
+        return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
 
     return handle
 
@@ -274,27 +273,27 @@ class Cluster:
         response = await self.quorum.controller_request(DeleteTopicsRequest(topic_names=(name,)), 1_000)
         assert response.topics[0].error_code == ErrorCode.NONE, response
 
-    async def call(self, broker_id: int, api: protocol.Api, request: Any, response_type: type[T]) -> T:
+    async def call(self, broker_id: int, api: Api, request: Any, response_type: type[T]) -> T:
         return await self.connections.call(self.nodes[broker_id].address, api, request, response_type,
                                            TIMEOUT_S * 1000)
 
     async def produce(self, broker_id: int, topic_partition: TopicPartition, records: bytes, acks: int = -1,
-                      current_leader_epoch: int = -1) -> protocol.ProducePartitionResponse:
-        part = protocol.ProducePartition(topic_partition.topic, topic_partition.partition, records,
+                      current_leader_epoch: int = -1) -> ProducePartitionResponse:
+        part = ProducePartition(topic_partition.topic, topic_partition.partition, records,
                                          current_leader_epoch)
-        request = protocol.ProduceRequest(acks=acks, timeout_ms=10_000, partitions=(part,))
-        response = await self.call(broker_id, protocol.Api.PRODUCE, request, protocol.ProduceResponse)
+        request = ProduceRequest(acks=acks, timeout_ms=10_000, partitions=(part,))
+        response = await self.call(broker_id, Api.PRODUCE, request, ProduceResponse)
         return response.partitions[0]
 
     async def fetch(self, broker_id: int, topic_partition: TopicPartition, offset: int, max_wait_ms: int = 0,
                     min_bytes: int = 1, current_leader_epoch: int = -1,
-                    rack_id: str = "") -> protocol.FetchPartitionResponse:
+                    rack_id: str = "") -> FetchPartitionResponse:
         """A consumer's fetch of one partition."""
-        part = protocol.FetchPartition(topic_partition.topic, topic_partition.partition, offset,
+        part = FetchPartition(topic_partition.topic, topic_partition.partition, offset,
                                        current_leader_epoch=current_leader_epoch)
-        request = protocol.FetchRequest(partitions=(part,), max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        request = FetchRequest(partitions=(part,), max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                         rack_id=rack_id)
-        response = await self.call(broker_id, protocol.Api.FETCH, request, protocol.FetchResponse)
+        response = await self.call(broker_id, Api.FETCH, request, FetchResponse)
         return response.partitions[0]
 
 

@@ -11,9 +11,11 @@ from pathlib import Path
 
 from client.admin import Admin, ClusterDescription
 from client.connection import Connections
-from client.protocol import Api, ErrorCode, FetchPartition, FetchRequest, FetchResponse
 from node.dev import DevCluster
 from storage.records import iter_records
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchRequest, FetchResponse
 
 FAST = {
     "broker.heartbeat.interval.ms": "200",

@@ -13,23 +13,14 @@ import pytest
 
 from client.admin import Admin, NewTopic
 from client.producer import Producer
-from client.protocol import (
-    Api,
-    ErrorCode,
-    ErrorResponse,
-    FetchPartition,
-    FetchRequest,
-    FetchResponse,
-    ProducePartition,
-    ProducePartitionResponse,
-    ProduceRequest,
-    ProduceResponse,
-    pack,
-    unpack,
-)
 from node.dev import DevCluster, healthy
 from storage.records import Compression, build_batch
 from tests.node.cluster_harness import describe, start_cluster, stopped
+from wire.api import Api, ErrorResponse
+from wire.codec import pack, unpack
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchRequest, FetchResponse
+from wire.produce import ProducePartition, ProducePartitionResponse, ProduceRequest, ProduceResponse
 
 MAX_BYTES = 65536
 MAX_PARTITIONS = 100

@@ -13,15 +13,29 @@ from pathlib import Path
 
 import pytest
 
-from client import protocol
 from node.broker import Broker
 from replication.config import ReplicationConfig
 from replication.ready import Role
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.records import iter_headers
 from tests.node.broker_harness import TIMEOUT_S, Cluster, batch, log_bytes, started, until, wall_clock_ms
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchRequest, LeaderIdAndEpoch
+from wire.log_offsets import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderPartition,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+)
+from wire.metadata import DescribeReplicasRequest
+from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
@@ -75,7 +89,7 @@ async def test_follower_high_watermark_catches_up_after_acks_1_produce(cluster: 
 async def test_long_poll_fetch_wakes_on_produce(cluster: Cluster) -> None:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
     leader = cluster.broker(0)
-    request = protocol.FetchRequest(partitions=(protocol.FetchPartition(TOPIC, 0, 0),), max_wait_ms=60_000,
+    request = FetchRequest(partitions=(FetchPartition(TOPIC, 0, 0),), max_wait_ms=60_000,
                                     min_bytes=1)
     poll = asyncio.create_task(leader.fetch(request))
     await asyncio.sleep(0)  # one turn of the loop: the fetch reads nothing and parks
@@ -92,8 +106,8 @@ async def test_long_poll_fetch_wakes_on_produce(cluster: Cluster) -> None:
 async def test_multi_partition_fetch_answers_when_any_partition_has_data(cluster: Cluster) -> None:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2), 1: (0, 2, 1)})
     leader = cluster.broker(0)
-    partitions = (protocol.FetchPartition(TOPIC, 0, 0), protocol.FetchPartition(TOPIC, 1, 0))
-    poll = asyncio.create_task(leader.fetch(protocol.FetchRequest(partitions=partitions, max_wait_ms=60_000)))
+    partitions = (FetchPartition(TOPIC, 0, 0), FetchPartition(TOPIC, 1, 0))
+    poll = asyncio.create_task(leader.fetch(FetchRequest(partitions=partitions, max_wait_ms=60_000)))
     await asyncio.sleep(0)
     assert not poll.done()
     await cluster.produce(0, TopicPartition(TOPIC, 1), batch(b"y"))
@@ -112,7 +126,7 @@ async def test_errors_name_unknown_partitions_and_point_to_the_leader(cluster: C
     assert unknown_partition.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     not_hosted = await cluster.fetch(2, TP, 0)
     assert not_hosted.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert not_hosted.current_leader == protocol.LeaderIdAndEpoch(0, 0)
+    assert not_hosted.current_leader == LeaderIdAndEpoch(0, 0)
     to_follower = await cluster.produce(1, TP, batch(b"a"))
     assert to_follower.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     future_epoch = await cluster.produce(0, TP, batch(b"a"), current_leader_epoch=5)
@@ -144,7 +158,7 @@ async def test_leader_change_truncates_the_old_leaders_unreplicated_tail(cluster
     # A request in the old epoch is fenced, and told who leads now.
     stale = await cluster.fetch(1, TP, 0, current_leader_epoch=0)
     assert stale.error_code == ErrorCode.FENCED_LEADER_EPOCH
-    assert stale.current_leader == protocol.LeaderIdAndEpoch(1, 1)
+    assert stale.current_leader == LeaderIdAndEpoch(1, 1)
     # The old leader rejoins the ISR through AlterPartition.
     await until(old_leader, TP, lambda: 0 in cluster.quorum.partition(TOPIC, 0).isr)
 
@@ -182,28 +196,28 @@ async def test_retention_on_the_leader_moves_log_start_offset_on_followers(tmp_p
 async def test_delete_records_raises_the_low_watermark_on_every_replica(cluster: Cluster) -> None:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
     await cluster.produce(0, TP, batch(b"a", b"b", b"c"))
-    request = protocol.DeleteRecordsRequest((protocol.DeleteRecordsPartition(TOPIC, 0, 2),), timeout_ms=10_000)
-    response = await cluster.call(0, protocol.Api.DELETE_RECORDS, request, protocol.DeleteRecordsResponse)
+    request = DeleteRecordsRequest((DeleteRecordsPartition(TOPIC, 0, 2),), timeout_ms=10_000)
+    response = await cluster.call(0, Api.DELETE_RECORDS, request, DeleteRecordsResponse)
     (answer,) = response.partitions
     assert (answer.error_code, answer.low_watermark) == (ErrorCode.NONE, 2)
-    earliest = protocol.ListOffsetsRequest((protocol.ListOffsetsPartition(TOPIC, 0, protocol.EARLIEST_TIMESTAMP),),
+    earliest = ListOffsetsRequest((ListOffsetsPartition(TOPIC, 0, EARLIEST_TIMESTAMP),),
                                            from_follower=True)
     for broker_id in (0, 1, 2):
-        listed = await cluster.call(broker_id, protocol.Api.LIST_OFFSETS, earliest, protocol.ListOffsetsResponse)
+        listed = await cluster.call(broker_id, Api.LIST_OFFSETS, earliest, ListOffsetsResponse)
         assert (listed.partitions[0].error_code, listed.partitions[0].offset) == (ErrorCode.NONE, 2)
 
 
 async def test_list_offsets_and_offsets_for_leader_epoch(cluster: Cluster) -> None:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
     await cluster.produce(0, TP, batch(b"a", b"b"))
-    latest = protocol.ListOffsetsRequest((protocol.ListOffsetsPartition(TOPIC, 0, protocol.LATEST_TIMESTAMP),))
-    listed = await cluster.call(0, protocol.Api.LIST_OFFSETS, latest, protocol.ListOffsetsResponse)
+    latest = ListOffsetsRequest((ListOffsetsPartition(TOPIC, 0, LATEST_TIMESTAMP),))
+    listed = await cluster.call(0, Api.LIST_OFFSETS, latest, ListOffsetsResponse)
     assert (listed.partitions[0].error_code, listed.partitions[0].offset) == (ErrorCode.NONE, 2)
-    on_follower = await cluster.call(1, protocol.Api.LIST_OFFSETS, latest, protocol.ListOffsetsResponse)
+    on_follower = await cluster.call(1, Api.LIST_OFFSETS, latest, ListOffsetsResponse)
     assert on_follower.partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    request = protocol.OffsetsForLeaderEpochRequest((protocol.OffsetForLeaderPartition(TOPIC, 0, 0),))
-    response = await cluster.call(0, protocol.Api.OFFSETS_FOR_LEADER_EPOCH, request,
-                                  protocol.OffsetsForLeaderEpochResponse)
+    request = OffsetsForLeaderEpochRequest((OffsetForLeaderPartition(TOPIC, 0, 0),))
+    response = await cluster.call(0, Api.OFFSETS_FOR_LEADER_EPOCH, request,
+                                  OffsetsForLeaderEpochResponse)
     answer = response.partitions[0]
     assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.NONE, 0, 2)
 
@@ -212,7 +226,7 @@ async def test_describe_replicas_and_metrics_report_each_hosted_replica(cluster:
     await cluster.create_topic(TOPIC, {0: (0, 1, 2)})
     await cluster.produce(0, TP, batch(b"a"))
     leader = cluster.broker(0)
-    (replica,) = leader.describe_replicas(protocol.DescribeReplicasRequest()).replicas
+    (replica,) = leader.describe_replicas(DescribeReplicasRequest()).replicas
     assert (replica.role, replica.leader_id, replica.log_end_offset, replica.high_watermark) == ("leader", 0, 1, 1)
     assert replica.isr == (0, 1, 2)
     (metrics,) = leader.replica_metrics()

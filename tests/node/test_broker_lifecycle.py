@@ -12,10 +12,10 @@ import pytest
 from controller.metadata import ClusterMetadata
 from controller.metadata_records import RegisterBroker
 from node.lifecycle import BrokerState
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
 from tests.node.broker_harness import Cluster, batch, log_bytes, started, until
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from node.broker import Broker
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.partition_metadata import PartitionMetadata, PartitionMetadataFile
 from storage.records import build_batch_from_values
 from tests.node.broker_harness import Cluster, log_bytes, started, until, wall_clock_ms
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)

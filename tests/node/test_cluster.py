@@ -16,13 +16,13 @@ from client.admin import Admin, NewTopic
 from client.connection import NodeUnavailableError
 from client.consumer import Consumer
 from client.errors import TributaryError
-from client.metadata import TopicPartition
 from client.producer import Producer
 from node.broker import LOG_DIR_FAILURE_EXIT_CODE
 from node.dev import DevCluster
-from storage.error_codes import ErrorCode
 from storage.records import BATCH_HEADER_SIZE, iter_headers
 from tests.node.cluster_harness import describe, eventually, read_replica, start_cluster, stopped
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 
 @pytest.fixture(scope="module")

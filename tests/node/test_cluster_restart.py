@@ -15,12 +15,13 @@ from client.admin import Admin, NewTopic
 from client.connection import Connections, NodeUnavailableError
 from client.consumer import Consumer
 from client.errors import NetworkException
-from client.metadata import TopicPartition
 from client.producer import Producer
-from client.protocol import Api, MetadataRequest, MetadataResponse
 from controller.raft_log import METADATA_LOG_DIR
 from node.dev import DevCluster, healthy
 from tests.node.cluster_harness import FAST, eventually, free_port_block, read_replica, start_cluster
+from wire.api import Api
+from wire.metadata import MetadataRequest, MetadataResponse
+from wire.topic_partition import TopicPartition
 
 TOPIC = "durable"
 

@@ -24,13 +24,14 @@ import pytest
 from client.admin import Admin, NewTopic
 from client.consumer import Consumer
 from client.errors import TributaryError
-from client.metadata import TopicPartition
 from client.producer import Producer
-from client.protocol import ConsumerGroupState, ErrorCode
 from node.dev import DevCluster
 from node.group_offsets import OFFSETS_TOPIC
 from replication.group_coordinator import coordinator_partition
 from tests.node.cluster_harness import eventually, start_cluster, stopped
+from wire.error_codes import ErrorCode
+from wire.group_admin import ConsumerGroupState
+from wire.topic_partition import TopicPartition
 
 TOPIC = "shared"
 GROUP = "sharers"

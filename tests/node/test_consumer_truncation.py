@@ -18,14 +18,13 @@ import pytest
 
 from client.consumer import Consumer
 from client.errors import LogTruncationError
-from client.metadata import TopicPartition
-from client.protocol import ErrorCode, MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic
 from controller.metadata_records import PartitionChange
-from storage.checkpoint import TopicPartition as StorageTopicPartition
 from tests.node.broker_harness import CLUSTER_ID, Cluster, batch, started, until
+from wire.error_codes import ErrorCode
+from wire.metadata import MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic
+from wire.topic_partition import TopicPartition
 
-ORDERS = StorageTopicPartition("orders", 0)
-T0 = TopicPartition("orders", 0)
+ORDERS = TopicPartition("orders", 0)
 
 
 @pytest.fixture
@@ -79,8 +78,8 @@ async def test_a_consumer_finds_the_records_it_read_lost_by_an_unclean_election(
     async with Consumer(cluster.nodes[0].address, auto_offset_reset="none", retry_backoff_ms=20,
                         fetch_max_wait_ms=50, connections=cluster.connections) as consumer:
         metadata_from_quorum(cluster, consumer)
-        consumer.assign([T0])
-        consumer.seek(T0, 0)
+        consumer.assign([ORDERS])
+        consumer.seek(ORDERS, 0)
         assert [r.value for r in await poll_until(consumer, 10)] == [b"old-%d" % i for i in range(10)]
         # Unclean election: broker 1, without offsets 6-9, leads and takes other records there.
         cluster.quorum.move_leader("orders", 0, leader=1, isr=(1,))
@@ -90,5 +89,5 @@ async def test_a_consumer_finds_the_records_it_read_lost_by_an_unclean_election(
         with pytest.raises(LogTruncationError) as raised:
             await poll_until(consumer, 1)
         assert (raised.value.position, raised.value.diverging_offset) == (10, 6)
-        consumer.seek(T0, 6)
+        consumer.seek(ORDERS, 6)
         assert [r.value for r in await poll_until(consumer, 6)] == [b"new-%d" % i for i in range(6, 12)]

@@ -24,9 +24,11 @@ from client.admin import Admin, NewTopic
 from client.connection import Connections, NodeUnavailableError
 from client.consumer import Consumer
 from client.producer import Producer
-from client.protocol import Api, FetchPartition, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse
 from node.dev import DevCluster
 from tests.node.cluster_harness import describe, eventually, read_replica, start_cluster, stopped
+from wire.api import Api
+from wire.fetch import FetchPartition, FetchRequest, FetchResponse
+from wire.metadata import MetadataRequest, MetadataResponse
 
 CONTROLLERS, BROKERS = [1, 2, 3], [4, 5, 6]
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from client.protocol import Api, MetadataRequest
 from node.config import NodeConfig
 from node.node import Node
 from node.server import NotServingYet
+from wire.api import Api
+from wire.metadata import MetadataRequest
 
 CONFIG = {"node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"}
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from storage import log_segment
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from tests.node.broker_harness import Cluster, batch, started, until
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 P0, P1, P2 = (TopicPartition(TOPIC, index) for index in range(3))

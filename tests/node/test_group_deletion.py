@@ -8,14 +8,16 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from client import protocol
-from client.protocol import ErrorCode
 from node.group_deletion import GroupDeletion
 from node.group_membership import GroupMembership
 from replication.consumer_groups import GroupsConfig
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
 from replication.group_metadata import GroupMetadata
 from tests.node.test_group_queries import PARTITIONS, Stubs, group_on
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_admin import DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
+from wire.group_offsets import OffsetDeletePartitionResponse, OffsetDeleteRequest, OffsetDeleteResponse
 
 
 class DeletionStubs(Stubs):
@@ -26,13 +28,13 @@ class DeletionStubs(Stubs):
         self.stored: list[tuple[str, GroupMetadata | None]] = []
         self.offsets_deleted: list[tuple[str, tuple[tuple[str, int], ...]]] = []
 
-    async def forward(self, address: str, api: protocol.Api, request: Any, response_type: type) -> Any:
+    async def forward(self, address: str, api: Api, request: Any, response_type: type) -> Any:
         self.forwarded.append((address, api, request))
-        if api is protocol.Api.DELETE_GROUPS:
-            return protocol.DeleteGroupsResponse(tuple(protocol.DeletableGroupResult(group, ErrorCode.NONE)
+        if api is Api.DELETE_GROUPS:
+            return DeleteGroupsResponse(tuple(DeletableGroupResult(group, ErrorCode.NONE)
                                                        for group in request.groups_names))
-        return protocol.OffsetDeleteResponse(ErrorCode.NONE, tuple(
-            protocol.OffsetDeletePartitionResponse(topic, partition, ErrorCode.NONE)
+        return OffsetDeleteResponse(ErrorCode.NONE, tuple(
+            OffsetDeletePartitionResponse(topic, partition, ErrorCode.NONE)
             for topic, partition in request.partitions))
 
     async def store(self, partition: int, group_id: str, value: GroupMetadata | None) -> tuple[ErrorCode, str]:
@@ -63,13 +65,13 @@ def unknown_on(partition: int) -> str:
 async def test_groups_are_deleted_by_their_coordinators() -> None:
     here, there = group_on(0), group_on(1)
     stubs = DeletionStubs(led={0}, offsets={0: OffsetGroupsAnswer(0, ErrorCode.NONE, frozenset({here}))})
-    response = await (await stubs.deletion()).delete_groups(protocol.DeleteGroupsRequest((here, there, "", here)))
+    response = await (await stubs.deletion()).delete_groups(DeleteGroupsRequest((here, there, "", here)))
     assert [(result.group_id, result.error_code) for result in response.results] == [
         (here, ErrorCode.NONE), (there, ErrorCode.NONE), ("", ErrorCode.INVALID_GROUP_ID)]
     assert stubs.stored == [(here, None)], "the group's tombstone, through the store"
-    assert stubs.forwarded == [("node-2:9092", protocol.Api.DELETE_GROUPS, protocol.DeleteGroupsRequest((there,)))]
+    assert stubs.forwarded == [("node-2:9092", Api.DELETE_GROUPS, DeleteGroupsRequest((there,)))]
     nobody = unknown_on(0)
-    again = await (await stubs.deletion()).delete_groups(protocol.DeleteGroupsRequest((nobody,)))
+    again = await (await stubs.deletion()).delete_groups(DeleteGroupsRequest((nobody,)))
     assert again.results[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
@@ -77,22 +79,22 @@ async def test_offsets_are_deleted_by_the_coordinator_and_unknown_partitions_ref
     here, there = group_on(0), group_on(1)
     stubs = DeletionStubs(led={0}, offsets={0: OffsetGroupsAnswer(0, ErrorCode.NONE, frozenset({here}))})
     deletion = await stubs.deletion()
-    response = await deletion.delete_offsets(protocol.OffsetDeleteRequest(here, (("orders", 0), ("orders", -1))))
+    response = await deletion.delete_offsets(OffsetDeleteRequest(here, (("orders", 0), ("orders", -1))))
     assert (response.error_code, [(p.topic, p.partition, p.error_code) for p in response.partitions]) == (
         ErrorCode.NONE, [("orders", -1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ("orders", 0, ErrorCode.NONE)])
     assert stubs.offsets_deleted == [(here, (("orders", 0),))]
-    forwarded = await deletion.delete_offsets(protocol.OffsetDeleteRequest(there, (("orders", 1),)))
+    forwarded = await deletion.delete_offsets(OffsetDeleteRequest(there, (("orders", 1),)))
     assert forwarded.error_code == ErrorCode.NONE and stubs.forwarded == [
-        ("node-2:9092", protocol.Api.OFFSET_DELETE, protocol.OffsetDeleteRequest(there, (("orders", 1),)))]
-    unknown = await deletion.delete_offsets(protocol.OffsetDeleteRequest(unknown_on(0), (("orders", 0),)))
+        ("node-2:9092", Api.OFFSET_DELETE, OffsetDeleteRequest(there, (("orders", 1),)))]
+    unknown = await deletion.delete_offsets(OffsetDeleteRequest(unknown_on(0), (("orders", 0),)))
     assert (unknown.error_code, unknown.partitions) == (ErrorCode.GROUP_ID_NOT_FOUND, ())
-    empty = await deletion.delete_offsets(protocol.OffsetDeleteRequest("", (("orders", 0),)))
+    empty = await deletion.delete_offsets(OffsetDeleteRequest("", (("orders", 0),)))
     assert empty.error_code == ErrorCode.INVALID_GROUP_ID
 
 
 async def test_without_the_offsets_topic_no_group_exists() -> None:
     deletion = await DeletionStubs(led=None).deletion()
-    deleted = await deletion.delete_groups(protocol.DeleteGroupsRequest(("g",)))
+    deleted = await deletion.delete_groups(DeleteGroupsRequest(("g",)))
     assert deleted.results[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
-    offsets = await deletion.delete_offsets(protocol.OffsetDeleteRequest("g", (("orders", 0),)))
+    offsets = await deletion.delete_offsets(OffsetDeleteRequest("g", (("orders", 0),)))
     assert offsets.error_code == ErrorCode.GROUP_ID_NOT_FOUND

@@ -18,15 +18,26 @@ from typing import Any, TypeVar
 
 import pytest
 
-from client import protocol
 from controller.metadata_records import PartitionChange
 from node.group_membership import GroupMembership
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from tests.node.broker_harness import Cluster, log_bytes, monotonic_ms, started, until, wall_clock_ms
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_admin import ConsumerGroupState, DescribedGroup, DescribeGroupsRequest
+from wire.group_membership import (
+    GroupResponse,
+    HeartbeatRequest,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupAssignment,
+    SyncGroupRequest,
+)
+from wire.group_offsets import OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
+from wire.topic_partition import TopicPartition
 
 T = TypeVar("T")
 OFFSETS_TP = TopicPartition(OFFSETS_TOPIC, 0)
@@ -59,7 +70,7 @@ def coordinated(cluster: Cluster, broker_id: int, with_members: bool = True) -> 
     def address_of(partition: int) -> str:
         return cluster.nodes[leader_of(partition)].address
 
-    async def forward(address: str, api: protocol.Api, request: Any, response_type: type) -> Any:
+    async def forward(address: str, api: Api, request: Any, response_type: type) -> Any:
         raise AssertionError(f"broker {broker_id} forwarded {api.value}: the test asks the leader only")
 
     async def create_topic() -> ErrorCode:
@@ -78,7 +89,7 @@ def coordinated(cluster: Cluster, broker_id: int, with_members: bool = True) -> 
 
 def queries(cluster: Cluster, broker_id: int, offsets: GroupOffsets, membership: GroupMembership) -> GroupQueries:
     """Broker `broker_id`'s ListGroups/DescribeGroups edge over its offsets and membership edges."""
-    async def forward(address: str, api: protocol.Api, request: Any, response_type: type) -> Any:
+    async def forward(address: str, api: Api, request: Any, response_type: type) -> Any:
         raise AssertionError(f"broker {broker_id} forwarded {api.value}: the test asks the leader only")
 
     return GroupQueries(broker_id, 1, lambda partition: cluster.quorum.partition(OFFSETS_TOPIC, partition).leader,
@@ -86,14 +97,14 @@ def queries(cluster: Cluster, broker_id: int, offsets: GroupOffsets, membership:
 
 
 async def commit(coordinator: GroupOffsets, offset: int) -> ErrorCode:
-    request = protocol.OffsetCommitRequest(GROUP, (protocol.OffsetCommitPartition(*ORDERS, offset),))
+    request = OffsetCommitRequest(GROUP, (OffsetCommitPartition(*ORDERS, offset),))
     response = await coordinator.commit(request)
     return response.partitions[0].error_code
 
 
 async def committed(coordinator: GroupOffsets) -> tuple[ErrorCode, int]:
     """The top-level error and the committed offset of orders-0 (-1 when there is none)."""
-    response = await coordinator.fetch(protocol.OffsetFetchRequest(GROUP, (ORDERS,)))
+    response = await coordinator.fetch(OffsetFetchRequest(GROUP, (ORDERS,)))
     if response.error_code != ErrorCode.NONE:
         return response.error_code, -1
     return response.error_code, response.partitions[0].committed_offset
@@ -168,22 +179,22 @@ async def loaded(call: Callable[[], Awaitable[T]]) -> T:
     raise AssertionError("the coordinator never finished loading")
 
 
-def join(membership: GroupMembership, member_id: str = "") -> Awaitable[protocol.JoinGroupResponse]:
-    return loaded(lambda: membership.join(protocol.JoinGroupRequest(
-        GROUP, 10_000, 30_000, member_id, "consumer", (protocol.JoinGroupProtocol("range", b"orders"),))))
+def join(membership: GroupMembership, member_id: str = "") -> Awaitable[JoinGroupResponse]:
+    return loaded(lambda: membership.join(JoinGroupRequest(
+        GROUP, 10_000, 30_000, member_id, "consumer", (JoinGroupProtocol("range", b"orders"),))))
 
 
-def heartbeat(membership: GroupMembership, generation: int, member_id: str) -> Awaitable[protocol.GroupResponse]:
-    return loaded(lambda: membership.heartbeat(protocol.HeartbeatRequest(GROUP, generation, member_id)))
+def heartbeat(membership: GroupMembership, generation: int, member_id: str) -> Awaitable[GroupResponse]:
+    return loaded(lambda: membership.heartbeat(HeartbeatRequest(GROUP, generation, member_id)))
 
 
-async def _describe_one(view: GroupQueries) -> protocol.DescribedGroup:
-    return (await view.describe_groups(protocol.DescribeGroupsRequest((GROUP,)))).groups[0]
+async def _describe_one(view: GroupQueries) -> DescribedGroup:
+    return (await view.describe_groups(DescribeGroupsRequest((GROUP,)))).groups[0]
 
 
 async def member_commit(offsets: GroupOffsets, generation: int, member_id: str) -> ErrorCode:
-    response = await loaded(lambda: offsets.commit(protocol.OffsetCommitRequest(
-        GROUP, (protocol.OffsetCommitPartition(*ORDERS, 3),), generation, member_id)))
+    response = await loaded(lambda: offsets.commit(OffsetCommitRequest(
+        GROUP, (OffsetCommitPartition(*ORDERS, 3),), generation, member_id)))
     return response.partitions[0].error_code
 
 
@@ -195,14 +206,14 @@ async def test_a_stable_group_keeps_its_generation_on_the_new_coordinator(cluste
     old_offsets, old = coordinated(cluster, 0)
     one = (await join(old)).member_id
     assert (await join(old, one)).generation_id == 1
-    await old.sync(protocol.SyncGroupRequest(GROUP, 1, one, (protocol.SyncGroupAssignment(one, b"p0 p1"),)))
+    await old.sync(SyncGroupRequest(GROUP, 1, one, (SyncGroupAssignment(one, b"p0 p1"),)))
     two = (await join(old)).member_id
     joined = await asyncio.gather(join(old, two), join(old, one))
     assert [answer.generation_id for answer in joined] == [2, 2] and joined[1].leader == one
     synced = await asyncio.gather(
-        old.sync(protocol.SyncGroupRequest(GROUP, 2, two)),
-        old.sync(protocol.SyncGroupRequest(GROUP, 2, one, (protocol.SyncGroupAssignment(one, b"p0"),
-                                                           protocol.SyncGroupAssignment(two, b"p1")))))
+        old.sync(SyncGroupRequest(GROUP, 2, two)),
+        old.sync(SyncGroupRequest(GROUP, 2, one, (SyncGroupAssignment(one, b"p0"),
+                                                           SyncGroupAssignment(two, b"p1")))))
     assert [answer.assignment for answer in synced] == [b"p1", b"p0"]
     assert await member_commit(old_offsets, 2, one) == ErrorCode.NONE
 
@@ -211,7 +222,7 @@ async def test_a_stable_group_keeps_its_generation_on_the_new_coordinator(cluste
     view = queries(cluster, 1, new_offsets, new)
     described = await loaded(lambda: _describe_one(view))
     assert (described.group_state, sorted(member.member_id for member in described.members)) == (
-        protocol.ConsumerGroupState.STABLE, sorted([one, two])), "described as loaded, before any member speaks"
+        ConsumerGroupState.STABLE, sorted([one, two])), "described as loaded, before any member speaks"
     assert [(await heartbeat(new, 2, member)).error_code for member in (one, two)] == [ErrorCode.NONE] * 2
     assert await member_commit(new_offsets, 2, two) == ErrorCode.NONE
     assert await member_commit(new_offsets, 1, two) == ErrorCode.ILLEGAL_GENERATION

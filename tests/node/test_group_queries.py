@@ -8,13 +8,23 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from client import protocol
-from client.protocol import ConsumerGroupState, DescribedGroup, ErrorCode, JoinGroupProtocol, JoinGroupRequest
 from node.group_membership import GroupMembership, with_client_host
 from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
 from replication.group_coordinator import OffsetGroupsAnswer, coordinator_partition
 from replication.group_metadata import GroupMetadata
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_admin import (
+    ConsumerGroupState,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from wire.group_membership import JoinGroupProtocol, JoinGroupRequest
 
 PARTITIONS = 2
 
@@ -25,7 +35,7 @@ class Stubs:
     def __init__(self, led: set[int] | None, offsets: dict[int, OffsetGroupsAnswer] | None = None) -> None:
         self.led = led
         self.offsets = offsets or {}
-        self.forwarded: list[tuple[str, protocol.Api, Any]] = []
+        self.forwarded: list[tuple[str, Api, Any]] = []
 
     def leader_of(self, partition: int) -> int | None:
         return None if self.led is None else 1 if partition in self.led else 2
@@ -33,9 +43,9 @@ class Stubs:
     async def route(self, partition: int, create: bool) -> ErrorCode | None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if self.led is None else None
 
-    async def forward(self, address: str, api: protocol.Api, request: Any, response_type: type) -> Any:
+    async def forward(self, address: str, api: Api, request: Any, response_type: type) -> Any:
         self.forwarded.append((address, api, request))
-        return protocol.DescribeGroupsResponse(tuple(
+        return DescribeGroupsResponse(tuple(
             DescribedGroup(ErrorCode.NONE, group, ConsumerGroupState.STABLE, coordinator_id=2)
             for group in request.groups))
 
@@ -64,31 +74,31 @@ async def test_a_group_coordinated_elsewhere_is_described_by_its_coordinator() -
     stubs = Stubs(led={0})
     here, there = group_on(0), group_on(1)
     stubs.offsets[0] = OffsetGroupsAnswer(0, ErrorCode.NONE, frozenset({here}))
-    response = await stubs.queries().describe_groups(protocol.DescribeGroupsRequest((here, there, "")))
+    response = await stubs.queries().describe_groups(DescribeGroupsRequest((here, there, "")))
     assert [(g.group_id, g.error_code, g.group_state, g.coordinator_id) for g in response.groups] == [
         (here, ErrorCode.NONE, ConsumerGroupState.EMPTY, 1),  # only offsets: Empty, here
         (there, ErrorCode.NONE, ConsumerGroupState.STABLE, 2),
         ("", ErrorCode.INVALID_GROUP_ID, None, -1)]
-    assert stubs.forwarded == [("node-2:9092", protocol.Api.DESCRIBE_GROUPS, protocol.DescribeGroupsRequest((there,)))]
+    assert stubs.forwarded == [("node-2:9092", Api.DESCRIBE_GROUPS, DescribeGroupsRequest((there,)))]
 
 
 async def test_without_the_offsets_topic_a_group_is_dead_and_none_is_listed() -> None:
     stubs = Stubs(led=None)
-    response = await stubs.queries().describe_groups(protocol.DescribeGroupsRequest(("g",)))
+    response = await stubs.queries().describe_groups(DescribeGroupsRequest(("g",)))
     assert [(g.error_code, g.group_state, g.members) for g in response.groups] == [
         (ErrorCode.NONE, ConsumerGroupState.DEAD, ())]
-    listed = await stubs.queries().list_groups(protocol.ListGroupsRequest())
-    assert listed == protocol.ListGroupsResponse(ErrorCode.NONE)
+    listed = await stubs.queries().list_groups(ListGroupsRequest())
+    assert listed == ListGroupsResponse(ErrorCode.NONE)
 
 
 async def test_listing_answers_load_in_progress_with_the_groups_it_could_read() -> None:
     stubs = Stubs(led={0, 1}, offsets={
         0: OffsetGroupsAnswer(0, ErrorCode.NONE, frozenset({"solo"})),
         1: OffsetGroupsAnswer(0, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, message="lags")})
-    response = await stubs.queries().list_groups(protocol.ListGroupsRequest())
+    response = await stubs.queries().list_groups(ListGroupsRequest())
     assert (response.error_code, response.groups) == (
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, (protocol.ListedGroup("solo", "", ConsumerGroupState.EMPTY),))
-    filtered = await stubs.queries().list_groups(protocol.ListGroupsRequest((ConsumerGroupState.STABLE,)))
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, (ListedGroup("solo", "", ConsumerGroupState.EMPTY),))
+    filtered = await stubs.queries().list_groups(ListGroupsRequest((ConsumerGroupState.STABLE,)))
     assert filtered.groups == ()
 
 

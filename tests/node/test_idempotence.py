@@ -11,21 +11,14 @@ import pytest
 from client.admin import Admin, NewTopic
 from client.connection import Connections, NodeUnavailableError
 from client.producer import Producer
-from client.protocol import (
-    Api,
-    ErrorCode,
-    FetchPartition,
-    FetchRequest,
-    FetchResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    ProducePartition,
-    ProduceRequest,
-    ProduceResponse,
-)
 from node.dev import DevCluster
 from storage.records import build_batch, iter_headers
 from tests.node.cluster_harness import describe, eventually, read_replica, start_cluster, stopped
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchRequest, FetchResponse
+from wire.produce import ProducePartition, ProduceRequest, ProduceResponse
+from wire.producer_ids import InitProducerIdRequest, InitProducerIdResponse
 
 TOPIC = "once"
 

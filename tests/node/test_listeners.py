@@ -14,21 +14,14 @@ import pytest
 from client.admin import Admin, NewTopic
 from client.consumer import Consumer
 from client.producer import Producer
-from client.protocol import (
-    Api,
-    Envelope,
-    ErrorCode,
-    ErrorResponse,
-    FetchPartition,
-    FetchRequest,
-    FetchResponse,
-    MetadataRequest,
-    MetadataResponse,
-    pack,
-    unpack,
-)
 from node.dev import DevCluster
 from tests.node.cluster_harness import FAST, free_port_block, stopped
+from wire.api import Api, ErrorResponse
+from wire.codec import pack, unpack
+from wire.envelope import Envelope
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchRequest, FetchResponse
+from wire.metadata import MetadataRequest, MetadataResponse
 
 TOPIC = "listened"
 

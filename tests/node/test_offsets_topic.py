@@ -9,9 +9,11 @@ from pathlib import Path
 
 from client.admin import Admin
 from client.connection import Connections
-from client.protocol import Api, ErrorCode, OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse
 from node.dev import DevCluster
 from tests.node.cluster_harness import describe, eventually, start_cluster
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.group_offsets import OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse
 
 COMMIT = OffsetCommitRequest("billing", (OffsetCommitPartition("orders", 0, 5),))
 

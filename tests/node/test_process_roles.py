@@ -18,13 +18,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.connection import Connections, NodeUnavailableError
-from client.protocol import Api, FetchPartition, FetchRequest, FetchResponse
-from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from node.config import NodeConfig
 from node.node import CONTROLLER_ADMIN_APIS, NODE_TO_NODE_APIS, Node
 from node.server import NotABroker
-from storage.error_codes import ErrorCode
 from tests.node.cluster_harness import free_port_block
+from wire.api import Api
+from wire.error_codes import ErrorCode
+from wire.fetch import FetchPartition, FetchRequest, FetchResponse
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 VOTERS = "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"
 BROKER_APIS = [api for api in Api if api not in NODE_TO_NODE_APIS | CONTROLLER_ADMIN_APIS]

@@ -24,19 +24,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from client import protocol
 from client.connection import Connections
-from client.protocol import Api, Envelope, ProtocolError, pack, unpack
-from controller.controller_api import (
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    CreatableTopic,
-    CreateTopicsRequest,
-)
 from node.config import NodeConfig
 from node.quorum import QuorumService
 from node.raft_transport import ACK
-from storage.error_codes import ErrorCode
+from wire.api import CONTENT_TYPE, REQUESTS, Api
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from wire.codec import ProtocolError, encode, pack, unpack
+from wire.envelope import Envelope
+from wire.error_codes import ErrorCode
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 TIMEOUT_S = 20
 REQUEST_TIMEOUT_MS = 10_000
@@ -63,20 +60,20 @@ def build_app(service: QuorumService) -> web.Application:
 
     async def raft(request: web.Request) -> web.Response:
         await service.handle_raft(unpack(Envelope, await request.read()))
-        return web.Response(body=pack(ACK), content_type=protocol.CONTENT_TYPE)
+        return web.Response(body=pack(ACK), content_type=CONTENT_TYPE)
 
     def broker_route(api: Api) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
             answer = await service.handle_controller(api, unpack(Envelope, await request.read()))
-            return web.Response(body=pack(answer), content_type=protocol.CONTENT_TYPE)
+            return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
 
         return handle
 
     def admin_route(api: Api) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
-            wire_request = unpack(protocol.REQUESTS[api], await request.read())
+            wire_request = unpack(REQUESTS[api], await request.read())
             response = await service.controller_request(wire_request, getattr(wire_request, "timeout_ms", 30000))
-            return web.Response(body=pack(response), content_type=protocol.CONTENT_TYPE)
+            return web.Response(body=pack(response), content_type=CONTENT_TYPE)
 
         return handle
 
@@ -288,7 +285,7 @@ async def test_non_leader_answers_not_controller_and_bad_envelopes_are_refused(t
         follower = cluster.service(next(candidate for candidate in cluster.nodes if candidate not in (leader, 2)))
         cluster_id = follower.config.cluster_id
         request = BrokerRegistrationRequest(7, "x", {"HTTP": "127.0.0.1:9"})
-        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 7, "127.0.0.1:9", cluster_id)
+        envelope = Envelope("BrokerRegistrationRequest", encode(request), 7, "127.0.0.1:9", cluster_id)
         answer = await follower.handle_controller(Api.BROKER_REGISTRATION, envelope)
         assert answer.type == "BrokerRegistrationResponse"
         assert answer.body["error_code"] == ErrorCode.NOT_CONTROLLER.value
@@ -390,7 +387,7 @@ async def test_a_leader_cut_off_from_its_quorum_answers_pending_requests_not_con
             if node_id != leader:
                 await cluster.nodes[node_id].stop()
         request = BrokerRegistrationRequest(2, "incarnation-2", {"HTTP": "127.0.0.1:9002"})
-        envelope = Envelope("BrokerRegistrationRequest", protocol.encode(request), 2, "127.0.0.1:9002",
+        envelope = Envelope("BrokerRegistrationRequest", encode(request), 2, "127.0.0.1:9002",
                             cluster.service(leader).config.cluster_id)
         started = clock_ms()
         async with asyncio.timeout(TIMEOUT_S):

@@ -16,16 +16,17 @@ from typing import Any
 
 import pytest
 
-from client import protocol
-from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest, BrokerRegistrationResponse
 from controller.metadata import ClusterMetadata
-from controller.metadata_records import NO_LEADER, Partition, PartitionChange, RegisterBroker, Topic
+from controller.metadata_records import Partition, PartitionChange, RegisterBroker, Topic
 from node.admin import metadata_response
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.meta_properties import META_PROPERTIES_FILE, MetaProperties
 from tests.node.broker_harness import Cluster, batch, log_bytes, started, until
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, BrokerRegistrationResponse
+from wire.error_codes import ErrorCode
+from wire.metadata import MetadataRequest
+from wire.sentinels import NO_LEADER
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
@@ -170,7 +171,7 @@ def test_metadata_answers_show_elr_and_last_known_elr() -> None:
     ]
     for offset, record in enumerate(records):
         metadata.apply_record(offset, record)
-    response = metadata_response(metadata, protocol.MetadataRequest(), "HTTP", "c", 1)
+    response = metadata_response(metadata, MetadataRequest(), "HTTP", "c", 1)
     (partition,) = response.topics[0].partitions
     assert (partition.isr, partition.eligible_leader_replicas, partition.last_known_elr) == ((), (3,), (1,))
     assert partition.error_code == ErrorCode.LEADER_NOT_AVAILABLE

@@ -15,14 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.controller_api import (
-    AlterPartitionData,
-    AlterPartitionRequest,
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    CreatableTopic,
-    CreateTopicsRequest,
-)
 from controller.metadata import ClusterMetadata
 from controller.quorum_controller import ControllerConfig, QuorumController
 from replication.broker_events import (
@@ -37,10 +29,13 @@ from replication.broker_ready import AlterPartitionSend, BrokerReady, ClientAnsw
 from replication.config import ReplicaManagerConfig, ReplicationConfig
 from replication.events import Tick
 from replication.replica_manager import ReplicaManager
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 LISTENER = "PLAINTEXT"
 LOG_DEFAULTS = {"segment.index.bytes": "4096", "index.interval.bytes": "64"}

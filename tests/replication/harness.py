@@ -14,11 +14,11 @@ from replication.events import Event, FetchResponseFromLeader, FollowerFetch, Ma
 from replication.lease import BrokerLease
 from replication.partition import Partition
 from replication.ready import Completion, FetchResult, ProduceResult, Ready
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
 from storage.log import Log
 from storage.log_manager import LogManager
 from storage.records import build_batch_from_values
+from wire.topic_partition import TopicPartition
 
 TOPIC_PARTITION = TopicPartition("orders", 0)
 LEASE_FOR_EVER_MS = 2**62

@@ -34,7 +34,7 @@ from replication.consumer_groups import (
 )
 from replication.group_listing import dead_group, merge_overviews
 from replication.group_metadata import GroupMetadata, MemberMetadata
-from storage.error_codes import ErrorCode
+from wire.error_codes import ErrorCode
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000

@@ -11,10 +11,10 @@ import pytest
 
 from replication.events import ConsumerFetch, FollowerFetch, ProduceRequest
 from replication.ready import FetchResult, ProduceResult, TruncatedDamaged
-from storage.error_codes import ErrorCode
 from storage.log_manager import LogManager
 from storage.records import BATCH_HEADER_SIZE, iter_headers
 from tests.replication.harness import TOPIC_PARTITION, Broker, batch, catch_up, make_follower, make_leader, only
+from wire.error_codes import ErrorCode
 
 Brokers = Callable[..., list[Broker]]
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from replication.errors import error_of
-from storage.error_codes import ErrorCode
 from storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, StorageError
+from wire.error_codes import ErrorCode
 
 
 def test_storage_errors_map_by_name() -> None:

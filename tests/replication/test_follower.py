@@ -16,10 +16,10 @@ from replication.ready import (
     Truncated,
     TruncatedFully,
 )
-from storage.error_codes import ErrorCode
 from storage.log import LogStartOffsetIncrementReason
 from storage.records import iter_headers
 from tests.replication.harness import Broker, batch, catch_up, fetch_round, make_follower, make_leader
+from wire.error_codes import ErrorCode
 
 Brokers = Callable[..., list[Broker]]
 

@@ -35,8 +35,8 @@ from replication.group_metadata import (
     encode_group_key,
     encode_group_value,
 )
-from storage.error_codes import ErrorCode
 from storage.records import build_batch, iter_records
+from wire.error_codes import ErrorCode
 
 GROUP = "billing"
 

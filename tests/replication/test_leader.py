@@ -11,7 +11,6 @@ from collections.abc import Callable
 import pytest
 
 from replication.events import (
-    NO_EPOCH,
     AlterPartitionResponse,
     FollowerFetch,
     MakeLeader,
@@ -22,7 +21,6 @@ from replication.events import (
 from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, FetchResult, LogStartOffsetRaised, ProduceResult, Role
 from storage import log_segment
-from storage.error_codes import ErrorCode
 from storage.log import LogStartOffsetIncrementReason
 from storage.records import build_batch
 from tests.replication.harness import (
@@ -37,6 +35,8 @@ from tests.replication.harness import (
     only,
     produce_results,
 )
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_EPOCH
 
 Brokers = Callable[..., list[Broker]]
 

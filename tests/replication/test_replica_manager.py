@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from controller.controller_api import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from controller.metadata import PartitionRegistration
 from replication.broker_events import (
     ClientRequest,
@@ -25,13 +24,15 @@ from replication.broker_events import (
 )
 from replication.broker_ready import ClientAnswer, ReplicaLogEnd
 from replication.delayed_fetch import FetchPurgatory
-from replication.events import NO_LEADER, ConsumerFetch, FollowerFetch, ListOffsets, ProduceRequest
+from replication.events import ConsumerFetch, FollowerFetch, ListOffsets, ProduceRequest
 from replication.ready import FetchResult, ProduceResult, Role
 from storage import log_segment
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values, iter_headers
 from tests.replication.core_cluster import CoreCluster
+from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 P0, P1, P2 = (TopicPartition(TOPIC, index) for index in range(3))

@@ -24,9 +24,9 @@ from replication.ready import (
     ProduceResult,
     Role,
 )
-from storage.error_codes import ErrorCode
 from storage.records import iter_headers
 from tests.replication.harness import Broker, batch, catch_up, fetch_round, make_follower, make_leader, only
+from wire.error_codes import ErrorCode
 
 Brokers = Callable[..., list[Broker]]
 

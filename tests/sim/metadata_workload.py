@@ -47,25 +47,22 @@ from controller.broker_lifecycle import (
     MetadataApplied,
     StartLifecycle,
 )
-from controller.controller_api import (
-    AlterableConfig,
-    AlterConfigOp,
-    AlterConfigsResource,
-    AlterPartitionData,
-    AlterPartitionRequest,
-    ConfigResourceType,
-    CreatableTopic,
-    CreateTopicsRequest,
-    DeleteTopicsRequest,
-    IncrementalAlterConfigsRequest,
-)
 from controller.controller_driver import ControllerDriver
 from controller.controller_office import ControllerOffice
 from controller.metadata import ClusterMetadata, check_invariants
-from controller.metadata_records import NO_LEADER
 from controller.raft_driver import RaftDriver
 from controller.raft_messages import Event, ProposalCompletion, ProposeBatch, RaftError
 from tests.sim.checker import SafetyChecker, SafetyViolation
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.configs import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResourceType,
+    IncrementalAlterConfigsRequest,
+)
+from wire.sentinels import NO_LEADER
+from wire.topics import CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
 
 TOPIC_NAMES = ("orders", "payments", "clicks", "audit.log", "audit_log", "events-v2")
 BAD_TOPIC_NAMES = ("", ".", "..", "no spaces", "x" * 250)

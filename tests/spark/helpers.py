@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from client.admin import Admin, NewTopic
 from client.consumer import Consumer
-from client.metadata import TopicPartition
 from client.producer import Producer
 from tests.node.cluster_harness import describe, eventually
+from wire.topic_partition import TopicPartition
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, **configs: str) -> None:

@@ -15,13 +15,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from client.admin import Admin
-from client.metadata import TopicPartition
 from client.producer import Producer
 from node.dev import DevCluster
 from pipeline.offsets import OffsetRange
 from pipeline.options import SourceOptions
 from pipeline.source import StreamReader
 from tests.spark.helpers import create_topic, produce
+from wire.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.spark
 WAIT_S = 120.0

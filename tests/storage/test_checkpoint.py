@@ -27,7 +27,6 @@ from storage.checkpoint import (
     EpochEntry,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
-    TopicPartition,
     write_atomically,
 )
 from storage.errors import (
@@ -42,6 +41,7 @@ from storage.meta_properties import (
     new_cluster_id,
     new_directory_id,
 )
+from wire.topic_partition import TopicPartition
 
 LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1

@@ -21,12 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kafka.record.memory_records import MemoryRecords
 
-from storage.checkpoint import (
-    CLEANER_OFFSET_CHECKPOINT,
-    LEADER_EPOCH_CHECKPOINT,
-    OffsetCheckpointFile,
-    TopicPartition,
-)
+from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, OffsetCheckpointFile
 from storage.cleaner import (
     Cleaner,
     CleanerStep,
@@ -40,6 +35,7 @@ from storage.log import Log
 from storage.log_loader import LogLoader
 from storage.producer_state import snapshot_file_name
 from storage.records import Compression, build_batch, decode_records, read_header
+from wire.topic_partition import TopicPartition
 
 NOW_MS = 1_000_000
 TP = TopicPartition("t", 0)

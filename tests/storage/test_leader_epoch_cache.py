@@ -21,12 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from storage.errors import CorruptCheckpointError
-from storage.leader_epoch_cache import (
-    UNDEFINED_EPOCH,
-    UNDEFINED_EPOCH_OFFSET,
-    EpochEntry,
-    LeaderEpochCache,
-)
+from storage.leader_epoch_cache import EpochEntry, LeaderEpochCache
+from wire.sentinels import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 UNDEFINED = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 

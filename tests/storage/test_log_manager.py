@@ -11,13 +11,13 @@ from storage.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
-    TopicPartition,
 )
 from storage.config import LogConfig
 from storage.errors import CorruptPartitionMetadataError, InconsistentTopicIdError
 from storage.log_manager import CLEAN_SHUTDOWN_FILE, NO_BROKER_EPOCH, LogManager
 from storage.partition_metadata import PARTITION_METADATA_FILE, PartitionMetadata, PartitionMetadataFile
 from storage.records import build_batch
+from wire.topic_partition import TopicPartition
 
 CONFIG = LogConfig.from_properties({"segment.bytes": 600, "index.interval.bytes": 64})
 ORDERS = TopicPartition("orders", 0)

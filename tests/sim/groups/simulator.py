@@ -51,7 +51,6 @@ from client.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from client.metadata import TopicPartition
 from replication.consumer_groups import (
     ConsumerGroups,
     GroupAnswer,
@@ -70,8 +69,9 @@ from replication.consumer_groups import (
     SyncGroupResult,
 )
 from replication.group_metadata import GroupMetadata
-from storage.error_codes import ErrorCode
 from tests.sim.groups.options import GroupSimOptions
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 GROUP = "sim-group"
 TOPIC = "events"

@@ -34,7 +34,6 @@ from controller.broker_lifecycle import (
     StartLifecycle,
 )
 from controller.broker_lifecycle import ControllerAnswer as LifecycleAnswer
-from controller.controller_api import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse
 from controller.error_responses import is_not_controller
 from controller.metadata import ClusterMetadata
 from node.lifecycle import replica_log_info
@@ -64,10 +63,7 @@ from replication.partition import Partition
 from replication.ready import FetchResult, ListOffsetsResult, ProduceResult
 from replication.replica_manager import ReplicaManager
 from storage import meta_properties
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
-from storage.log import LATEST_TIMESTAMP
 from storage.log_manager import LogManager
 from tests.sim.kernel.disk import DiskModel
 from tests.sim.replication import disk
@@ -90,6 +86,10 @@ from tests.sim.replication.messages import (
 )
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse
+from wire.error_codes import ErrorCode
+from wire.sentinels import LATEST_TIMESTAMP
+from wire.topic_partition import TopicPartition
 
 WALL_START_MS = 1_700_000_000_000  # the simulated wall clocks' base (simulated time 0)
 

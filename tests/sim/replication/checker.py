@@ -74,8 +74,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from tests.sim.replication.committed_batch import Ack, CommittedBatch, Fate, LossCause
 from tests.sim.replication.group_rule import GroupOffsetsRule
 from tests.sim.replication.log_image import LogImage
@@ -100,6 +98,8 @@ from tests.sim.replication.observations import (
     TruncatedTo,
 )
 from tests.sim.replication.partition_history import PartitionHistory
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 ACKS_ALL = -1
 # Produce errors that say nothing was appended (the request was refused before the append, or the

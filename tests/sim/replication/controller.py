@@ -10,8 +10,8 @@ prefix of one committed history; the view reads the most advanced one among the 
 from __future__ import annotations
 
 from controller.metadata import ClusterMetadata, PartitionRegistration
-from storage.checkpoint import TopicPartition
 from tests.sim.replication.quorum import CONTROLLER_IDS, SimQuorum
+from wire.topic_partition import TopicPartition
 
 TOPIC = "orders"
 LISTENER = "PLAINTEXT"

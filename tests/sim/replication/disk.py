@@ -21,11 +21,11 @@ import random
 import shutil
 from pathlib import Path
 
-from storage.checkpoint import TopicPartition
 from storage.log_manager import LogManager
 from storage.records import BATCH_HEADER_SIZE, iter_headers
 from tests.sim.kernel.disk import DiskModel, FileCut
 from tests.sim.replication.observations import Batch
+from wire.topic_partition import TopicPartition
 
 CRC_START = 21  # baseOffset 8, batchLength 4, partitionLeaderEpoch 4, magic 1, crc 4
 

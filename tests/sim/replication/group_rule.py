@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from replication.group_coordinator import decode_key, decode_value
-from storage.checkpoint import TopicPartition
 from storage.records import iter_records
 from tests.sim.replication.committed_batch import CommittedBatch, Fate
 from tests.sim.replication.observations import GroupCommitAcked, GroupOffsetsFetched
+from wire.topic_partition import TopicPartition
 
 NONE_POSITION = -1
 

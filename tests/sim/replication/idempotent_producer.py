@@ -32,10 +32,10 @@ from client.batch_retry import Retry, after_error
 from client.errors import error_for
 from client.idempotence import MAX_IN_FLIGHT, PartitionSequences
 from client.producer_batch import ProducerBatch
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.records import Compression
 from tests.sim.replication.observations import idempotent_value
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 BATCH_SIZE = 150  # a few records per batch (values ~8 bytes, 36 bytes of framing each at most)
 RETRIES = 2**31 - 1  # Kafka's default: delivery.timeout.ms bounds the retries

@@ -1,7 +1,7 @@
 """What travels over the simulated network: a `Message` with one of these bodies.
 
-Broker <-> controller bodies wrap the controller's own request and response dataclasses
-(`controller/controller_api.py`) with a correlation id; broker <-> broker and client <-> broker
+Broker <-> controller bodies wrap the controller's request and response dataclasses
+(`wire/`) with a correlation id; broker <-> broker and client <-> broker
 bodies wrap the broker core's sends, events and completions. Nothing is encoded: the simulator
 tests the cores, not the wire format.
 """
@@ -18,7 +18,7 @@ from replication.broker_ready import ReplicaFetchSend
 from replication.events import ConsumerFetch, ProduceRequest
 from replication.group_coordinator import CommitAnswer, CommitOffsets, FetchAnswer, FetchOffsets
 from replication.ready import FetchResult, ProduceResult
-from storage.checkpoint import TopicPartition
+from wire.topic_partition import TopicPartition
 
 CONTROLLER_ID = 0  # in a scenario's cut: every controller node (tests/sim/replication/quorum.py)
 PRODUCER_ID = 100

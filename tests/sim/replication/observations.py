@@ -26,9 +26,9 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.records import NO_PRODUCER_ID, decode_records, iter_headers
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 # A produced batch's bytes from the magic byte on: what a leader does not rewrite (it sets
 # baseOffset, and partitionLeaderEpoch, which come first; batchLength stays).

@@ -29,7 +29,6 @@ from replication.ready import (
     TruncatedDamaged,
     TruncatedFully,
 )
-from storage.checkpoint import TopicPartition
 from storage.log import Log
 from storage.log_manager import LogManager
 from tests.sim.replication.observations import (
@@ -49,6 +48,7 @@ from tests.sim.replication.observations import (
     TruncatedTo,
     batches_of,
 )
+from wire.topic_partition import TopicPartition
 
 READS_MAX = 100_000
 

@@ -16,8 +16,6 @@ from controller.metadata import PartitionRegistration
 from replication.broker_ready import BrokerReady, PartitionStep
 from replication.events import AlterPartitionResponse, MakeFollower, MakeLeader
 from replication.ready import FetchResult, ProduceResult, Truncated, TruncatedFully
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.records import iter_headers
 from tests.sim.replication.broker import SimBroker
 from tests.sim.replication.controller import TOPIC
@@ -26,6 +24,8 @@ from tests.sim.replication.observations import TAIL
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS
 from tests.sim.replication.simulator import Kind, Simulation
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 P0 = TopicPartition(TOPIC, 0)
 STEPS_PER_WAIT_MAX = 1_000_000

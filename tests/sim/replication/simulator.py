@@ -47,9 +47,7 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-from controller.controller_api import CreatableTopic, CreateTopicsRequest
 from controller.error_responses import is_not_controller
-from controller.metadata_records import NO_LEADER
 from controller.quorum_controller import ControllerConfig
 from controller.raft_messages import Message as RaftMessage
 from controller.raft_messages import Tick as QuorumTick
@@ -66,9 +64,7 @@ from replication.group_coordinator import (
     PartitionOffset,
 )
 from replication.ready import FetchResult, ProduceResult, Role
-from storage.checkpoint import TopicPartition
 from storage.config import LogConfig
-from storage.error_codes import ErrorCode
 from storage.records import build_batch_from_values
 from tests.sim.fault_window import FaultWindow
 from tests.sim.kernel.disk import DiskModel, default_root
@@ -110,6 +106,10 @@ from tests.sim.replication.observations import (
 from tests.sim.replication.observer import BrokerObserver, log_read
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS, SimQuorum
+from wire.error_codes import ErrorCode
+from wire.sentinels import NO_LEADER
+from wire.topic_partition import TopicPartition
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 BROKER_IDS = (1, 2, 3)
 DUTY_INTERVAL_MS = 20

@@ -11,8 +11,6 @@ from __future__ import annotations
 import pytest
 
 from replication.group_coordinator import encode_key, encode_value
-from storage.checkpoint import TopicPartition
-from storage.error_codes import ErrorCode
 from storage.records import build_batch, build_batch_from_values
 from tests.sim.replication.checker import InvariantViolation, ObservationError, ReplicationChecker
 from tests.sim.replication.committed_batch import CommittedBatch, Fate
@@ -38,6 +36,8 @@ from tests.sim.replication.observations import (
     TruncatedTo,
     idempotent_value,
 )
+from wire.error_codes import ErrorCode
+from wire.topic_partition import TopicPartition
 
 TP = TopicPartition("orders", 0)
 ACKS_ALL = -1

@@ -8,9 +8,9 @@ cluster and runs the final checks (every acks=all record kept), and the test com
 from __future__ import annotations
 
 from storage.config import LONG_MAX
-from storage.error_codes import ErrorCode
 from tests.sim.replication.messages import CONTROLLER_ID
 from tests.sim.replication.scenario import Scenario
+from wire.error_codes import ErrorCode
 
 NONE = ErrorCode.NONE
 

@@ -1,4 +1,4 @@
-"""client/protocol.py's codec: every request and response shape round-trips, and every kind of
+"""wire/codec.py: every request and response shape round-trips, and every kind of
 malformed input is refused with a ProtocolError that names the field.
 
 Method: hypothesis draws values of each dataclass from its own type hints (so a new field is
@@ -20,18 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.protocol import (
-    INT64_MAX,
-    REQUESTS,
-    RESPONSES,
-    Api,
-    ErrorCode,
-    ProtocolError,
-    decode,
-    encode,
-    pack,
-    unpack,
-)
+from wire.api import REQUESTS, RESPONSES, Api
+from wire.codec import INT64_MAX, ProtocolError, decode, encode, pack, unpack
+from wire.error_codes import ErrorCode
 
 SHAPES = sorted({*REQUESTS.values(), *RESPONSES.values()}, key=lambda cls: cls.__name__)
 SCALARS: dict[Any, st.SearchStrategy] = {

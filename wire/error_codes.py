@@ -2,9 +2,9 @@
 
 Every failure a client or a broker can see is one of these (DESIGN §2, "errors are values with
 names"). The numbers are Kafka's wire numbers, so Kafka knowledge and tools transfer. This module
-is plain data with no imports, and it lives in `storage/` (the leaf every layer may import, as
-Kafka's `Errors` lives in its common module) so that replication, the controller, the node and
-`client/protocol.py` all share this one enum.
+is plain data; it lives in `wire/` (the leaf every layer may import, as Kafka's `Errors` lives in
+its common module) so that storage, replication, the controller, the node and the client all
+share this one enum.
 """
 
 from __future__ import annotations
