@@ -2,9 +2,10 @@
 the leader, ISR, ELR (KIP-966 eligible leader replicas), high watermark, logStartOffset and each
 replica's log end offset and lag.
 
-`--json` prints one object: `nodes` [{id, host, port, state}], `controller` (id), `partitions`
-[{topic, partition, leader, leaderEpoch, replicas, isr, elr, lastKnownElr, highWatermark,
-logStartOffset, logEndOffsets {node id: LEO}}] (a replica whose node did not answer has no entry).
+`--json` prints one object: `nodes` [{id, host, port, state, listeners {name: address}}],
+`controller` (id), `partitions` [{topic, partition, leader, leaderEpoch, replicas, isr, elr,
+lastKnownElr, highWatermark, logStartOffset, logEndOffsets {node id: LEO}}] (a replica whose node
+did not answer has no entry).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ async def cluster_status(arguments: argparse.Namespace, out: TextIO, err: TextIO
 def status_json(description: ClusterDescription) -> dict[str, Any]:
     return {
         "nodes": [
-            {"id": node.broker.node_id, "host": node.broker.host, "port": node.broker.port, "state": node.state}
+            {"id": node.broker.node_id, "host": node.broker.host, "port": node.broker.port, "state": node.state,
+             "listeners": dict(node.broker.listeners)}
             for node in description.nodes
         ],
         "controller": description.controller_id,
@@ -68,8 +70,10 @@ def status_json(description: ClusterDescription) -> dict[str, Any]:
 
 def status_table(description: ClusterDescription) -> str:
     lines = [f"Cluster {description.cluster_id}   active controller: {description.controller_id}", ""]
-    node_rows = [("NODE", "ADDRESS", "RACK", "STATE")] + [
-        (str(n.broker.node_id), n.broker.address, n.broker.rack or "-", n.state + (f" ({n.error})" if n.error else ""))
+    node_rows = [("NODE", "ADDRESS", "RACK", "LISTENERS", "STATE")] + [
+        (str(n.broker.node_id), n.broker.address, n.broker.rack or "-",
+         " ".join(f"{name}://{address}" for name, address in sorted(n.broker.listeners.items())) or "-",
+         n.state + (f" ({n.error})" if n.error else ""))
         for n in description.nodes
     ]
     lines += format_rows(node_rows)

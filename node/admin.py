@@ -28,7 +28,8 @@ def metadata_response(
         if address is None:
             continue  # not reachable on this network
         host, _, port = address.rpartition(":")
-        brokers.append(MetadataBroker(broker.broker_id, host, int(port), broker.rack, broker.fenced))
+        brokers.append(MetadataBroker(broker.broker_id, host, int(port), broker.rack, broker.fenced,
+                                      dict(broker.endpoints)))
     names = request.topics if request.topics is not None else tuple(metadata.topic_names())
     topics = []
     for name in names:

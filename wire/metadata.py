@@ -19,11 +19,15 @@ class MetadataRequest:
 
 @dataclass(frozen=True, slots=True)
 class MetadataBroker:
+    """`host`:`port` on the listener the request came in on; `listeners`: every listener the broker
+    registered, by name (PLAINTEXT speaks Kafka's protocol, HTTP ours)."""
+
     node_id: int
     host: str
     port: int
     rack: str | None = None
     fenced: bool = False
+    listeners: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def address(self) -> str:

@@ -121,7 +121,8 @@ def description() -> ClusterDescription:
 
     return ClusterDescription(
         "c1", 0,
-        (NodeStatus(MetadataBroker(0, "h", 9092), "online"), NodeStatus(MetadataBroker(1, "h", 9093), "online"),
+        (NodeStatus(MetadataBroker(0, "h", 9192, listeners={"HTTP": "h:9192", "PLAINTEXT": "h:9092"}), "online"),
+         NodeStatus(MetadataBroker(1, "h", 9093), "online"),
          NodeStatus(MetadataBroker(2, "h", 9094), "unreachable", "down")),
         (PartitionStatus(PartitionInfo("t", 0, 0, 3, (0, 1, 2), (0, 1), elr=(2,)), {0: state(0, 10), 1: state(1, 8)}),),
     )
@@ -130,9 +131,10 @@ def description() -> ClusterDescription:
 def test_status_json_has_the_documented_shape() -> None:
     assert status_json(description()) == {
         "nodes": [
-            {"id": 0, "host": "h", "port": 9092, "state": "online"},
-            {"id": 1, "host": "h", "port": 9093, "state": "online"},
-            {"id": 2, "host": "h", "port": 9094, "state": "unreachable"},
+            {"id": 0, "host": "h", "port": 9192, "state": "online",
+             "listeners": {"HTTP": "h:9192", "PLAINTEXT": "h:9092"}},
+            {"id": 1, "host": "h", "port": 9093, "state": "online", "listeners": {}},
+            {"id": 2, "host": "h", "port": 9094, "state": "unreachable", "listeners": {}},
         ],
         "controller": 0,
         "partitions": [{
@@ -146,6 +148,7 @@ def test_status_table_shows_lag_per_replica() -> None:
     table = status_table(description())
     assert "active controller: 0" in table
     assert "unreachable (down)" in table
+    assert "HTTP://h:9192 PLAINTEXT://h:9092" in table, "every listener of the node"
     assert "0:10(0) 1:8(2) 2:?" in table
     assert table.splitlines()[-1].split()[4:6] == ["0,1", "2"], "ISR, then ELR (KIP-966)"
 
