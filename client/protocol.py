@@ -38,6 +38,8 @@ from controller.controller_api import (  # the topic-admin shapes are the contro
     ConfigResourceType,
     CreatableTopic,
     CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
@@ -87,6 +89,7 @@ class Api(enum.Enum):
     DESCRIBE_GROUPS = "describe_groups"
     DELETE_GROUPS = "delete_groups"
     OFFSET_DELETE = "offset_delete"
+    CREATE_PARTITIONS = "create_partitions"
     # node to node
     RAFT = "raft"
     BROKER_REGISTRATION = "broker_registration"
@@ -784,6 +787,7 @@ REQUESTS: dict[Api, type] = {
     Api.DESCRIBE_GROUPS: DescribeGroupsRequest,
     Api.DELETE_GROUPS: DeleteGroupsRequest,
     Api.OFFSET_DELETE: OffsetDeleteRequest,
+    Api.CREATE_PARTITIONS: CreatePartitionsRequest,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,
@@ -814,6 +818,7 @@ RESPONSES: dict[Api, type] = {
     Api.DESCRIBE_GROUPS: DescribeGroupsResponse,
     Api.DELETE_GROUPS: DeleteGroupsResponse,
     Api.OFFSET_DELETE: OffsetDeleteResponse,
+    Api.CREATE_PARTITIONS: CreatePartitionsResponse,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,

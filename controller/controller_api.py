@@ -1,6 +1,6 @@
 """Requests to the active controller and its responses, as frozen dataclasses with Kafka's field names.
 
-These are the shapes of Kafka's CreateTopics, DeleteTopics, IncrementalAlterConfigs,
+These are the shapes of Kafka's CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
 BrokerRegistration, BrokerHeartbeat, ControlledShutdown and AlterPartition messages, reduced to the
 fields Tributary uses. `node/` decodes the wire form into them and `QuorumController` answers
 them; errors are `ErrorCode` values with a message that says what to do, never exceptions.
@@ -104,6 +104,40 @@ class DeleteTopicsResponse:
     topics: tuple[DeletableTopicResult, ...]
 
 
+# ---- CreatePartitions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopic:
+    """Grow topic `name` to `count` partitions. `assignments`: the new partitions' replica broker
+    ids in index order (leader first), or None for the controller's placement."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    """Add partitions; each topic succeeds or fails alone. `validate_only` checks and writes nothing."""
+
+    topics: tuple[CreatePartitionsTopic, ...]
+    validate_only: bool = False
+    timeout_ms: int = 30000  # how long the caller waits for the records to commit (Kafka's timeoutMs)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopicResult:
+    name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    results: tuple[CreatePartitionsTopicResult, ...]
+
+
 # ---- IncrementalAlterConfigs ----------------------------------------------------------------------
 
 
@@ -118,9 +152,13 @@ class AlterableConfig:
 
 @dataclass(frozen=True, slots=True)
 class AlterConfigsResource:
+    """`replace`: Kafka's legacy AlterConfigs, the ops (all SET) are the resource's whole set of
+    overrides and every other override is deleted, in the same records."""
+
     resource_type: ConfigResourceType
     resource_name: str
     configs: tuple[AlterableConfig, ...]
+    replace: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 Kafka's forwarding (KIP-590) in our protocol. Broker requests (BrokerRegistration, BrokerHeartbeat,
 ControlledShutdown, AlterPartition, AllocateProducerIds) travel in an `Envelope(type=<controller_api class name>, body)`
 on their node-to-node route, and are answered with an Envelope of the response. Topic admin
-requests (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are forwarded on their public route,
+requests (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs) are forwarded on their public route,
 as a client would send them to the active controller (their wire shape is the controller's own),
 and the route's handler runs them through `QuorumService.controller_request`.
 
@@ -30,6 +30,8 @@ from controller.controller_api import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -59,6 +61,7 @@ CONTROLLER_APIS: dict[type, ControllerApi] = {
     AllocateProducerIdsRequest: ControllerApi(Api.ALLOCATE_PRODUCER_IDS, AllocateProducerIdsResponse),
     CreateTopicsRequest: ControllerApi(Api.CREATE_TOPICS, CreateTopicsResponse, wire=True),
     DeleteTopicsRequest: ControllerApi(Api.DELETE_TOPICS, DeleteTopicsResponse, wire=True),
+    CreatePartitionsRequest: ControllerApi(Api.CREATE_PARTITIONS, CreatePartitionsResponse, wire=True),
     IncrementalAlterConfigsRequest: ControllerApi(Api.INCREMENTAL_ALTER_CONFIGS, IncrementalAlterConfigsResponse,
                                                   wire=True),
 }
