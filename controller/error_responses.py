@@ -25,6 +25,9 @@ from wire.error_codes import ErrorCode
 from wire.producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
 from wire.topics import (
     CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
@@ -45,6 +48,9 @@ def error_response(request: Any, code: ErrorCode, message: str) -> Any:
         return AllocateProducerIdsResponse(code, message)
     if isinstance(request, CreateTopicsRequest):
         return CreateTopicsResponse(tuple(CreatableTopicResult(topic.name, code, message) for topic in request.topics))
+    if isinstance(request, CreatePartitionsRequest):
+        return CreatePartitionsResponse(tuple(CreatePartitionsTopicResult(topic.name, code, message)
+                                              for topic in request.topics))
     if isinstance(request, DeleteTopicsRequest):
         return DeleteTopicsResponse(
             tuple(DeletableTopicResult(name, None, code, message) for name in request.topic_names)
@@ -60,7 +66,7 @@ def error_response(request: Any, code: ErrorCode, message: str) -> Any:
 def is_not_controller(response: Any) -> bool:
     """True if `response` says its node was not the active controller (retry elsewhere). Per-item
     responses carry the code in every item; an empty one cannot say."""
-    for items_field in ("topics", "responses"):
+    for items_field in ("topics", "responses", "results"):
         items = getattr(response, items_field, None)
         if items is not None:
             return any(item.error_code is ErrorCode.NOT_CONTROLLER for item in items)

@@ -134,6 +134,10 @@ from wire.sentinels import NO_LEADER, NO_VALUE
 from wire.topics import (
     CreatableTopic,
     CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
@@ -312,10 +316,7 @@ class QuorumController:
         assignment = manual or assign_replicas(self._usable_brokers(), partition_count, replication_factor, self._rng)
         topic_id = self._new_topic_id()
         batch.append(Topic(topic.name, topic_id, configs))
-        for index, replicas in enumerate(assignment):
-            isr = tuple(replica for replica in replicas if self._is_active(replica))
-            assert isr, f"{topic.name}-{index}: no active replica in {replicas}"
-            batch.append(Partition(topic_id, index, replicas, isr, isr[0], 0, 0))
+        self._append_partitions(batch, topic_id, 0, assignment)
         return CreatableTopicResult(
             topic.name, ErrorCode.NONE, None, topic_id, partition_count, replication_factor, configs
         )
@@ -383,22 +384,33 @@ class QuorumController:
             )
         assignment = [tuple(topic.assignments[index]) for index in range(count)]
         for index, replicas in enumerate(assignment):
-            where = f"{topic.name}-{index}"
-            if not replicas or len(set(replicas)) != len(replicas) or len(replicas) != len(assignment[0]):
-                raise _Rejected(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"{where}: replicas {list(replicas)} are empty, repeat a broker, or differ in count "
-                    f"from partition 0's {len(assignment[0])}",
-                )
-            unknown = [replica for replica in replicas if self._metadata.broker(replica) is None]
-            if unknown:
-                raise _Rejected(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: brokers {unknown} are not registered")
-            if not any(self._is_active(replica) for replica in replicas):
-                raise _Rejected(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"{where}: all of brokers {list(replicas)} are fenced or shutting down",
-                )
+            self._check_manual_replicas(f"{topic.name}-{index}", replicas, len(assignment[0]))
         return assignment
+
+    def _check_manual_replicas(self, where: str, replicas: tuple[int, ...], factor: int) -> None:
+        if not replicas or len(set(replicas)) != len(replicas) or len(replicas) != factor:
+            raise _Rejected(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{where}: replicas {list(replicas)} are empty, repeat a broker, or differ in count "
+                f"from the topic's replication factor {factor}",
+            )
+        unknown = [replica for replica in replicas if self._metadata.broker(replica) is None]
+        if unknown:
+            raise _Rejected(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: brokers {unknown} are not registered")
+        if not any(self._is_active(replica) for replica in replicas):
+            raise _Rejected(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{where}: all of brokers {list(replicas)} are fenced or shutting down",
+            )
+
+    def _append_partitions(self, batch: _Batch, topic_id: str, first_index: int,
+                           assignment: list[tuple[int, ...]]) -> None:
+        """Partition records for new partitions `first_index`...: the active replicas are the ISR,
+        the first of them leads."""
+        for index, replicas in enumerate(assignment, first_index):
+            isr = tuple(replica for replica in replicas if self._is_active(replica))
+            assert isr, f"{topic_id}-{index}: no active replica in {replicas}"
+            batch.append(Partition(topic_id, index, replicas, isr, isr[0], 0, 0))
 
     def _new_topic_id(self) -> str:
         """A Kafka-style topic id from the injected generator: 16 random bytes, url-safe base64
@@ -457,6 +469,63 @@ class QuorumController:
                 results.append(DeletableTopicResult(name, topic_id, ErrorCode.NONE))
         return self._finish(batch, DeleteTopicsResponse(tuple(results)))
 
+    # ---- CreatePartitions ------------------------------------------------------------------------
+
+    def create_partitions(
+        self, request: CreatePartitionsRequest, now_ms: int
+    ) -> ControllerResult[CreatePartitionsResponse]:
+        """Grow topics to their requested partition counts (Kafka's `ReplicationControlManager.
+        createPartitions`): UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS for a count not above the
+        current one, INVALID_REPLICA_ASSIGNMENT, INVALID_REPLICATION_FACTOR when fewer brokers are
+        usable than the topic's replication factor, INVALID_REQUEST for a topic given twice. New
+        partitions keep the replication factor of partition 0; existing ones are untouched."""
+        batch = self._begin(now_ms)
+        counts = Counter(topic.name for topic in request.topics)
+        results: list[CreatePartitionsTopicResult] = []
+        for topic in request.topics:
+            try:
+                if counts[topic.name] > 1:
+                    raise _Rejected(ErrorCode.INVALID_REQUEST, f"topic {topic.name!r} appears twice in the request")
+                self._create_partitions(topic, request.validate_only, batch)
+                results.append(CreatePartitionsTopicResult(topic.name, ErrorCode.NONE))
+            except _Rejected as rejected:
+                results.append(CreatePartitionsTopicResult(topic.name, rejected.code, rejected.message))
+        return self._finish(batch, CreatePartitionsResponse(tuple(results)))
+
+    def _create_partitions(self, topic: CreatePartitionsTopic, validate_only: bool, batch: _Batch) -> None:
+        topic_id = self._metadata.topic_id(topic.name)
+        if topic_id is None:
+            raise _Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
+        existing = self._metadata.partitions(topic_id)
+        current = len(existing)
+        if topic.count <= current:
+            raise _Rejected(ErrorCode.INVALID_PARTITIONS,
+                            f"topic {topic.name!r} has {current} partition(s); partitions can only be added, "
+                            f"so ask for more than {current} (not {topic.count})")
+        if topic.count > self._config.partition_count_max:
+            raise _Rejected(ErrorCode.INVALID_PARTITIONS,
+                            f"{topic.count} partitions for {topic.name!r}; at most {self._config.partition_count_max}")
+        # A topic whose creation committed only in part has no partition 0 to take the factor from.
+        factor = len(existing[0].replicas) if existing else self._config.default_replication_factor
+        added = topic.count - current
+        if topic.assignments is not None:
+            if len(topic.assignments) != added:
+                raise _Rejected(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                f"{topic.name!r}: {added} partition(s) added but {len(topic.assignments)} "
+                                "assignment(s) given; give one per new partition or none")
+            for index, replicas in enumerate(topic.assignments, current):
+                self._check_manual_replicas(f"{topic.name}-{index}", tuple(replicas), factor)
+            assignment = [tuple(replicas) for replicas in topic.assignments]
+        else:
+            usable = self._usable_brokers()
+            if factor > len(usable):
+                raise _Rejected(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                f"{topic.name!r} has replication factor {factor} but only {len(usable)} broker(s) "
+                                "are registered and unfenced; start more brokers")
+            assignment = assign_replicas(usable, added, factor, self._rng)
+        if not validate_only:
+            self._append_partitions(batch, topic_id, current, assignment)
+
     # ---- IncrementalAlterConfigs ---------------------------------------------------------------
 
     def incremental_alter_configs(
@@ -496,7 +565,7 @@ class QuorumController:
         if topic_id is None:
             raise _Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current = self._metadata.topic_configs(name)
-        updated = _apply_config_ops(current, resource.configs)
+        updated = _apply_config_ops({} if resource.replace else current, resource.configs)
         # A topic whose creation committed only in part (a log not written in atomic batches, see
         # the module docstring) may have no partition; then there is no replication factor to hold
         # min.insync.replicas against.
@@ -1219,6 +1288,7 @@ def _apply_config_ops(current: Mapping[str, str], ops: tuple[AlterableConfig, ..
 
 _HANDLERS: dict[type, Callable[[QuorumController, Any, int], ControllerResult[Any]]] = {
     CreateTopicsRequest: QuorumController.create_topics,
+    CreatePartitionsRequest: QuorumController.create_partitions,
     DeleteTopicsRequest: QuorumController.delete_topics,
     IncrementalAlterConfigsRequest: QuorumController.incremental_alter_configs,
     BrokerRegistrationRequest: QuorumController.register_broker,

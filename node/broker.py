@@ -458,6 +458,7 @@ class Broker:
                 high_watermark=log_.high_watermark,
                 isr=tuple(partition.isr),
                 size_bytes=log_.size_in_bytes(),
+                log_dir=str(self.log_manager.log_dir(topic_partition) or ""),
             ))
         return DescribeReplicasResponse(self.settings.node_id, tuple(replicas))
 

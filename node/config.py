@@ -344,6 +344,32 @@ class NodeConfig:
         """Topic defaults: what a topic without overrides gets (Kafka's broker-level topic keys)."""
         return self.topic_defaults
 
+    def broker_configs(self) -> dict[str, str]:
+        """Every broker key's effective value as text, as this node runs with it (DescribeConfigs of
+        its BROKER resource): its own keys, the broker-level topic defaults, the listener, quorum
+        and identity keys given."""
+        values = {key: _text(getattr(self, key.replace(".", "_"))) for key in _NODE_KEYS}
+        topic_values = self.topic_defaults.to_properties()
+        values.update({key: topic_values[topic_key] for key, topic_key in TOPIC_DEFAULT_SYNONYMS.items()})
+        values.update({key: value for key, value in self.properties.items() if key in _SPECIAL_KEYS})
+        values.update({
+            "node.id": str(self.node_id),
+            "process.roles": ",".join(sorted(role.value for role in self.process_roles)),
+            "listeners": ",".join(str(endpoint) for endpoint in self.listeners),
+            "advertised.listeners": ",".join(str(endpoint) for endpoint in self.advertised_listeners),
+            "inter.broker.listener.name": self.inter_broker_listener_name,
+            "log.dirs": ",".join(str(path) for path in self.log_dirs),
+            "cluster.id": self.cluster_id,
+        })
+        values.pop("log.dir", None)  # log.dirs says it
+        return dict(sorted(values.items()))
+
+    def set_in_file(self, key: str) -> bool:
+        """Whether the node's properties give `key` (a time key also through its coarser units):
+        Kafka's STATIC_BROKER_CONFIG source, as against DEFAULT_CONFIG."""
+        units = _TIME_UNIT_SYNONYMS.get(key, ())
+        return key in self.properties or any(unit_key in self.properties for unit_key, _, _ in units)
+
     def replication_config(self) -> ReplicationConfig:
         return ReplicationConfig(replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                                  replica_fetch_max_bytes=self.replica_fetch_max_bytes,
@@ -445,6 +471,10 @@ def derived_cluster_id(quorum: QuorumConfig) -> str:
 
 
 # ---- parsing helpers --------------------------------------------------------------------------
+
+
+def _text(value: int | bool) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _is_known(key: str) -> bool:

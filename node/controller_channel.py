@@ -3,8 +3,8 @@
 Kafka's forwarding (KIP-590) in our protocol. Broker requests (BrokerRegistration, BrokerHeartbeat,
 ControlledShutdown, AlterPartition, AllocateProducerIds) travel in an `Envelope(type=<class name>, body)`
 on their node-to-node route, and are answered with an Envelope of the response. Topic admin
-requests (CreateTopics, DeleteTopics, IncrementalAlterConfigs) are forwarded on their public route,
-as a client would send them to the active controller (the same `wire/` shapes),
+requests (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs) are forwarded on their
+public route, as a client would send them to the active controller (the same `wire/` shapes),
 and the route's handler runs them through `QuorumService.controller_request`.
 
 A node that is not the active controller answers NOT_CONTROLLER in the response's own error
@@ -34,7 +34,14 @@ from wire.configs import IncrementalAlterConfigsRequest, IncrementalAlterConfigs
 from wire.envelope import Envelope
 from wire.error_codes import ErrorCode
 from wire.producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
-from wire.topics import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from wire.topics import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,7 @@ CONTROLLER_APIS: dict[type, ControllerApi] = {
     AllocateProducerIdsRequest: ControllerApi(Api.ALLOCATE_PRODUCER_IDS, AllocateProducerIdsResponse),
     CreateTopicsRequest: ControllerApi(Api.CREATE_TOPICS, CreateTopicsResponse, wire=True),
     DeleteTopicsRequest: ControllerApi(Api.DELETE_TOPICS, DeleteTopicsResponse, wire=True),
+    CreatePartitionsRequest: ControllerApi(Api.CREATE_PARTITIONS, CreatePartitionsResponse, wire=True),
     IncrementalAlterConfigsRequest: ControllerApi(Api.INCREMENTAL_ALTER_CONFIGS, IncrementalAlterConfigsResponse,
                                                   wire=True),
 }

@@ -71,7 +71,8 @@ NODE_TO_NODE_APIS = frozenset(
 )
 # Topic admin is forwarded to the active controller on these public routes; it answers them from
 # the quorum's state, so they are served there even while its own broker catches up.
-CONTROLLER_ADMIN_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.INCREMENTAL_ALTER_CONFIGS})
+CONTROLLER_ADMIN_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.INCREMENTAL_ALTER_CONFIGS,
+                                   Api.CREATE_PARTITIONS})
 OFFSETS_TOPIC_SEGMENT_BYTES = 104857600  # Kafka's offsets.topic.segment.bytes
 
 
@@ -295,7 +296,7 @@ class Node:
             case Api.RAFT:
                 await self.quorum.handle_raft(message)
                 return Envelope("Ack", {})
-            case Api.CREATE_TOPICS | Api.DELETE_TOPICS | Api.INCREMENTAL_ALTER_CONFIGS:
+            case Api.CREATE_TOPICS | Api.DELETE_TOPICS | Api.INCREMENTAL_ALTER_CONFIGS | Api.CREATE_PARTITIONS:
                 timeout_ms = getattr(message, "timeout_ms", self.config.request_timeout_ms)
                 return await self.quorum.controller_request(message, timeout_ms)
             case _:

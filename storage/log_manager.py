@@ -143,6 +143,11 @@ class LogManager:
         no file (a log created without a topic id, or written by a version before topic ids)."""
         return self._topic_ids.get(topic_partition)
 
+    def log_dir(self, topic_partition: TopicPartition) -> Path | None:
+        """The log dir holding the partition's log (None if there is none): DescribeLogDirs."""
+        log_dir = self._dir_of.get(topic_partition)
+        return log_dir.path if log_dir is not None else None
+
     def get_or_create_log(self, topic_partition: TopicPartition, now_ms: int, topic_id: str | None = None) -> Log:
         """The partition's log, created empty in the log dir holding the fewest logs.
 

@@ -59,7 +59,14 @@ from wire.log_offsets import (
 from wire.metadata import DescribeReplicasRequest, DescribeReplicasResponse, MetadataRequest, MetadataResponse
 from wire.produce import ProduceRequest, ProduceResponse
 from wire.producer_ids import InitProducerIdRequest, InitProducerIdResponse
-from wire.topics import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from wire.topics import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 
 CONTENT_TYPE = "application/msgpack"
 PREFIX = "/v1/"
@@ -90,6 +97,7 @@ class Api(enum.Enum):
     DESCRIBE_GROUPS = "describe_groups"
     DELETE_GROUPS = "delete_groups"
     OFFSET_DELETE = "offset_delete"
+    CREATE_PARTITIONS = "create_partitions"
     # node to node
     RAFT = "raft"
     BROKER_REGISTRATION = "broker_registration"
@@ -139,6 +147,7 @@ REQUESTS: dict[Api, type] = {
     Api.DESCRIBE_GROUPS: DescribeGroupsRequest,
     Api.DELETE_GROUPS: DeleteGroupsRequest,
     Api.OFFSET_DELETE: OffsetDeleteRequest,
+    Api.CREATE_PARTITIONS: CreatePartitionsRequest,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,
@@ -169,6 +178,7 @@ RESPONSES: dict[Api, type] = {
     Api.DESCRIBE_GROUPS: DescribeGroupsResponse,
     Api.DELETE_GROUPS: DeleteGroupsResponse,
     Api.OFFSET_DELETE: OffsetDeleteResponse,
+    Api.CREATE_PARTITIONS: CreatePartitionsResponse,
     Api.RAFT: Envelope,
     Api.BROKER_REGISTRATION: Envelope,
     Api.BROKER_HEARTBEAT: Envelope,

@@ -38,9 +38,13 @@ class AlterableConfig:
 
 @dataclass(frozen=True, slots=True)
 class AlterConfigsResource:
+    """`replace`: Kafka's legacy AlterConfigs, the ops (all SET) are the resource's whole set of
+    overrides and every other override is deleted, in the same records."""
+
     resource_type: ConfigResourceType
     resource_name: str
     configs: tuple[AlterableConfig, ...]
+    replace: bool = False
 
 
 @dataclass(frozen=True, slots=True)

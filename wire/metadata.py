@@ -90,6 +90,7 @@ class ReplicaState:
     high_watermark: int
     isr: tuple[int, ...] = ()
     size_bytes: int = 0
+    log_dir: str = ""  # the log dir holding it (Kafka's DescribeLogDirs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,3 +72,37 @@ class DeletableTopicResult:
 @dataclass(frozen=True, slots=True)
 class DeleteTopicsResponse:
     topics: tuple[DeletableTopicResult, ...]
+
+
+# ---- CreatePartitions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopic:
+    """Grow topic `name` to `count` partitions. `assignments`: the new partitions' replica broker
+    ids in index order (leader first), or None for the controller's placement."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    """Add partitions; each topic succeeds or fails alone. `validate_only` checks and writes nothing."""
+
+    topics: tuple[CreatePartitionsTopic, ...]
+    validate_only: bool = False
+    timeout_ms: int = 30000  # how long the caller waits for the records to commit (Kafka's timeoutMs)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopicResult:
+    name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    results: tuple[CreatePartitionsTopicResult, ...]

@@ -40,13 +40,12 @@ class _Field:
 def _plan(cls: type) -> tuple[_Field, ...]:
     plan = []
     for field in dataclasses.fields(cls):
-        annotation, array = field.type, False
-        if get_origin(annotation) is tuple:
-            annotation, array = get_args(annotation)[0], True
-        optional = False
-        if get_origin(annotation) in (Union, types.UnionType):
+        annotation, array, optional = field.type, False, False
+        if get_origin(annotation) in (Union, types.UnionType):  # a nullable array or value
             members = [member for member in get_args(annotation) if member is not type(None)]
             optional, annotation = True, members[0]
+        if get_origin(annotation) is tuple:
+            annotation, array = get_args(annotation)[0], True
         entity = annotation if dataclasses.is_dataclass(annotation) else None
         default = field.default
         if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:

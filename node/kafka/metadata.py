@@ -16,7 +16,7 @@ from node.kafka.apis import KafkaApi, RequestContext
 from node.kafka.entities import topic_id_text
 from wire.api import Api
 from wire.error_codes import ErrorCode
-from wire.metadata import MetadataRequest, MetadataTopic
+from wire.metadata import MetadataRequest, MetadataResponse, MetadataTopic
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -26,7 +26,7 @@ async def handle_metadata(context: RequestContext, request: Any) -> Mapping[str,
     names, unknown_ids = _requested_names(context, request)
     answer = await node.dispatch(Api.METADATA, MetadataRequest(names), context.listener)
     live = {broker.node_id for broker in answer.brokers if not broker.fenced}
-    controller_id = answer.controller_id if answer.controller_id in live else min(live, default=-1)
+    controller_id = reachable_controller_id(answer)
     topics = [_topic(topic, live) for topic in answer.topics]
     topics += [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "is_internal": False,
                 "partitions": ()} for topic_id in unknown_ids]
@@ -38,6 +38,14 @@ async def handle_metadata(context: RequestContext, request: Any) -> Mapping[str,
         "controller_id": controller_id,
         "topics": topics,
     }
+
+
+def reachable_controller_id(answer: MetadataResponse) -> int:
+    """The active controller if it is a live broker, else the lowest live broker (-1 if none): a
+    Kafka client sends admin requests to the controller id it is given, so it must be a broker it
+    can reach on this listener (KRaft brokers answer with a random live broker)."""
+    live = {broker.node_id for broker in answer.brokers if not broker.fenced}
+    return answer.controller_id if answer.controller_id in live else min(live, default=-1)
 
 
 def _requested_names(context: RequestContext, request: Any) -> tuple[tuple[str, ...] | None, list[Any]]:

@@ -40,7 +40,13 @@ from wire.configs import (
 from wire.error_codes import ErrorCode
 from wire.producer_ids import AllocateProducerIdsRequest
 from wire.sentinels import NO_LEADER
-from wire.topics import CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
+from wire.topics import (
+    CreatableTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+)
 
 SESSION_MS = 9000
 
@@ -379,6 +385,71 @@ def test_recreated_topic_gets_a_new_id_and_fresh_configs() -> None:
     assert harness.committed.topic_configs("t") == {}
 
 
+# ---- CreatePartitions --------------------------------------------------------------------------------
+
+
+def add_partitions(harness: Harness, *topics: CreatePartitionsTopic, validate_only: bool = False):
+    return harness.run(CreatePartitionsRequest(tuple(topics), validate_only)).results
+
+
+def test_create_partitions_appends_new_partitions_with_the_topics_replication_factor() -> None:
+    harness = cluster(3)
+    topic_id = harness.create_topic("t", 2, 2)
+    before = harness.committed.partitions(topic_id)
+    (result,) = add_partitions(harness, CreatePartitionsTopic("t", 5))
+    assert result.error_code == ErrorCode.NONE, result
+    partitions = harness.committed.partitions(topic_id)
+    assert partitions[:2] == before
+    assert len(partitions) == 5
+    for state in partitions[2:]:
+        assert len(state.replicas) == 2
+        assert state.isr == state.replicas
+        assert state.leader == state.replicas[0]
+
+
+def test_create_partitions_takes_a_manual_assignment_of_the_new_partitions() -> None:
+    harness = cluster(3)
+    topic_id = harness.create_topic("t", 1, 2)
+    (result,) = add_partitions(harness, CreatePartitionsTopic("t", 3, ((3, 1), (2, 3))))
+    assert result.error_code == ErrorCode.NONE, result
+    assert [state.replicas for state in harness.committed.partitions(topic_id)[1:]] == [(3, 1), (2, 3)]
+
+
+@pytest.mark.parametrize(
+    ("topic", "code"),
+    [
+        (CreatePartitionsTopic("t", 2), ErrorCode.INVALID_PARTITIONS),  # not more than now
+        (CreatePartitionsTopic("t", 1), ErrorCode.INVALID_PARTITIONS),  # fewer
+        (CreatePartitionsTopic("nope", 4), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (CreatePartitionsTopic("t", 4, ((1, 2),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),  # one of two given
+        (CreatePartitionsTopic("t", 3, ((1,),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),  # factor differs
+        (CreatePartitionsTopic("t", 3, ((1, 9),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),  # unknown broker
+    ],
+)
+def test_bad_create_partitions_are_refused_and_write_nothing(topic: CreatePartitionsTopic, code: ErrorCode) -> None:
+    harness = cluster(3)
+    topic_id = harness.create_topic("t", 2, 2)
+    (result,) = add_partitions(harness, topic)
+    assert result.error_code == code, result
+    assert len(harness.committed.partitions(topic_id)) == 2
+
+
+def test_create_partitions_needs_as_many_usable_brokers_as_the_replication_factor() -> None:
+    harness = cluster(3)
+    harness.create_topic("t", 1, 3)
+    harness.heartbeat(3, want_fence=True)
+    (result,) = add_partitions(harness, CreatePartitionsTopic("t", 2))
+    assert result.error_code == ErrorCode.INVALID_REPLICATION_FACTOR, result
+
+
+def test_create_partitions_validate_only_writes_nothing() -> None:
+    harness = cluster(2)
+    topic_id = harness.create_topic("t", 1, 2)
+    (result,) = add_partitions(harness, CreatePartitionsTopic("t", 4), validate_only=True)
+    assert result.error_code == ErrorCode.NONE
+    assert len(harness.committed.partitions(topic_id)) == 1
+
+
 # ---- IncrementalAlterConfigs -----------------------------------------------------------------------
 
 
@@ -401,6 +472,18 @@ def test_set_and_delete_configs_write_config_changes() -> None:
     harness.commit(result)
     assert harness.committed.topic_configs("t") == {"retention.ms": "10", "flush.ms": "100"}
     assert harness.committed.log_config("t").retention_ms == 10
+
+
+def test_replace_makes_the_given_configs_the_whole_set_of_overrides() -> None:
+    """Kafka's legacy AlterConfigs: keys left out are deleted, in the same records."""
+    harness = cluster(1)
+    harness.create_topic("t", configs={"retention.ms": "5", "segment.ms": "60000"})
+    resource = AlterConfigsResource(ConfigResourceType.TOPIC, "t", (AlterableConfig("retention.ms", AlterConfigOp.SET,
+                                                                                     "10"),), replace=True)
+    result = harness.controller.incremental_alter_configs(IncrementalAlterConfigsRequest((resource,)), 0)
+    assert result.records == (ConfigChange("t", "retention.ms", "10"), ConfigChange("t", "segment.ms", None))
+    harness.commit(result)
+    assert harness.committed.topic_configs("t") == {"retention.ms": "10"}
 
 
 def test_append_and_subtract_edit_list_configs() -> None:
