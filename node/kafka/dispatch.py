@@ -50,11 +50,11 @@ async def answer(frame: Frame, context: RequestContext) -> bytes | None:
         return encode(frame.correlation_id, filled(response_type, ErrorCode.UNSUPPORTED_VERSION))
     try:
         values = await api.handle(context, frame.body)
-    except Exception:
+        return None if values is None else encode(frame.correlation_id, build(response_type, values))
+    except Exception:  # a bug in a handler or in building its answer
         log.exception("node %s: unexpected error answering Kafka API key %s v%s from %s", context.node.config.node_id,
                       frame.api_key, frame.api_version, context.client_id)
         return encode(frame.correlation_id, filled(response_type, ErrorCode.UNKNOWN_SERVER_ERROR))
-    return None if values is None else encode(frame.correlation_id, build(response_type, values))
 
 
 def unsupported_api_versions(correlation_id: int) -> bytes:
