@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from client.protocol import ErrorCode
-from node.kafka import metadata
+from node.kafka import delete_records, fetch, list_offsets, metadata, produce
 from node.kafka.apis import KafkaApi, RequestContext
 from node.kafka.entities import build, filled
 from node.kafka.frames import Frame, encode, response_schema
@@ -32,6 +32,10 @@ SERVED: dict[int, KafkaApi] = {
     api.key: api for api in (
         KafkaApi(API_VERSIONS_KEY, 0, 4, _api_versions),
         *metadata.APIS,
+        *produce.APIS,
+        *fetch.APIS,
+        *list_offsets.APIS,
+        *delete_records.APIS,
     )
 }
 
