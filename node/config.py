@@ -117,6 +117,8 @@ _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "max.request.partitions": _Integer(100_000, 1, INT_MAX),
     # Ours: long polls parked at once; one more is answered at once with what is there.
     "max.delayed.fetches": _Integer(10_000, 1, INT_MAX),
+    # KIP-227: incremental fetch sessions cached by a broker for Kafka clients (0: none).
+    "max.incremental.fetch.session.cache.slots": _Integer(1000, 0, INT_MAX),
     "request.timeout.ms": _Integer(30_000, 1, INT_MAX),
     "num.partitions": _Integer(1, 1, INT_MAX),
     "default.replication.factor": _Integer(1, 1, INT_MAX),
@@ -203,6 +205,7 @@ class NodeConfig:
     socket_request_max_bytes: int
     max_request_partitions: int
     max_delayed_fetches: int
+    max_incremental_fetch_session_cache_slots: int
     request_timeout_ms: int
     num_partitions: int
     default_replication_factor: int

@@ -42,6 +42,7 @@ from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.producer_ids import ProducerIdManager
 from node.quorum import QuorumService
 from node.server import NotABroker, NotOnThisListener, NotServingYet, build_app
+from replication.fetch_sessions import FetchSessionCache
 from storage import meta_properties
 from storage.config import LogConfig
 from storage.dir_lock import DirLock
@@ -108,6 +109,9 @@ class Node:
         self.kafka_listeners = [KafkaListener(self, endpoint.name, endpoint.host.strip("[]"), endpoint.port)
                                 for endpoint in config.kafka_listeners()] if config.is_broker else []
         self._dir_locks: list[DirLock] = []
+        # KIP-227: the Kafka listeners' fetch sessions, one cache per broker as in Kafka.
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
+                                                random.Random(self.rng.getrandbits(64)))
 
     async def start(self) -> None:
         # Before anything in them is read: a second process on the same dirs refuses to start.

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from node.kafka import cluster, configs, metadata, topics
+from node.kafka import cluster, configs, delete_records, fetch, list_offsets, metadata, produce, topics
 from node.kafka.apis import KafkaApi, RequestContext
 from node.kafka.entities import build, filled
 from node.kafka.frames import Frame, encode, response_schema
@@ -33,6 +33,10 @@ SERVED: dict[int, KafkaApi] = {
         KafkaApi(API_VERSIONS_KEY, 0, 4, _api_versions),
         *metadata.APIS,
         *topics.APIS, *configs.APIS, *cluster.APIS,
+        *produce.APIS,
+        *fetch.APIS,
+        *list_offsets.APIS,
+        *delete_records.APIS,
     )
 }
 
