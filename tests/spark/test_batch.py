@@ -146,3 +146,10 @@ def test_unsupported_options_and_overwrite_are_refused_and_nothing_is_written(
     with pytest.raises(PySparkException, match=r"the tributary sink does not support the option\(s\) 'kafka\.acks'"):
         writer.option("kafka.acks", "1").mode("append").save()
     assert consume_all(cluster.bootstrap, "refusing", 1) == []
+
+
+def test_a_topic_with_no_records_reads_as_no_rows(spark: SparkSession, cluster: DevCluster) -> None:
+    """A batch read that plans no offset range (a topic just created) gets Spark's placeholder
+    partition, InputPartition(None), and reads it as nothing."""
+    create_topic(cluster.bootstrap, "empty", 2)
+    assert read(spark, cluster, "empty").collect() == []
