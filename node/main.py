@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
+from client.cli_support import BOOTSTRAP_ENV
 from controller.quorum_state import CorruptQuorumStateError
 from node import dev
-from node.config import ConfigException, load_config
+from node.config import (
+    KNOWN_KEYS,
+    ConfigException,
+    NodeConfig,
+    environment_properties,
+    environment_variable,
+    load_config,
+)
 from node.node import Node
 from storage.errors import StorageError
 
@@ -45,11 +55,38 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s")
+    log_unknown_keys(config, args.config, os.environ, overrides)
     try:
         return asyncio.run(_serve(Node(config)))
     except (StorageError, CorruptQuorumStateError) as error:
         print(f"tributary-node: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
+
+
+# How close an unknown key must be to a known one to be named as the likely typo (difflib's ratio):
+# 0.85 catches a letter missed, doubled or swapped (`log.retension.hours`, `min.insync.replica`) and
+# leaves Kafka keys we do not use unmatched (`offsets.retention.minutes` is not `log.retention.minutes`).
+TYPO_RATIO_MIN = 0.85
+
+
+def log_unknown_keys(config: NodeConfig, path: str | None, environ: Mapping[str, str],
+                     overrides: Mapping[str, str]) -> None:
+    """One WARNING per key the node does not know, naming where it was set and, for a likely typo,
+    the key meant. Kafka's AbstractConfig.logUnused warns the same way rather than refusing to start,
+    so a Kafka server.properties with keys we have no use for still starts."""
+    environment = environment_properties(environ)
+    for key in config.unused_keys:
+        if key in overrides:
+            source = f"--override {key}"
+        elif key in environment:
+            if environment_variable(key) == BOOTSTRAP_ENV:
+                continue  # the `tributary` CLI's variable, exported in the same shell: not meant for the node
+            source = f"environment variable {environment_variable(key)}"
+        else:
+            source = str(path)
+        meant = difflib.get_close_matches(key, KNOWN_KEYS, n=1, cutoff=TYPO_RATIO_MIN)
+        hint = f" (did you mean {meant[0]!r}?)" if meant else ""
+        logging.getLogger(__name__).warning("unknown config key %r in %s is ignored%s", key, source, hint)
 
 
 async def _serve(node: Node) -> int:

@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 
 from pipeline.arrow_records import SPARK_SCHEMA
 from pipeline.options import SourceOptions
-from pipeline.sink import BatchWriter, SinkOptions, StreamWriter
+from pipeline.sink import BatchWriter, SinkOptions, StreamWriter, check_save_mode
 from pipeline.source import BatchReader, StreamReader
 
 
@@ -35,10 +35,11 @@ class TributaryDataSource(DataSource):
         return StreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return BatchWriter(SinkOptions.parse(self.options, schema))
+        check_save_mode(overwrite)
+        return BatchWriter(SinkOptions.parse(self.options, schema, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
-        return StreamWriter(SinkOptions.parse(self.options, schema))
+        return StreamWriter(SinkOptions.parse(self.options, schema, streaming=True))
 
 
 def register(spark: SparkSession) -> None:

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import InputPartition
 
 from client.consumer import Consumer
 from client.errors import error_for
-from pipeline.options import EARLIEST, LATEST, SourceOptions
+from pipeline.options import EARLIEST, LATEST, NoOffsetMatchedError, SourceOptions, StrategyOnNoMatch
 from wire.error_codes import ErrorCode
 from wire.topic_partition import TopicPartition
 
@@ -60,12 +60,24 @@ def fetch_bounds(options: SourceOptions) -> Bounds:
 
 
 def starting_offsets(options: SourceOptions) -> tuple[dict[TopicPartition, int], Bounds]:
-    """Where a query starts in each partition: startingTimestamp if given (the first record at or
-    after it; the high watermark when there is none), else startingOffsets."""
+    """Where a query starts in each partition: startingTimestamp if given, else startingOffsets."""
     bounds, by_time = asyncio.run(_bounds(options, options.starting_timestamp))
     if options.starting_timestamp is not None:
-        return {tp: bounds.latest[tp] if by_time[tp] is None else by_time[tp] for tp in bounds.latest}, bounds
+        return {tp: _by_timestamp(by_time[tp], tp, bounds, options) for tp in bounds.latest}, bounds
     return {tp: _resolve(options.starting.for_partition(tp), tp, bounds) for tp in bounds.latest}, bounds
+
+
+def _by_timestamp(offset: int | None, tp: TopicPartition, bounds: Bounds, options: SourceOptions) -> int:
+    """The first offset at or after startingTimestamp; with none, what startingOffsetsByTimestampStrategy
+    says (Spark's Kafka source: `error` fails the query, `latest` starts at the end)."""
+    if offset is not None:
+        return offset
+    if options.no_match is StrategyOnNoMatch.LATEST:
+        return bounds.latest[tp]
+    raise NoOffsetMatchedError(
+        f"No offset matched from request of topic-partition {tp} and timestamp {options.starting_timestamp}: "
+        f"it holds no record at or after that time. Set startingOffsetsByTimestampStrategy=latest to start such "
+        f"partitions at their end, or use an earlier startingTimestamp")
 
 
 def _resolve(offset: int, tp: TopicPartition, bounds: Bounds) -> int:

@@ -6,7 +6,9 @@
   `{"t": {"0": 23, "1": -2}}` with -2 for earliest and -1 for latest.
 - `endingOffsets` (batch reads only): `latest` (default) or JSON as above.
 - `startingTimestamp`: ms since the epoch; each partition starts at its first record at or after
-  it (the high watermark if none); wins over startingOffsets.
+  it; wins over startingOffsets. A partition with no such record fails the query
+  (`NoOffsetMatchedError`, Spark's "No offset matched ...") unless
+  `startingOffsetsByTimestampStrategy` is `latest`, which starts it at its high watermark.
 - `readFrom`: `leader` (default), `follower` or `nearest` (KIP-392).
 - `maxRecordsPerPartition`: split an offset range into Spark partitions of at most this many.
 - `maxOffsetsPerTrigger` (streams): at most about this many records per micro-batch, shared by
@@ -15,6 +17,14 @@
   logStartOffset (retention, delete-records); `false` skips ahead to it.
 - `kafkaConsumer.pollTimeoutMs`: how long a task waits for offsets it was told exist, e.g. for
   a follower catching up (default 120000).
+- `includeHeaders`: accepted as `true` only, for Spark code that sets it: the `headers` column is
+  always read.
+
+Any other option is refused with `UnsupportedOptionError` listing the supported ones (keys are
+case-insensitive, as Spark's). Spark's Kafka source refuses the Kafka settings it cannot honour
+(`kafka.auto.offset.reset`, ...); here every option not listed is refused, so an option of Spark's
+Kafka source we do not implement (`endingTimestamp`, `assign`, `kafka.group.id`) or a misspelt one
+never silently reads something other than what was asked.
 
 Partitions missing from a JSON offsets option take the option's default (`earliest` for starting
 offsets, `latest` for ending offsets); partitions a stream discovers later start at `earliest`,
@@ -24,14 +34,46 @@ as in Spark's Kafka source.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from client.consumer import READ_FROM
 from wire.topic_partition import TopicPartition
 
 EARLIEST = -2  # Spark's Kafka source: -2 in a JSON offsets option is the earliest offset
 LATEST = -1
+
+SOURCE_OPTIONS = (
+    "bootstrap", "kafka.bootstrap.servers", "topic", "subscribe", "startingOffsets", "endingOffsets",
+    "startingTimestamp", "startingOffsetsByTimestampStrategy", "readFrom", "maxRecordsPerPartition",
+    "maxOffsetsPerTrigger", "failOnDataLoss", "kafkaConsumer.pollTimeoutMs", "includeHeaders",
+)
+
+
+class UnsupportedOptionError(ValueError):
+    """An option the tributary source or sink does not support (see the module docstring)."""
+
+
+class NoOffsetMatchedError(ValueError):
+    """startingTimestamp found no record at or after it in a partition, and the strategy is `error`."""
+
+
+class StrategyOnNoMatch(Enum):
+    """`startingOffsetsByTimestampStrategy` (Spark's StrategyOnNoMatchStartingOffset): what a
+    partition with no record at or after startingTimestamp starts from."""
+
+    ERROR = "error"  # Spark's default: fail the query naming the partition
+    LATEST = "latest"  # its high watermark: only records written from now on
+
+
+def check_supported(options: Mapping[str, str], supported: Sequence[str], what: str) -> None:
+    """Raise UnsupportedOptionError naming every key of `options` not in `supported` (any case)."""
+    known = {name.lower() for name in supported}
+    unsupported = sorted(key for key in options if key.lower() not in known)
+    if unsupported:
+        raise UnsupportedOptionError(f"{what} does not support the option(s) {', '.join(map(repr, unsupported))}; "
+                                     f"the supported options are {', '.join(supported)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +132,15 @@ def _flag(name: str, value: str | None, default: bool) -> bool:
     return value.lower() == "true"
 
 
+def _strategy(value: str | None) -> StrategyOnNoMatch:
+    if value is None:
+        return StrategyOnNoMatch.ERROR
+    try:
+        return StrategyOnNoMatch(value.lower())
+    except ValueError:
+        raise ValueError(f"startingOffsetsByTimestampStrategy={value!r}: use error (the default) or latest") from None
+
+
 def _positive(name: str, value: str | None) -> int | None:
     if value is None:
         return None
@@ -109,6 +160,7 @@ class SourceOptions:
     starting: OffsetSpec
     ending: OffsetSpec
     starting_timestamp: int | None
+    no_match: StrategyOnNoMatch
     read_from: str
     max_records_per_partition: int | None
     max_offsets_per_trigger: int | None
@@ -117,6 +169,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
+        check_supported(options, SOURCE_OPTIONS, "the tributary source")
         bootstrap = options.get("bootstrap") or options.get("kafka.bootstrap.servers")
         if not bootstrap:
             raise ValueError('option "bootstrap" is required: host:port of any Tributary node(s)')
@@ -132,6 +185,8 @@ class SourceOptions:
         timestamp = options.get("startingTimestamp")
         if timestamp is not None and (not timestamp.isdigit()):
             raise ValueError(f"startingTimestamp={timestamp!r}: use milliseconds since the epoch")
+        if not _flag("includeHeaders", options.get("includeHeaders"), True):
+            raise ValueError("includeHeaders=false: the headers column is always read; drop it with df.drop('headers')")
         return cls(
             bootstrap=bootstrap,
             topics=topics,
@@ -139,6 +194,7 @@ class SourceOptions:
                                    LATEST if streaming else EARLIEST),
             ending=parse_offsets("endingOffsets", options.get("endingOffsets"), LATEST),
             starting_timestamp=None if timestamp is None else int(timestamp),
+            no_match=_strategy(options.get("startingOffsetsByTimestampStrategy")),
             read_from=read_from,
             max_records_per_partition=_positive("maxRecordsPerPartition", options.get("maxRecordsPerPartition")),
             max_offsets_per_trigger=_positive("maxOffsetsPerTrigger", options.get("maxOffsetsPerTrigger")),

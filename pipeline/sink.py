@@ -7,6 +7,8 @@ Arrow batches with one producer at acks=all and waits for every acknowledgement 
 reports success, so a finished task's records are committed on the ISR; any failure (after the
 producer's retries) raises the Kafka-named error (`NOT_ENOUGH_REPLICAS: ...`) and fails the task.
 Like Spark's Kafka sink this is at-least-once: a retried task or micro-batch writes its rows again.
+Options: `bootstrap` (or `kafka.bootstrap.servers`), `topic`; streams also `checkpointLocation`.
+Any other is refused (`UnsupportedOptionError`), and so is a batch write's `mode("overwrite")`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,25 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from client.producer import Producer
+from pipeline.options import check_supported
 
 BATCH_BYTES = 512 * 1024  # producer batch.size: few large batches, as perf-produce sends
+SINK_OPTIONS = ("bootstrap", "kafka.bootstrap.servers", "topic")
+STREAM_SINK_OPTIONS = (*SINK_OPTIONS, "checkpointLocation")  # Spark passes the query's checkpoint to its sink
+
+
+class UnsupportedSaveModeError(ValueError):
+    """`mode("overwrite")` on a batch write: a topic is only ever appended to."""
+
+
+def check_save_mode(overwrite: bool) -> None:
+    """Spark's Kafka sink refuses Overwrite (and Ignore) for batch writes ("Save mode Overwrite not
+    allowed for Kafka"): records cannot replace a topic's. Spark allows Python data sources only
+    append and overwrite, so append is the one left. A streaming query's complete output mode also
+    arrives as overwrite; Spark's Kafka sink writes every row of it, and so does this one."""
+    if overwrite:
+        raise UnsupportedSaveModeError('save mode Overwrite is not allowed for tributary (nor for Spark\'s Kafka '
+                                       'sink): a write appends records to a topic; use mode("append")')
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +49,8 @@ class SinkOptions:
     topic: str | None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
+    def parse(cls, options: Mapping[str, str], schema: StructType, streaming: bool) -> SinkOptions:
+        check_supported(options, STREAM_SINK_OPTIONS if streaming else SINK_OPTIONS, "the tributary sink")
         bootstrap = options.get("bootstrap") or options.get("kafka.bootstrap.servers")
         if not bootstrap:
             raise ValueError('option "bootstrap" is required: host:port of any Tributary node(s)')

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from client.admin import ClusterDescription, NodeStatus, PartitionStatus
 from client.cli import build_parser, main
 from client.cli_cluster import status_json, status_table
 from client.cli_consume import format_record
 from client.cli_perf import LatencyStats, produce_summary
-from client.cli_produce import producer_settings
+from client.cli_produce import complete_lines, producer_settings
 from client.fetched_batch import ConsumerRecord
 from client.metadata import PartitionInfo
 from tests.client.fake_node import FakeCluster, FakeClusterThread
@@ -29,6 +33,8 @@ from tests.client.group_helpers import start_members
 from wire.api import Api
 from wire.metadata import MetadataBroker, ReplicaState
 from wire.topic_partition import TopicPartition
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +203,48 @@ def test_produce_then_consume_with_keys_and_offsets(fake: FakeCluster, capsys: p
     assert "Processed a total of 3 messages" in err
     out = run([*b, "consume", "lines", "--offset", "1", "--from-follower", "--timeout-ms", "300"], capsys)[1]
     assert out.splitlines() == ["two", "three"]
+
+
+@given(st.binary(max_size=64).map(lambda data: data.replace(b"x", b"\n").replace(b"y", b"\r")),
+       st.lists(st.integers(min_value=0, max_value=64)))
+def test_lines_split_across_chunks_are_the_lines_of_the_whole(data: bytes, cuts: list[int]) -> None:
+    """However reads cut stdin, the records are its lines without `\n` or `\r\n`, the last one
+    even without a newline (what iterating over the file gave before)."""
+    bounds = [0, *sorted(cut % (len(data) + 1) for cut in cuts), len(data)]
+    partial: list[bytes] = []
+    lines = [line for start, end in itertools.pairwise(bounds) if end > start
+             for line in complete_lines(partial, data[start:end])]
+    if partial:
+        lines.append(b"".join(partial).rstrip(b"\r"))
+    assert lines == [line.rstrip(b"\r\n") for line in io.BytesIO(data)]
+
+
+def test_produce_sends_each_line_while_stdin_stays_open(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tail -F app.log | tributary produce T` streams: a line written to the producer's stdin is
+    read by a consumer while that stdin stays open (the CLI once held lines until 1,000 or EOF).
+    Method: a real `tributary produce` process on a pipe; the consumer waits for the record, its
+    timeout only a safety net; then EOF ends the producer with status 0."""
+    b = ["--bootstrap", fake.bootstrap]
+    run([*b, "topics", "create", "--topic", "tailed", "--partitions", "1"], capsys)
+    producer = subprocess.Popen([sys.executable, "-m", "client.cli", *b, "produce", "tailed"], cwd=ROOT,
+                                stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert producer.stdin is not None
+    try:
+        producer.stdin.write(b"first\n")
+        producer.stdin.flush()
+        status, out, _ = run([*b, "consume", "tailed", "--from-beginning", "--max-records", "1",
+                              "--timeout-ms", "30000"], capsys)
+        assert (status, out) == (0, "first\n")
+        assert producer.poll() is None, "stdin is still open"
+        producer.stdin.write(b"second\n")
+        producer.stdin.close()
+        assert producer.wait(timeout=60) == 0, producer.communicate()[1]
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+    out = run([*b, "consume", "tailed", "--from-beginning", "--max-records", "2"], capsys)[1]
+    assert out.splitlines() == ["first", "second"]
 
 
 def test_consume_with_a_group_commits_and_resumes(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:

@@ -108,3 +108,48 @@ def test_write_failures_fail_the_job_with_the_kafka_error_name(spark: SparkSessi
     with pytest.raises(PySparkException, match="Required attribute 'value' not found"):
         spark.createDataFrame([(b"k",)], "key binary").write.format("tributary") \
             .option("bootstrap", cluster.bootstrap).option("topic", "round-trip").mode("append").save()
+
+
+def test_starting_timestamp_with_no_record_after_it_fails_the_read_or_starts_at_the_end_by_the_strategy(
+    spark: SparkSession, cluster: DevCluster
+) -> None:
+    """Spark's Kafka source: a partition with no record at or after startingTimestamp fails the query
+    naming the partition (startingOffsetsByTimestampStrategy=error, the default); with `latest` it
+    starts at its end. Partition 1 holds only records older than the timestamp."""
+    create_topic(cluster.bootstrap, "stamped", 2)
+    recent = int(time.time() * 1000) - 60_000
+    produce(cluster.bootstrap, "stamped", 0, [b"recent-%d" % n for n in range(10)], recent)
+    produce(cluster.bootstrap, "stamped", 1, [b"older-%d" % n for n in range(10)], recent - 600_000)
+    with pytest.raises(PySparkException, match=f"NoOffsetMatchedError: No offset matched from request of "
+                                               f"topic-partition stamped-1 and timestamp {recent - 1}"):
+        read(spark, cluster, "stamped", startingTimestamp=str(recent - 1)).collect()
+    latest = read(spark, cluster, "stamped", startingTimestamp=str(recent - 1),
+                  startingOffsetsByTimestampStrategy="latest")
+    assert offsets_by_partition(latest) == {0: list(range(10))}
+
+
+def test_unsupported_options_and_overwrite_are_refused_and_nothing_is_written(
+    spark: SparkSession, cluster: DevCluster
+) -> None:
+    """Refused with a named error before any record moves: an option of Spark's Kafka source the
+    tributary source does not implement, a Kafka producer setting on the sink, and mode("overwrite")
+    (Spark's Kafka sink allows only Append and ErrorIfExists)."""
+    create_topic(cluster.bootstrap, "refusing", 1)
+    with pytest.raises(PySparkException, match=r"UnsupportedOptionError: the tributary source does not support "
+                                               r"the option\(s\) 'endingtimestamp'; the supported options are "
+                                               r"bootstrap, kafka\.bootstrap\.servers, topic, "):
+        read(spark, cluster, "refusing", endingTimestamp=str(int(time.time() * 1000))).collect()
+    source = spark.createDataFrame([(b"v",)], "value binary")
+    writer = source.write.format("tributary").option("bootstrap", cluster.bootstrap).option("topic", "refusing")
+    with pytest.raises(PySparkException, match=r"UnsupportedSaveModeError: save mode Overwrite is not allowed"):
+        writer.mode("overwrite").save()
+    with pytest.raises(PySparkException, match=r"the tributary sink does not support the option\(s\) 'kafka\.acks'"):
+        writer.option("kafka.acks", "1").mode("append").save()
+    assert consume_all(cluster.bootstrap, "refusing", 1) == []
+
+
+def test_a_topic_with_no_records_reads_as_no_rows(spark: SparkSession, cluster: DevCluster) -> None:
+    """A batch read that plans no offset range (a topic just created) gets Spark's placeholder
+    partition, InputPartition(None), and reads it as nothing."""
+    create_topic(cluster.bootstrap, "empty", 2)
+    assert read(spark, cluster, "empty").collect() == []
