@@ -16,7 +16,7 @@ import pytest
 import node.main
 from node.config import NodeConfig
 
-VOTERS = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"
+VOTERS = "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_each_unknown_key_is_logged_at_start_with_its_source_and_the_key_meant(
     path.write_text(f"node.id=1\ncontroller.quorum.voters={VOTERS}\nlog.dirs={tmp_path}\n"
                     "foo.bar=1\nlog.retension.hours=1\noffsets.retention.minutes=5\n")
     monkeypatch.setenv("TRIBUTARY_MIN_INSYNC_REPLICA", "2")
-    monkeypatch.setenv("TRIBUTARY_BOOTSTRAP", "127.0.0.1:9092")  # the CLI's, not a node key: no warning
+    monkeypatch.setenv("TRIBUTARY_BOOTSTRAP", "127.0.0.1:9192")  # the CLI's, not a node key: no warning
     with caplog.at_level(logging.WARNING, logger="node.main"):
         assert node.main.main(["--config", str(path), "--override", "num.network.threads=3"]) == 0
     assert len(served) == 1, "an unknown key does not stop the node"
