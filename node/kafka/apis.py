@@ -29,6 +29,11 @@ class RequestContext:
 Handler = Callable[[RequestContext, Any], Awaitable[Mapping[str, Any] | None]]
 
 
+class CloseConnection(Exception):
+    """Kafka closes the connection instead of answering: an acks=0 Produce that failed (the
+    producer, which expects no answer, learns of the failure so and refreshes its metadata)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaApi:
     """An API key, the versions of it we serve (advertised in ApiVersions) and its handler."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from node.kafka import cluster, configs, delete_records, fetch, list_offsets, metadata, produce, topics
-from node.kafka.apis import KafkaApi, RequestContext
+from node.kafka.apis import CloseConnection, KafkaApi, RequestContext
 from node.kafka.entities import build, filled
 from node.kafka.frames import Frame, encode, response_schema
 from wire.error_codes import ErrorCode
@@ -55,6 +55,8 @@ async def answer(frame: Frame, context: RequestContext) -> bytes | None:
     try:
         values = await api.handle(context, frame.body)
         return None if values is None else encode(frame.correlation_id, build(response_type, values))
+    except CloseConnection:
+        raise
     except Exception:  # a bug in a handler or in building its answer
         log.exception("node %s: unexpected error answering Kafka API key %s v%s from %s", context.node.config.node_id,
                       frame.api_key, frame.api_version, context.client_id)

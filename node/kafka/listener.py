@@ -21,7 +21,7 @@ import struct
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from node.kafka.apis import RequestContext
+from node.kafka.apis import CloseConnection, RequestContext
 from node.kafka.dispatch import API_VERSIONS_KEY, answer, unsupported_api_versions
 from node.kafka.frames import FrameError, parse, peek, request_schema
 
@@ -124,6 +124,8 @@ class KafkaListener:
                     await writer.drain()
         except ConnectionError:
             pass
+        except CloseConnection as reason:
+            log.info("closing a Kafka connection: %s", reason)
         finally:
             writer.close()
             while not answers.empty():

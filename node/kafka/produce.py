@@ -3,7 +3,8 @@
 The records go to the node's own produce path as they came (the leader validates each batch's
 header and CRC and assigns offsets without decoding records; compressed batches stay compressed),
 so acks, min.insync.replicas, idempotence and every per-partition error are the node's. An
-acks=0 request gets no answer at all, as in Kafka. Versions 3..12: v13 names topics by id.
+acks=0 request gets no answer at all, as in Kafka; if it failed, the connection is closed (Kafka's
+way to tell such a producer to refresh its metadata). Versions 3..12: v13 names topics by id.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from node.kafka.apis import KafkaApi, RequestContext
+from node.kafka.apis import CloseConnection, KafkaApi, RequestContext
 from node.kafka.entities import milliseconds
 from wire.api import Api
+from wire.error_codes import ErrorCode
 from wire.produce import ProducePartition, ProduceRequest
 
 
@@ -27,6 +29,10 @@ async def handle_produce(context: RequestContext, request: Any) -> Mapping[str, 
     )
     answer = await context.node.dispatch(Api.PRODUCE, internal, context.listener, context.client_host)
     if request.acks == 0:
+        failed = [f"{part.topic}-{part.partition}: {part.error_code.name}" for part in answer.partitions
+                  if part.error_code is not ErrorCode.NONE]
+        if failed:
+            raise CloseConnection(f"an acks=0 produce failed ({', '.join(failed)})")
         return None
     topics: dict[str, list[dict[str, Any]]] = {}
     for part in answer.partitions:

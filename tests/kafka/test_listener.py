@@ -6,9 +6,11 @@ as kcat and kafka-python see it."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import shutil
 import struct
 import subprocess
+import time
 
 import pytest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
@@ -17,9 +19,12 @@ from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i32Timedelta
 
 from client.admin import Admin, NewTopic
 from node.dev import DevCluster
+from storage.records import build_batch_from_values
 from tests.kafka.wire import exchange, read_response, request_frame
 
 pytestmark = pytest.mark.kafka_clients
@@ -109,3 +114,26 @@ async def test_metadata_as_kcat_and_kafka_python_see_it(cluster: DevCluster) -> 
                              text=True, timeout=30, check=True).stdout
     assert 'topic "seen" with 3 partitions' in listing
     assert listing.count("broker ") >= 3
+
+
+def acks_0_produce(topic: str) -> ProduceRequest:
+    records = build_batch_from_values([b"v"], timestamp_ms=int(time.time() * 1000))
+    data = PartitionProduceData(index=0, records=records)
+    return ProduceRequest(acks=0, timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+                          topic_data=(TopicProduceData(name=topic, partition_data=(data,)),))
+
+
+async def test_a_failed_acks_0_produce_closes_its_connection_without_an_answer(cluster: DevCluster) -> None:
+    """Kafka's way to tell a producer that expects no answer to refresh its metadata; a good acks=0
+    produce gets no answer and the connection goes on."""
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic("unanswered", 1, 3)])
+        leader = (await admin.describe_topics(["unanswered"]))["unanswered"][0].leader
+    address = cluster.nodes[leader].kafka_address
+    assert address is not None
+    answers, closed = await exchange(address, [request_frame(acks_0_produce("unanswered"), 1),
+                                               request_frame(API_VERSIONS, 2)], 1)
+    assert not closed and read_response(answers[0], ApiVersionsResponse)[0] == 2, "no answer to the produce"
+    answers, closed = await exchange(address, [request_frame(acks_0_produce("no-such-topic"), 1),
+                                               request_frame(API_VERSIONS, 2)], 1)
+    assert (answers, closed) == ([], True)
