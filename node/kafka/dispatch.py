@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from client.protocol import ErrorCode
-from node.kafka import metadata
+from node.kafka import coordinator, group_admin, group_offsets, groups, metadata, producer_ids
 from node.kafka.apis import KafkaApi, RequestContext
 from node.kafka.entities import build, filled
 from node.kafka.frames import Frame, encode, response_schema
@@ -32,6 +32,11 @@ SERVED: dict[int, KafkaApi] = {
     api.key: api for api in (
         KafkaApi(API_VERSIONS_KEY, 0, 4, _api_versions),
         *metadata.APIS,
+        *coordinator.APIS,
+        *groups.APIS,
+        *group_offsets.APIS,
+        *group_admin.APIS,
+        *producer_ids.APIS,
     )
 }
 
