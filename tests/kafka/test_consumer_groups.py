@@ -3,7 +3,8 @@ the Kafka listener: members, each a process of its own, share a topic's six part
 and rebalance when one joins, when one leaves (closes) and when one is killed with -9 (its session
 runs out), with every produced record processed; the group's committed offsets, read back with the
 client's committed(), are where the last member stopped, and a consumer started afterwards resumes
-there (it sees only what was produced since)."""
+there (it sees only what was produced since). confluent's AdminClient lists and describes the group
+(Stable, each member's partitions) and deletes it with its offsets once every member closed."""
 
 from __future__ import annotations
 
@@ -125,6 +126,9 @@ async def test_members_share_partitions_rebalance_on_join_leave_and_kill_and_res
         third = await Member.start(client, cluster, topic, group)
         members.append(third)
         await group_settles(members, "a third member joined and got partitions")
+        listed, described = await asyncio.to_thread(admin_view, cluster.kafka_bootstrap, group)
+        assert listed == "STABLE" and described["state"] == "STABLE" and described["assignor"]
+        assert sorted(map(sorted, described["members"])) == sorted(sorted(m.assigned or ()) for m in members)
         batch = await produce(cluster, topic, 2)
         produced |= batch
         await processed(members, batch, "the second batch processed by three members")
@@ -152,6 +156,8 @@ async def test_members_share_partitions_rebalance_on_join_leave_and_kill_and_res
         await processed([resumed], batch, "the fifth batch processed by a member started after the others")
         assert resumed.values == batch  # it started at the committed offsets, not before
         await resumed.close()
+        assert await asyncio.to_thread(delete_group, cluster.kafka_bootstrap, group) is None
+        assert await committed(client, cluster, topic, group) == dict.fromkeys(range(PARTITIONS), None)
     finally:
         for member in members:
             if member.process.returncode is None:
@@ -159,8 +165,30 @@ async def test_members_share_partitions_rebalance_on_join_leave_and_kill_and_res
                 await member.process.wait()
 
 
+def admin_view(bootstrap: str, group: str) -> tuple[str | None, dict[str, Any]]:
+    """The group's state as confluent's AdminClient lists it, and its description: state, assignor,
+    each member's partitions."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listing = admin.list_consumer_groups(request_timeout=20).result()
+    state = next((g.state.name for g in listing.valid if g.group_id == group), None)
+    description = admin.describe_consumer_groups([group], request_timeout=20)[group].result()
+    return state, {"state": description.state.name, "assignor": description.partition_assignor,
+                   "members": [[tp.partition for tp in member.assignment.topic_partitions]
+                               for member in description.members]}
+
+
+def delete_group(bootstrap: str, group: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer: it runs the request
+    return admin.delete_consumer_groups([group], request_timeout=20)[group].result()
+
+
 async def committed(client: str, cluster: DevCluster, topic: str, group: str) -> dict[int, int]:
-    """The group's committed offsets of the topic's partitions, as the client's committed() reads them."""
+    """The group's committed offsets of the topic's partitions, as the client's committed() reads them
+    (None: none committed)."""
     if client == "aiokafka":
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition as AioTopicPartition
@@ -180,7 +208,7 @@ def _committed_blocking(client: str, bootstrap: str, topic: str, group: str) -> 
 
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
         try:
-            return {tp.partition: tp.offset
+            return {tp.partition: tp.offset if tp.offset >= 0 else None  # OFFSET_INVALID: none committed
                     for tp in consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=20)}
         finally:
             consumer.close()
