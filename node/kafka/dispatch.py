@@ -13,7 +13,21 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from node.kafka import cluster, configs, delete_records, fetch, list_offsets, metadata, produce, topics
+from node.kafka import (
+    cluster,
+    configs,
+    coordinator,
+    delete_records,
+    fetch,
+    group_admin,
+    group_offsets,
+    groups,
+    list_offsets,
+    metadata,
+    produce,
+    producer_ids,
+    topics,
+)
 from node.kafka.apis import CloseConnection, KafkaApi, RequestContext
 from node.kafka.entities import build, filled
 from node.kafka.frames import Frame, encode, response_schema
@@ -33,10 +47,8 @@ SERVED: dict[int, KafkaApi] = {
         KafkaApi(API_VERSIONS_KEY, 0, 4, _api_versions),
         *metadata.APIS,
         *topics.APIS, *configs.APIS, *cluster.APIS,
-        *produce.APIS,
-        *fetch.APIS,
-        *list_offsets.APIS,
-        *delete_records.APIS,
+        *produce.APIS, *fetch.APIS, *list_offsets.APIS, *delete_records.APIS,
+        *coordinator.APIS, *groups.APIS, *group_offsets.APIS, *group_admin.APIS, *producer_ids.APIS,
     )
 }
 
