@@ -26,6 +26,7 @@ from client.admin import Admin, NewTopic
 from node.dev import DevCluster
 from storage.records import build_batch_from_values
 from tests.kafka.wire import exchange, read_response, request_frame
+from tests.node.cluster_harness import describe, eventually
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -116,6 +117,19 @@ async def test_metadata_as_kcat_and_kafka_python_see_it(cluster: DevCluster) -> 
     assert listing.count("broker ") >= 3
 
 
+async def leader_of(cluster: DevCluster, topic: str) -> int:
+    """Partition 0's leader, once the node asked knows the topic (metadata reaches nodes in turn)."""
+    leaders: list[int] = []
+
+    async def known() -> bool:
+        description = await describe(cluster.bootstrap)
+        leaders[:] = [p.info.leader for p in description.partitions if p.info.topic == topic and p.info.leader >= 0]
+        return bool(leaders)
+
+    await eventually(known, f"{topic} has a leader")
+    return leaders[0]
+
+
 def acks_0_produce(topic: str) -> ProduceRequest:
     records = build_batch_from_values([b"v"], timestamp_ms=int(time.time() * 1000))
     data = PartitionProduceData(index=0, records=records)
@@ -128,7 +142,7 @@ async def test_a_failed_acks_0_produce_closes_its_connection_without_an_answer(c
     produce gets no answer and the connection goes on."""
     async with Admin(cluster.bootstrap) as admin:
         await admin.create_topics([NewTopic("unanswered", 1, 3)])
-        leader = (await admin.describe_topics(["unanswered"]))["unanswered"][0].leader
+    leader = await leader_of(cluster, "unanswered")
     address = cluster.nodes[leader].kafka_address
     assert address is not None
     answers, closed = await exchange(address, [request_frame(acks_0_produce("unanswered"), 1),
