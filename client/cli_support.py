@@ -8,11 +8,11 @@ name and the message that says what to do, exit 1, and never a traceback; usage 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
+from client import event_loop
 from client.errors import TributaryError
 from client.metadata import DEFAULT_BOOTSTRAP
 
@@ -60,7 +60,7 @@ def run_command(
 
     def run(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         try:
-            return asyncio.run(main(arguments, out, err))
+            return event_loop.run(main(arguments, out, err), os.environ.get(event_loop.EVENT_LOOP_ENV))
         except TributaryError as error:
             print(f"Error: {error.code.name}: {error.message or 'no details'}", file=err)
             return EXIT_FAILED

@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
+from client import event_loop
 from client.cli_support import BOOTSTRAP_ENV
 from controller.quorum_state import CorruptQuorumStateError
 from node import dev
@@ -50,14 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         overrides[key.strip()] = value.strip()
     try:
         config = load_config(args.config, dict(os.environ), overrides)
-    except (ConfigException, OSError) as error:
+        loop_name = event_loop.event_loop_name(os.environ.get(event_loop.EVENT_LOOP_ENV))
+    except (ConfigException, OSError, ValueError) as error:
         print(f"tributary-node: configuration error: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s")
     log_unknown_keys(config, args.config, os.environ, overrides)
     try:
-        return asyncio.run(_serve(Node(config)))
+        return event_loop.run(_serve(Node(config)), loop_name)
     except (StorageError, CorruptQuorumStateError) as error:
         print(f"tributary-node: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
@@ -81,6 +83,8 @@ def log_unknown_keys(config: NodeConfig, path: str | None, environ: Mapping[str,
         elif key in environment:
             if environment_variable(key) == BOOTSTRAP_ENV:
                 continue  # the `tributary` CLI's variable, exported in the same shell: not meant for the node
+            if environment_variable(key) == event_loop.EVENT_LOOP_ENV:
+                continue  # read by the entry point, not a config key
             source = f"environment variable {environment_variable(key)}"
         else:
             source = str(path)
@@ -95,8 +99,8 @@ async def _serve(node: Node) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await node.start()
-    logging.getLogger(__name__).info("node %s started; listening on %s", node.config.node_id,
-                                     ", ".join(node.config.listener_addresses()))
+    logging.getLogger(__name__).info("node %s started on the %s event loop; listening on %s", node.config.node_id,
+                                     type(loop).__module__.split(".")[0], ", ".join(node.config.listener_addresses()))
     await stop.wait()
     logging.getLogger(__name__).info("controlled shutdown")
     await node.stop(controlled=True)

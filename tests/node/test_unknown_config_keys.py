@@ -49,6 +49,7 @@ def test_each_unknown_key_is_logged_at_start_with_its_source_and_the_key_meant(
                     "foo.bar=1\nlog.retension.hours=1\noffsets.retention.minutes=5\n")
     monkeypatch.setenv("TRIBUTARY_MIN_INSYNC_REPLICA", "2")
     monkeypatch.setenv("TRIBUTARY_BOOTSTRAP", "127.0.0.1:9192")  # the CLI's, not a node key: no warning
+    monkeypatch.setenv("TRIBUTARY_EVENT_LOOP", "uvloop")  # read by the entry point, not a node key: no warning
     with caplog.at_level(logging.WARNING, logger="node.main"):
         assert node.main.main(["--config", str(path), "--override", "num.network.threads=3"]) == 0
     assert len(served) == 1, "an unknown key does not stop the node"
