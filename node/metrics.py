@@ -9,6 +9,7 @@ exists (e.g. UnderReplicatedPartitions, LogEndOffset), in Prometheus style.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -17,6 +18,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LOOP_LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# The p99 gauge covers the last 1,000 probe wake-ups: 10 s at node/loop_lag.py's 10 ms interval.
+LOOP_LAG_WINDOW = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,22 @@ class _StateCollector(Collector):
                                 value=int(quorum.is_active_controller))
 
 
+class _LoopLagCollector(Collector):
+    """The p99 and maximum of the recent loop-lag samples, computed at scrape time."""
+
+    def __init__(self, recent: deque[float]) -> None:
+        self._recent = recent
+
+    def collect(self) -> Iterator[Metric]:
+        samples = sorted(self._recent)
+        p99 = samples[min(len(samples) - 1, len(samples) * 99 // 100)] if samples else 0.0
+        yield GaugeMetricFamily("tributary_event_loop_lag_p99_seconds",
+                                f"p99 event-loop lag over the last {LOOP_LAG_WINDOW} probes", value=p99)
+        yield GaugeMetricFamily("tributary_event_loop_lag_max_seconds",
+                                f"Largest event-loop lag over the last {LOOP_LAG_WINDOW} probes",
+                                value=samples[-1] if samples else 0.0)
+
+
 class NodeMetrics:
     """The registry of one node: `observe_request` from the server, state gauges at scrape time.
     `replicas` is None on a node without a broker."""
@@ -108,10 +128,19 @@ class NodeMetrics:
         self._latency = Histogram("tributary_request_latency_seconds", "Time to answer a request, by API",
                                   ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_StateCollector(replicas, quorum))
+        self._loop_lag = Histogram("tributary_event_loop_lag_seconds",
+                                   "How late the loop-lag probe woke (time the loop ran without yielding)",
+                                   buckets=LOOP_LAG_BUCKETS, registry=self.registry)
+        self._loop_lag_recent: deque[float] = deque(maxlen=LOOP_LAG_WINDOW)
+        self.registry.register(_LoopLagCollector(self._loop_lag_recent))
 
     def observe_request(self, api: str, error: str, seconds: float) -> None:
         self._requests.labels(api, error).inc()
         self._latency.labels(api).observe(seconds)
+
+    def observe_loop_lag(self, seconds: float) -> None:
+        self._loop_lag.observe(seconds)
+        self._loop_lag_recent.append(seconds)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

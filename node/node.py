@@ -38,6 +38,7 @@ from node.group_membership import GroupMembership, with_client_host
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.group_queries import GroupQueries
 from node.kafka.listener import KafkaListener
+from node.loop_lag import LoopLagProbe
 from node.metrics import NodeMetrics, QuorumMetrics, ReplicaMetrics
 from node.producer_ids import ProducerIdManager
 from node.quorum import QuorumService
@@ -98,6 +99,7 @@ class Node:
         # metadata log's batch timestamps then count from the host's boot; nothing reads them.)
         self.quorum = QuorumService(config, self.connections, monotonic_clock, self.rng)
         self.metrics = NodeMetrics(self._replica_metrics if config.is_broker else None, self._quorum_metrics)
+        self.loop_lag = LoopLagProbe(self.metrics.observe_loop_lag)
         self.log_manager: LogManager | None = None
         self.broker: Broker | None = None
         self.group_offsets: GroupOffsets | None = None
@@ -137,6 +139,7 @@ class Node:
             await self.broker.start()
             for listener in self.kafka_listeners:
                 await listener.start(self.broker.wait_caught_up)
+        self.loop_lag.start(f"loop-lag-{self.config.node_id}")
 
     def _make_broker(self, directory_ids: tuple[str, ...]) -> None:
         """The broker's parts: its partition logs (storage recovery runs here; the clean-shutdown
@@ -182,6 +185,7 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.connections.close()
+        await self.loop_lag.stop()
         self._release_dir_locks()
 
     def _release_dir_locks(self) -> None:

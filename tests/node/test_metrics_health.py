@@ -50,6 +50,8 @@ def test_metrics_show_replica_offsets_and_request_counts(node: DevCluster) -> No
     assert samples[("tributary_active_controller", ())] == 1
     assert samples[("tributary_requests_total", (("api", "produce"), ("error", "NONE")))] >= 1
     assert samples[("tributary_request_latency_seconds_count", (("api", "produce"),))] >= 1
+    assert samples[("tributary_event_loop_lag_seconds_count", ())] >= 1
+    assert ("tributary_event_loop_lag_p99_seconds", ()) in samples
 
 
 def test_health_says_why_a_node_is_healthy(node: DevCluster) -> None:
