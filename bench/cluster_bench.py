@@ -35,9 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from node.dev import DevCluster
 
@@ -243,6 +246,18 @@ def print_profiles(profile_dir: Path) -> None:
         pstats.Stats(str(path)).sort_stats("tottime").print_stats(PROFILE_LINES)
 
 
+def loop_lag_line(cluster: DevCluster) -> str:
+    """Each node's event-loop lag p99 and max over its last 1,000 probes, from `/metrics`."""
+    figures = []
+    for node_id, node in sorted(cluster.nodes.items()):
+        with urllib.request.urlopen(f"http://{node.address}/metrics", timeout=5) as response:
+            samples = {sample.name: sample.value for family in text_string_to_metric_families(response.read().decode())
+                       for sample in family.samples}
+        figures.append(f"node {node_id} p99 {samples['tributary_event_loop_lag_p99_seconds'] * 1000:.1f} ms "
+                       f"max {samples['tributary_event_loop_lag_max_seconds'] * 1000:.1f} ms")
+    return "  * event-loop lag over the last 1,000 probes (10 s or more): " + "; ".join(figures)
+
+
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records per unthrottled run")
@@ -277,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       arguments.producer_props)
         else:
             results = run_scenarios(cluster, records, arguments.partitions)
+        loop_lag = loop_lag_line(cluster)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -285,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  * {RECORD_BYTES}-byte records, {arguments.partitions} partitions per topic, one producer "
           f"(perf-produce defaults: linger.ms=5, batch.size=16384{extra}); load average at the end "
           f"{os.getloadavg()[0]:.2f}; {time.perf_counter() - started:.0f} s in all")
+    print(loop_lag)
     if arguments.profile is not None:
         print_profiles(arguments.profile)
     return 0
