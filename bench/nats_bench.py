@@ -34,7 +34,7 @@ from pathlib import Path
 
 from bench.nats_cluster import NatsCluster
 from client.admin import Admin, NewTopic
-from client.errors import UnknownTopicOrPartitionError
+from client.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from client.producer import Producer
 from node.dev import DevCluster
 from tests.node.cluster_harness import free_port_block
@@ -174,7 +174,10 @@ def tributary_sender(producer: Producer) -> Sender:
 
 async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     async with Admin(bootstrap) as admin:
-        await admin.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"})])
+        try:
+            await admin.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"})])
+        except TopicAlreadyExistsError:  # a retry after a timed-out attempt that the controller applied
+            pass
         while True:  # until every partition has a leader and its three replicas in sync
             try:
                 described = (await admin.describe_topics([name])).get(name, [])
