@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -174,10 +175,8 @@ def tributary_sender(producer: Producer) -> Sender:
 
 async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     async with Admin(bootstrap) as admin:
-        try:
+        with contextlib.suppress(TopicAlreadyExistsError):  # a retry after a timed-out attempt that was applied
             await admin.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"})])
-        except TopicAlreadyExistsError:  # a retry after a timed-out attempt that the controller applied
-            pass
         while True:  # until every partition has a leader and its three replicas in sync
             try:
                 described = (await admin.describe_topics([name])).get(name, [])
