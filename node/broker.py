@@ -325,7 +325,6 @@ class Broker:
                 current_leader_epoch=position.leader_epoch,
                 last_fetched_epoch=position.last_fetched_epoch,
                 log_start_offset=position.log_start_offset,
-                high_watermark=position.high_watermark,
             )
             for topic_partition, position in send.positions
         )
@@ -380,8 +379,7 @@ class Broker:
                                       last_fetched_epoch=part.last_fetched_epoch,
                                       log_start_offset=part.log_start_offset,
                                       current_leader_epoch=part.current_leader_epoch,
-                                      max_bytes=part.partition_max_bytes, broker_epoch=request.broker_epoch,
-                                      high_watermark=part.high_watermark)
+                                      max_bytes=part.partition_max_bytes, broker_epoch=request.broker_epoch)
             parts.append((TopicPartition(part.topic, part.partition), event))
         # A client waits at most its request timeout (Kafka's clients require fetch.max.wait.ms below
         # it), so a longer long poll only holds a parked-fetch slot for nothing.

@@ -2,11 +2,18 @@
 
 The broker core reads every requested partition at once (a partition core never parks a read) and
 asks `is_answerable`: answer now if `min_bytes` are readable over the partitions, a partition has an
-error, a follower's fetch has news for it (the leader's HW passed the HW the follower sent, so the
-follower and the consumers it serves learn the HW without waiting `max_wait_ms`), a consumer is sent
-to its preferred replica (KIP-392), or the request does not wait. Otherwise the request parks in the
-`FetchPurgatory` until a partition it reads changes (log, HW, role or epoch: the core re-reads it
-then) or its deadline passes (answered with whatever is there). Nothing polls.
+error (a leader or epoch change reads as one), a follower must act on its answer (a diverging epoch
+to truncate to, KIP-320; a logStartOffset above its own to follow, which DeleteRecords' low
+watermark waits on), a consumer is sent to its preferred replica (KIP-392), or the request does not
+wait. Otherwise the request parks in the `FetchPurgatory` until a partition it reads changes (log,
+HW, role or epoch: the core re-reads it then) or its deadline passes (answered with whatever is
+there). Nothing polls.
+
+A follower's fetch is not answered for a HW move alone (Kafka's DelayedFetch waits for the
+follower's min bytes up to `replica.fetch.wait.max.ms`): acks=all completes on the followers' fetch
+offsets, and the HW reaches a follower with its next answer, records or deadline. An acks=all
+produce so costs one answer per follower, not two; a follower's HW (what consumers reading from it,
+KIP-392, can see) lags by up to one fetch wait when no records follow.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ def is_answerable(request: ClientRequest, answers: Iterable[PartAnswer]) -> bool
         assert isinstance(result, FetchResult), result
         if result.error != ErrorCode.NONE or answer.preferred_read_replica != NO_PREFERRED_READ_REPLICA:
             return True
-        if isinstance(part, FollowerFetch) and 0 <= part.high_watermark < result.high_watermark:
+        if isinstance(part, FollowerFetch) and (result.diverging_epoch is not None
+                                                or result.log_start_offset > part.log_start_offset):
             return True
         total_bytes += len(result.records)
     return total_bytes >= wait.min_bytes or wait.max_wait_ms <= 0

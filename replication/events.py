@@ -145,11 +145,7 @@ class DeleteRecords:
 class FollowerFetch:
     """A follower's fetch, on the leader (Kafka's Fetch with replica_id >= 0): the follower holds
     every offset below `fetch_offset`, the batch before it has `last_fetched_epoch` (NO_EPOCH:
-    empty log), its logStartOffset is `log_start_offset`, its broker epoch `broker_epoch` (KIP-903).
-
-    `high_watermark` is the follower's own HW; the broker answers a parked fetch as soon as the
-    leader's HW passes it, so followers (and the consumers they serve, KIP-392) learn the HW without
-    waiting `max_wait_ms` (not in Kafka's RPC; KRaft's fetch does the same)."""
+    empty log), its logStartOffset is `log_start_offset`, its broker epoch `broker_epoch` (KIP-903)."""
 
     request_id: int
     replica_id: int
@@ -159,7 +155,6 @@ class FollowerFetch:
     current_leader_epoch: int
     max_bytes: int
     broker_epoch: int = -1
-    high_watermark: int = -1
 
     @staticmethod
     def from_position(position: FollowerFetchPosition, request_id: int, broker_epoch: int = -1) -> FollowerFetch:
@@ -173,7 +168,6 @@ class FollowerFetch:
             current_leader_epoch=position.leader_epoch,
             max_bytes=position.max_bytes,
             broker_epoch=broker_epoch,
-            high_watermark=position.high_watermark,
         )
 
 

@@ -69,7 +69,6 @@ class Follower:
             fetch_offset=log.log.log_end_offset,
             last_fetched_epoch=log.latest_epoch(),
             log_start_offset=log.log.log_start_offset,
-            high_watermark=log.log.high_watermark,
             max_bytes=max_bytes,
         )
 

@@ -123,7 +123,7 @@ class AlterPartitionProposal:
 class FollowerFetchPosition:
     """Where a follower fetches next: from `leader_id` at `leader_epoch`, offset `fetch_offset`
     (its LEO), `last_fetched_epoch` (its latest leader epoch, NO_EPOCH for none: the leader checks
-    the pair against its epoch cache, KIP-320), its `log_start_offset` and `high_watermark`."""
+    the pair against its epoch cache, KIP-320) and its `log_start_offset`."""
 
     replica_id: int
     leader_id: int
@@ -131,7 +131,6 @@ class FollowerFetchPosition:
     fetch_offset: int
     last_fetched_epoch: int
     log_start_offset: int
-    high_watermark: int
     max_bytes: int
 
 

@@ -12,8 +12,8 @@ from wire.sentinels import CONSUMER_REPLICA_ID, NO_EPOCH
 
 @dataclass(frozen=True, slots=True)
 class FetchPartition:
-    """A partition to fetch. Followers also send `last_fetched_epoch` (KIP-320), their
-    `log_start_offset` and `high_watermark`."""
+    """A partition to fetch. Followers also send `last_fetched_epoch` (KIP-320) and their
+    `log_start_offset`."""
 
     topic: str
     partition: int
@@ -22,7 +22,6 @@ class FetchPartition:
     current_leader_epoch: int = NO_EPOCH
     last_fetched_epoch: int = NO_EPOCH
     log_start_offset: int = -1
-    high_watermark: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ class CoreCluster:
         self.queue: deque[tuple[int, Any]] = deque()
         self.leader_requests: dict[tuple[int, int], tuple[int, int]] = {}  # (leader, id) -> (follower, send id)
         self.cut: set[int] = set()  # brokers whose replica fetches go unanswered
+        self.replica_fetch_answers = 0  # leaders' answers delivered to followers
         self.next_request_id = 1_000_000
         racks = racks or {}
         replication = ReplicationConfig(replica_lag_time_max_ms=1_000, alter_partition_timeout_ms=500,
@@ -165,6 +166,7 @@ class CoreCluster:
         else:
             assert isinstance(item, ClientAnswer), item
             follower, send_id = self.leader_requests.pop((source, item.request_id))
+            self.replica_fetch_answers += 1
             self.step(follower, ReplicaFetchAnswer.of(send_id, item))
 
     # -- admin ------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ RECORDS = st.one_of(st.binary(max_size=200), st.just(batch(b"ok")), st.builds(la
 REQUESTS = st.one_of(
     st.builds(ProduceRequest, st.just(1), RECORDS, INT, INT, INT),
     st.builds(ConsumerFetch, st.just(1), INT, INT, INT, st.booleans()),
-    st.builds(FollowerFetch, st.just(1), st.sampled_from((2, 3, 9, -1)), INT, INT, INT, INT, INT, INT, INT),
+    st.builds(FollowerFetch, st.just(1), st.sampled_from((2, 3, 9, -1)), INT, INT, INT, INT, INT, INT),
     st.builds(ListOffsets, st.just(1), INT, INT, st.booleans()),
     st.builds(OffsetsForLeaderEpoch, st.just(1), INT, INT),
     st.builds(DeleteRecords, st.just(1), INT, INT),

@@ -61,7 +61,7 @@ def test_a_follower_is_never_sent_the_damaged_batch(brokers: Brokers) -> None:
     leader, follower, _ = replicated(brokers, 3)
     rot(leader, 2)
     fetch = FollowerFetch(leader.request_id(), replica_id=follower.broker_id, fetch_offset=2, max_bytes=1 << 20,
-                          current_leader_epoch=1, last_fetched_epoch=1, log_start_offset=0, high_watermark=3)
+                          current_leader_epoch=1, last_fetched_epoch=1, log_start_offset=0)
     result = only(leader.handle(fetch, 0).completions, FetchResult)
     assert (result.error, result.records) == (ErrorCode.KAFKA_STORAGE_ERROR, b"")
     assert leader.log.log_end_offset == 2

@@ -24,7 +24,7 @@ from replication.broker_events import (
 )
 from replication.broker_ready import ClientAnswer, ReplicaLogEnd
 from replication.delayed_fetch import FetchPurgatory
-from replication.events import ConsumerFetch, FollowerFetch, ListOffsets, ProduceRequest
+from replication.events import ConsumerFetch, DeleteRecords, FollowerFetch, ListOffsets, ProduceRequest
 from replication.ready import FetchResult, ProduceResult, Role
 from storage import log_segment
 from storage.records import build_batch_from_values, iter_headers
@@ -154,16 +154,63 @@ def test_consumer_long_poll_is_answered_empty_at_its_deadline(cluster: CoreClust
     assert (result.error, result.records) == (ErrorCode.NONE, b"")
 
 
-def test_follower_fetch_with_news_is_answered_when_the_leader_hw_passes_the_followers(cluster: CoreCluster) -> None:
+def follower_fetch(cluster: CoreCluster, follower_id: int, fetch_offset: int, log_start_offset: int = 0,
+                   last_fetched_epoch: int = 0) -> tuple[int, ClientAnswer | None]:
+    request_id = next(_ids)
+    part = FollowerFetch(0, follower_id, fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
+                         log_start_offset=log_start_offset, current_leader_epoch=0, max_bytes=1 << 20,
+                         broker_epoch=cluster.brokers[follower_id].broker_epoch)
+    answer = cluster.request(1, ClientRequest(request_id, ((P0, part),), FetchWait(follower_id, 10_000, 1, 1 << 20)))
+    return request_id, answer
+
+
+def test_follower_fetch_that_only_moves_the_hw_waits_for_records_or_its_deadline(cluster: CoreCluster) -> None:
     cluster.create_topic(TOPIC, {0: (1, 2)})
     produce(cluster, 1, batch(b"a"), acks=1)
-    request_id = next(_ids)
-    part = FollowerFetch(0, 2, fetch_offset=1, last_fetched_epoch=0, log_start_offset=0, current_leader_epoch=0,
-                         max_bytes=1 << 20, broker_epoch=cluster.brokers[2].broker_epoch, high_watermark=0)
-    answer = cluster.request(1, ClientRequest(request_id, ((P0, part),), FetchWait(2, 10_000, 1, 1 << 20)))
-    assert answer is not None, "broker 2 fetching at the leader's LEO moves the HW to 1 > its HW 0: news at once"
+    request_id, answer = follower_fetch(cluster, 2, fetch_offset=1)
+    assert answer is None, "the HW moved to 1 on this fetch, but nothing is to send: parked (Kafka's DelayedFetch)"
+    assert cluster.partition(1, P0).log.high_watermark == 1
+    produce(cluster, 1, batch(b"b"), acks=1)
+    result = only_result(cluster.brokers[1].answers[request_id])
+    assert isinstance(result, FetchResult) and (result.high_watermark, offsets_of(result.records)) == (1, [1])
+
+
+def test_acks_all_produce_costs_one_fetch_answer_per_follower(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    cluster.pump()
+    before = cluster.replica_fetch_answers
+    request_id = produce(cluster, 1, batch(b"a"))
+    cluster.pump()
+    assert only_result(cluster.brokers[1].answers[request_id]).error == ErrorCode.NONE
+    assert cluster.replica_fetch_answers - before == 2, "the records to each follower; the HW rides on the next"
+    assert [cluster.partition(b, P0).log.high_watermark for b in (1, 2, 3)] == [1, 0, 0]
+    cluster.advance(cluster.brokers[1].core.config.replica_fetch_wait_max_ms)
+    cluster.pump()
+    assert [cluster.partition(b, P0).log.high_watermark for b in (1, 2, 3)] == [1, 1, 1], "learnt at the deadline"
+
+
+def test_follower_fetch_with_a_diverging_epoch_is_answered_at_once(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2)})
+    produce(cluster, 1, batch(b"a"), acks=1)
+    _, answer = follower_fetch(cluster, 2, fetch_offset=3, last_fetched_epoch=0)
     result = only_result(answer)
-    assert isinstance(result, FetchResult) and (result.high_watermark, result.records) == (1, b"")
+    assert isinstance(result, FetchResult) and result.diverging_epoch is not None, "the follower must truncate to 1"
+    assert (result.diverging_epoch.epoch, result.diverging_epoch.end_offset) == (0, 1)
+
+
+def test_delete_records_is_answered_without_waiting_for_a_follower_fetch_deadline(cluster: CoreCluster) -> None:
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    produce(cluster, 1, batch(b"a", b"b"))
+    cluster.pump()
+    cluster.advance(cluster.brokers[1].core.config.replica_fetch_wait_max_ms)
+    cluster.pump()
+    request_id = next(_ids)
+    cluster.request(1, ClientRequest(request_id, ((P0, DeleteRecords(0, 1, 5_000)),)))
+    cluster.pump()
+    answer = cluster.brokers[1].answers.get(request_id)
+    assert answer is not None, "the parked follower fetches are answered with the new logStartOffset at once"
+    assert answer.parts[0].result.error == ErrorCode.NONE
+    assert [cluster.partition(b, P0).log.log_start_offset for b in (1, 2, 3)] == [1, 1, 1]
 
 
 def test_one_fetch_session_per_leader_carries_all_its_partitions(cluster: CoreCluster) -> None:
