@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wire.error_codes import ErrorCode
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerTick:
@@ -15,8 +17,12 @@ class ControllerTick:
 
 @dataclass(frozen=True, slots=True)
 class TickResponse:
+    """What a tick or a probe's refusal did; `error_code` NOT_CONTROLLER when it reached a node out
+    of office."""
+
     fenced_broker_ids: tuple[int, ...] = ()
     elected_partitions: tuple[tuple[str, int], ...] = ()
+    error_code: ErrorCode = ErrorCode.NONE
 
 
 @dataclass(frozen=True, slots=True)
