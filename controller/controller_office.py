@@ -63,7 +63,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.controller_api import ControllerTick
+from controller.controller_api import BrokerProbe, ControllerTick
 from controller.error_responses import error_response
 from controller.metadata import ClusterMetadata
 from controller.metadata_records import encode_record
@@ -210,6 +210,13 @@ class ControllerOffice:
     @property
     def in_office(self) -> bool:
         return self.office_epoch is not None
+
+    def broker_probes(self) -> tuple[BrokerProbe, ...]:
+        """The probes of brokers' listeners to run now (docs/failover.md); none out of office. A
+        refusal goes back in as a call like any request (`BrokerConnectionRefused`)."""
+        if not self.in_office or self.controller is None:
+            return ()
+        return self.controller.broker_probes()
 
     # -- the entry point --------------------------------------------------------------------------
 

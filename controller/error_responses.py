@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.controller_api import BrokerConnectionRefused, TickResponse
 from wire.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
@@ -40,6 +41,8 @@ def error_response(request: Any, code: ErrorCode, message: str) -> Any:
     """The response to `request` that carries `code` everywhere it has an error field."""
     if isinstance(request, BrokerRegistrationRequest):
         return BrokerRegistrationResponse(code, message)
+    if isinstance(request, BrokerConnectionRefused):
+        return TickResponse(error_code=code)  # nobody waits for it: the next probe reports again
     if isinstance(request, (BrokerHeartbeatRequest, ControlledShutdownRequest)):
         return BrokerHeartbeatResponse(code, message)
     if isinstance(request, AlterPartitionRequest):

@@ -91,7 +91,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
-from controller.controller_api import ControllerTick, TickResponse
+from controller.controller_api import BrokerConnectionRefused, BrokerProbe, ControllerTick, TickResponse
 from controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, topic_name_error
 from controller.metadata_records import (
     BrokerRegistrationChange,
@@ -160,6 +160,9 @@ class ControllerConfig:
     """The controller's settings; names are Kafka's broker config keys in snake_case."""
 
     broker_session_timeout_ms: int = 9000
+    # Fast fencing of a dead broker (docs/failover.md; not in Kafka): the listener name to probe
+    # (`inter.broker.listener.name`), None for none: then only the session timeout fences.
+    probe_listener_name: str | None = None
     num_partitions: int = 1  # `num.partitions`: the default for CreateTopics without a count
     default_replication_factor: int = 1  # `default.replication.factor`
     partition_count_max: int = 10_000  # per CreateTopics topic; Kafka bounds records per operation similarly
@@ -968,6 +971,42 @@ class QuorumController:
                     f"{where}: broker {replica} {reason} and cannot join the ISR; retry when it is back",
                 )
 
+    # ---- fast fencing of dead brokers (docs/failover.md) -------------------------------------
+
+    def broker_probes(self) -> tuple[BrokerProbe, ...]:
+        """A probe of every unfenced broker's inter-broker listener, for the owner to run now (the
+        owner's probe cadence bounds how soon a dead broker is fenced)."""
+        listener = self._config.probe_listener_name
+        if listener is None:
+            return ()
+        return tuple(
+            BrokerProbe(broker.broker_id, broker.broker_epoch, broker.endpoints[listener])
+            for broker in self._metadata.brokers()
+            if not broker.fenced and listener in broker.endpoints
+        )
+
+    def connection_refused(self, refused: BrokerConnectionRefused, now_ms: int) -> ControllerResult[TickResponse]:
+        """Fence a broker at once when this controller's own probe, begun after the broker's last
+        heartbeat reached it, found nothing listening at its current epoch's address: the process
+        that holds that epoch opened the listener before registering and closes it only to stop,
+        so it is gone or going, and can neither acknowledge nor make a follower truncate again
+        (docs/failover.md). Anything older or of another epoch proves nothing and is ignored."""
+        batch = self._begin(now_ms)
+        broker = self._metadata.broker(refused.broker_id)
+        last_contact_ms = self._last_contact_ms.get(refused.broker_id)
+        if (
+            broker is None
+            or broker.fenced
+            or broker.broker_epoch != refused.broker_epoch
+            or last_contact_ms is None
+            or refused.attempted_ms <= last_contact_ms
+        ):
+            return self._finish(batch, TickResponse())
+        assert refused.attempted_ms <= now_ms, f"attempted_ms={refused.attempted_ms} now_ms={now_ms}"
+        self._fence(batch, broker)
+        elected = self._elect_offline_leaders(batch, None)
+        return self._finish(batch, TickResponse((broker.broker_id,), tuple(elected)))
+
     # ---- periodic work -------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> ControllerResult[TickResponse]:
@@ -1297,4 +1336,5 @@ _HANDLERS: dict[type, Callable[[QuorumController, Any, int], ControllerResult[An
     AlterPartitionRequest: QuorumController.alter_partition,
     AllocateProducerIdsRequest: QuorumController.allocate_producer_ids,
     ControllerTick: lambda controller, request, now_ms: controller.tick(now_ms),
+    BrokerConnectionRefused: QuorumController.connection_refused,
 }

@@ -104,6 +104,8 @@ class _Boolean:
 _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "broker.heartbeat.interval.ms": _Integer(2000, 1),
     "broker.session.timeout.ms": _Integer(9000, 1),
+    # Not Kafka's: fence a broker whose inter-broker listener refuses the controller's probe (docs/failover.md).
+    "broker.refused.connection.fencing.enable": _Boolean(True),
     "replica.lag.time.max.ms": _Integer(30_000, 1),
     "replica.fetch.wait.max.ms": _Integer(500, 0, INT_MAX),
     "replica.fetch.max.bytes": _Integer(1024 * 1024, 1, INT_MAX),  # Kafka allows 0; a fetch of 0 bytes never moves
@@ -216,6 +218,7 @@ class NodeConfig:
     log_flush_offset_checkpoint_interval_ms: int
     log_flush_start_offset_checkpoint_interval_ms: int
     log_cleaner_enable: bool
+    broker_refused_connection_fencing_enable: bool
     log_cleaner_backoff_ms: int
     producer_id_expiration_ms: int
     producer_id_expiration_check_interval_ms: int
@@ -382,7 +385,9 @@ class NodeConfig:
         return self.quorum
 
     def controller_config(self) -> ControllerConfig:
+        probe_listener_name = self.inter_broker_listener_name if self.broker_refused_connection_fencing_enable else None
         return ControllerConfig(broker_session_timeout_ms=self.broker_session_timeout_ms,
+                                probe_listener_name=probe_listener_name,
                                 num_partitions=self.num_partitions,
                                 default_replication_factor=self.default_replication_factor,
                                 topic_defaults=self.topic_defaults)

@@ -42,6 +42,7 @@ from controller.raft import Raft
 from controller.raft_driver import RaftDriver
 from controller.raft_log import METADATA_LOG_DIR, RaftLog, metadata_log_config
 from controller.raft_messages import Message, Role, Tick, Unreachable
+from node.broker_prober import BrokerProber
 from node.config import NodeConfig
 from node.controller_channel import CONTROLLER_APIS, forward, request_from_envelope
 from node.raft_transport import RaftTransport, from_envelope
@@ -82,6 +83,7 @@ class QuorumService:
         self._events: asyncio.Queue[Message | Unreachable | _ControllerCall] = asyncio.Queue(maxsize=EVENTS_MAX)
         self._driver: ControllerDriver | None = None
         self._owner: asyncio.Task[None] | None = None
+        self._prober: BrokerProber | None = None  # runs the office's probes of brokers (docs/failover.md)
         self._listeners: list[Callable[[], None]] = []
         self._now_ms = 0
         self._changed = asyncio.Event()  # set (and replaced) when the leader or the office changes
@@ -142,6 +144,9 @@ class QuorumService:
                      self.config.node_id, directory, sorted(self.config.quorum.voter_ids - {self.config.node_id}))
         self._step(Tick(), now_ms)
         self._owner = asyncio.get_running_loop().create_task(self._run(), name=f"quorum-{self.config.node_id}")
+        self._prober = BrokerProber(office.broker_probes, self._now,
+                                    lambda request: self._call_locally(request, self.config.request_timeout_ms))
+        self._prober.start()
 
     @property
     def is_running(self) -> bool:
@@ -150,6 +155,9 @@ class QuorumService:
 
     async def stop(self) -> None:
         """Stop the owner and the sends, answer what is pending with NOT_CONTROLLER, flush and close."""
+        if self._prober is not None:
+            await self._prober.stop()
+            self._prober = None
         if self._owner is not None:
             self._owner.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):  # a failure was logged by `_run`

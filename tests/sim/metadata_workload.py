@@ -47,6 +47,7 @@ from controller.broker_lifecycle import (
     MetadataApplied,
     StartLifecycle,
 )
+from controller.controller_api import BrokerConnectionRefused
 from controller.controller_driver import ControllerDriver
 from controller.controller_office import ControllerOffice
 from controller.metadata import ClusterMetadata, check_invariants
@@ -249,7 +250,19 @@ class MetadataWorkload:
             return DeleteTopicsRequest(tuple(names))
         if roll < 0.62:
             return self._alter_configs()
+        if roll >= 0.985:
+            return self._refused_probe(view, now_ms)
         return self._alter_partition(view)
+
+    def _refused_probe(self, view: ClusterMetadata, now_ms: int) -> BrokerConnectionRefused | None:
+        """A controller's probe of a broker whose process is down was refused (docs/failover.md): a
+        down process's port refuses, a live one's never does. Sent to whichever node, maybe late:
+        the broker may have registered again by the time it lands."""
+        down = [broker.broker_id for broker in self.brokers.values() if broker.lifecycle is None]
+        registration = view.broker(self.rng.choice(down)) if down else None
+        if registration is None:
+            return None
+        return BrokerConnectionRefused(registration.broker_id, registration.broker_epoch, now_ms)
 
     def liveness_request(self) -> CreateTopicsRequest:
         """A request that always proposes records while a broker is unfenced: a fresh topic."""

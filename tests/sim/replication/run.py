@@ -33,6 +33,7 @@ class SeedOutcome:
     acked_all: int
     acked_during_fault: int
     crashes: int
+    fast_fences: int  # brokers fenced by a refused probe (docs/failover.md)
     truncations: int
     wipes: int
     rots: int
@@ -55,7 +56,7 @@ class SeedOutcome:
     def of(cls, seed: int, failure: str | None, result: SimResult) -> SeedOutcome:
         figures, idempotent = result.checker, result.idempotent
         return cls(seed, failure, result.steps, result.acked_all, result.acked_all_during_fault, result.crashes,
-                   result.truncations, result.wipes, result.rots, result.halts, result.stalls,
+                   result.fast_fences, result.truncations, result.wipes, result.rots, result.halts, result.stalls,
                    tuple(sorted(figures.excused.items())), figures.excused_unacked, figures.offsets_reused,
                    figures.group_commits_acked, figures.group_fetches_checked, figures.group_regressions_excused,
                    (idempotent.sends, idempotent.acknowledged, idempotent.out_of_order, idempotent.new_epochs,
@@ -97,6 +98,7 @@ class Summary(seed_runner.Tally):
     acked_all: int = 0
     acked_during_fault: int = 0
     crashes: int = 0
+    fast_fences: int = 0
     truncations: int = 0
     wipes: int = 0
     rots: int = 0
@@ -118,6 +120,7 @@ class Summary(seed_runner.Tally):
         self.acked_all += outcome.acked_all
         self.acked_during_fault += outcome.acked_during_fault
         self.crashes += outcome.crashes
+        self.fast_fences += outcome.fast_fences
         self.truncations += outcome.truncations
         self.wipes += outcome.wipes
         self.rots += outcome.rots
@@ -139,7 +142,8 @@ class Summary(seed_runner.Tally):
         excuses = ", ".join(f"{kind}: {count}" for kind, count in sorted(self.excused.items())) or "none"
         return (
             f"{self.head(elapsed_s)} acks=all={self.acked_all} (during a fault: {self.acked_during_fault}) "
-            f"crashes={self.crashes} wipes={self.wipes} rots={self.rots} (halts on finding one: {self.halts}) "
+            f"crashes={self.crashes} (fenced by a refused probe: {self.fast_fences}) wipes={self.wipes} "
+            f"rots={self.rots} (halts on finding one: {self.halts}) "
             f"slow-disk stalls={self.stalls} truncations={self.truncations} "
             f"heal-to-converged p99={percentile(self.liveness, 0.99)} max={max(self.liveness, default=None)} ms\n"
             f"excused acks=all batches: {excuses}; excused other committed batches: {self.excused_unacked}; "
@@ -166,6 +170,7 @@ def _ok_line(result: SimResult) -> str:
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} produced={result.produced} "
             f"acked_all={result.acked_all} acked_all_during_fault={result.acked_all_during_fault} "
             f"consumed_batches={figures.consumed_batches} crashes={result.crashes} "
+            f"fast_fences={result.fast_fences} "
             f"wipes={result.wipes} rots={result.rots} halts={result.halts} stalls={result.stalls} "
             f"leader_changes={result.leader_changes} truncations={result.truncations} "
             f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "

@@ -14,7 +14,11 @@ controller nodes (`SimQuorum`: real Raft over a real metadata log, the office an
 it believes in), in half the seeds an idempotent producer (the client's own sender logic, up to five
 batches in flight per partition: `idempotent_producer.py`) and a consumer (reads from any replica,
 KIP-392). Messages go through `tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions
-over brokers and controllers). Time is an integer of simulated ms in one event heap. The run starts
+over brokers and controllers). Connections fail as TCP's do (docs/failover.md): in three seeds of
+four the controller in office probes every unfenced broker's listener; a probe reaching the host of
+a crashed or halted broker is refused at once (the refusal travels back like a message), one on a
+cut or lossy link is lost (a time-out), and a live broker's kernel accepts it even while the process
+is paused. Time is an integer of simulated ms in one event heap. The run starts
 once the quorum has a leader, every broker registered itself and the admin created the topic.
 
 Phases:
@@ -47,6 +51,7 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
+from controller.controller_api import BrokerConnectionRefused, BrokerProbe
 from controller.error_responses import is_not_controller
 from controller.quorum_controller import ControllerConfig
 from controller.raft_messages import Message as RaftMessage
@@ -71,7 +76,7 @@ from tests.sim.kernel.disk import DiskModel, default_root
 from tests.sim.network import SimNetwork
 from tests.sim.replication.broker import WALL_START_MS, SimBroker
 from tests.sim.replication.checker import CheckerFigures, InvariantViolation, ReplicationChecker
-from tests.sim.replication.controller import TOPIC, ClusterView
+from tests.sim.replication.controller import LISTENER, TOPIC, ClusterView
 from tests.sim.replication.idempotent_producer import IdempotentFigures, SimIdempotentProducer
 from tests.sim.replication.messages import (
     CONSUMER_ID,
@@ -143,6 +148,8 @@ class Kind(IntEnum):
     RESTART = 12
     GROUP = 13
     IDEMPOTENT = 14
+    CONNECT = 15  # the active controllers probe the brokers' listeners (docs/failover.md)
+    SYN = 16  # a probe's connection attempt reaches a broker's host
 
 
 class LivenessFailure(AssertionError):
@@ -159,6 +166,7 @@ class SimResult:
     acked_all_during_fault: int = 0
     idempotent: IdempotentFigures = field(default_factory=IdempotentFigures)
     crashes: int = 0
+    fast_fences: int = 0  # brokers fenced by a refused probe, before their session ran out
     wipes: int = 0
     rots: int = 0
     halts: int = 0  # a broker found a damaged batch and halted
@@ -236,7 +244,8 @@ class Simulation:
         self.quorum = SimQuorum(
             self.root, tuple(self.rng.getrandbits(63) for _ in CONTROLLER_IDS),
             SimQuorum.config(options.election_timeout_ms, options.fetch_timeout_ms, options.request_timeout_ms),
-            ControllerConfig(broker_session_timeout_ms=options.session_timeout_ms),
+            ControllerConfig(broker_session_timeout_ms=options.session_timeout_ms,
+                             probe_listener_name=LISTENER if options.broker_probe_interval_ms > 0 else None),
             tick_interval_ms=max(1, options.heartbeat_interval_ms // 2),
             send=self._send_raft, answer=self._on_controller_answer,
         )
@@ -421,6 +430,8 @@ class Simulation:
             self.schedule(started_ms + 1, Kind.IDEMPOTENT)
         self.schedule(started_ms + self.options.chaos_interval_ms, Kind.CHAOS)
         self.schedule(started_ms + self.options.safety_duration_ms, Kind.HEAL)
+        if self.options.broker_probe_interval_ms > 0:
+            self.schedule(started_ms + self.options.broker_probe_interval_ms, Kind.CONNECT)
 
     def _run_until(self, condition: Callable[[], bool]) -> None:
         for _ in range(BOOTSTRAP_STEPS_MAX):
@@ -521,6 +532,10 @@ class Simulation:
             self._idempotent()
         elif kind == Kind.RESTART and not self.brokers[payload].up:
             self._restart(self.brokers[payload])
+        elif kind == Kind.CONNECT:
+            self._probe_brokers()
+        elif kind == Kind.SYN:
+            self._connection_attempt(*payload)
 
     def _paused(self, broker: SimBroker) -> bool:
         return broker.paused_until_ms > self.now_ms
@@ -560,6 +575,31 @@ class Simulation:
         else:
             broker.on_client(message.source, body)
 
+    # -- probes of brokers' listeners (docs/failover.md) --------------------------------------------
+
+    def _probe_brokers(self) -> None:
+        """Every controller in office (a deposed one too, until it learns) runs the probes its core
+        asks for: a connection attempt travels like a message, so a cut or lossy link loses it (a
+        time-out: nothing is reported, the session timeout stays the only path)."""
+        self.schedule(self.now_ms + self.options.broker_probe_interval_ms, Kind.CONNECT)
+        for node_id, driver in sorted(self.quorum.drivers.items()):
+            if self._controller_paused(node_id):
+                continue
+            for probe in driver.office.broker_probes():
+                for at_ms in self.network.delivery_times(node_id, probe.broker_id, self.now_ms):
+                    self.schedule(at_ms, Kind.SYN, (node_id, probe, self.now_ms))
+
+    def _connection_attempt(self, node_id: int, probe: BrokerProbe, attempted_ms: int) -> None:
+        """A live process's kernel accepts the connection, even while the process is paused; on a
+        host whose broker process is gone (crashed, halted, not restarted yet) the kernel refuses
+        it, and the refusal travels back like a message."""
+        if self.brokers[probe.broker_id].up:
+            return
+        self.trace(f"controller {node_id}: probe of broker {probe.broker_id} (epoch {probe.broker_epoch}) "
+                   f"sent at {attempted_ms} refused")
+        refused = BrokerConnectionRefused(probe.broker_id, probe.broker_epoch, attempted_ms)
+        self.send(Message(probe.broker_id, node_id, refused))
+
     # -- the controller quorum -----------------------------------------------------------------------
 
     def _start_controller(self, node_id: int, restarted: bool) -> None:
@@ -588,6 +628,9 @@ class Simulation:
 
     def _on_controller_answer(self, node_id: int, token: object, response: Any) -> None:
         assert isinstance(token, tuple), token
+        if token[0] == "probe":  # nobody waits for a refusal's answer; count what it did
+            self.result.fast_fences += len(response.fenced_broker_ids)
+            return
         if token[0] == "admin":
             self.admin_answers[token[1]] = response
             return
@@ -607,6 +650,8 @@ class Simulation:
             self.parked_metadata.append((node_id, body, self.now_ms + self.options.metadata_max_wait_ms))
             self.schedule(self.now_ms + self.options.metadata_max_wait_ms, Kind.METADATA_WAIT, node_id)
             self._answer_parked_metadata(node_id)
+        elif isinstance(body, BrokerConnectionRefused):
+            self._quorum_step(node_id, lambda: self.quorum.call(node_id, ("probe",), body, self.now_ms))
         else:
             assert isinstance(body, ControllerRequest), body
             token = (message.source, body.correlation_id)
