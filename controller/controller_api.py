@@ -39,7 +39,7 @@ class BrokerProbe:
 @dataclass(frozen=True, slots=True)
 class BrokerConnectionRefused:
     """The active controller's own probe of `broker_id` at `broker_epoch`, begun at `attempted_ms`
-    (this controller's monotonic clock), was refused: nothing listens there (docs/failover.md)."""
+    (this controller's monotonic clock), was refused: nothing listens there (README, "Failover after kill -9")."""
 
     broker_id: int
     broker_epoch: int

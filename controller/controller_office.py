@@ -212,7 +212,7 @@ class ControllerOffice:
         return self.office_epoch is not None
 
     def broker_probes(self) -> tuple[BrokerProbe, ...]:
-        """The probes of brokers' listeners to run now (docs/failover.md); none out of office. A
+        """The probes of brokers' listeners to run now (README, "Failover after kill -9"); none out of office. A
         refusal goes back in as a call like any request (`BrokerConnectionRefused`)."""
         if not self.in_office or self.controller is None:
             return ()

@@ -160,7 +160,7 @@ class ControllerConfig:
     """The controller's settings; names are Kafka's broker config keys in snake_case."""
 
     broker_session_timeout_ms: int = 9000
-    # Fast fencing of a dead broker (docs/failover.md; not in Kafka): the listener name to probe
+    # Fast fencing of a dead broker (README, "Failover after kill -9"; not in Kafka): the listener name to probe
     # (`inter.broker.listener.name`), None for none: then only the session timeout fences.
     probe_listener_name: str | None = None
     num_partitions: int = 1  # `num.partitions`: the default for CreateTopics without a count
@@ -971,7 +971,7 @@ class QuorumController:
                     f"{where}: broker {replica} {reason} and cannot join the ISR; retry when it is back",
                 )
 
-    # ---- fast fencing of dead brokers (docs/failover.md) -------------------------------------
+    # ---- fast fencing of dead brokers (README, "Failover after kill -9") -------------------------------------
 
     def broker_probes(self) -> tuple[BrokerProbe, ...]:
         """A probe of every unfenced broker's inter-broker listener, for the owner to run now (the
@@ -990,7 +990,7 @@ class QuorumController:
         heartbeat reached it, found nothing listening at its current epoch's address: the process
         that holds that epoch opened the listener before registering and closes it only to stop,
         so it is gone or going, and can neither acknowledge nor make a follower truncate again
-        (docs/failover.md). Anything older or of another epoch proves nothing and is ignored."""
+        (README, "Failover after kill -9"). Anything older or of another epoch proves nothing and is ignored."""
         batch = self._begin(now_ms)
         broker = self._metadata.broker(refused.broker_id)
         last_contact_ms = self._last_contact_ms.get(refused.broker_id)

@@ -3,7 +3,7 @@
 Every PROBE_INTERVAL_MS, while this node holds the controller office, it opens (and at once
 closes) a TCP connection to each address the core lists (`ControllerOffice.broker_probes`), and
 hands a refusal back to the office as a `BrokerConnectionRefused` call; the core decides whether
-it proves the broker dead (docs/failover.md). Time-outs and every other error are dropped: they
+it proves the broker dead (README, "Failover after kill -9"). Time-outs and every other error are dropped: they
 leave the session timeout to decide. It decides nothing itself.
 """
 

@@ -104,7 +104,8 @@ class _Boolean:
 _NODE_KEYS: dict[str, _Integer | _Boolean] = {
     "broker.heartbeat.interval.ms": _Integer(2000, 1),
     "broker.session.timeout.ms": _Integer(9000, 1),
-    # Not Kafka's: fence a broker whose inter-broker listener refuses the controller's probe (docs/failover.md).
+    # Not Kafka's: fence a broker whose inter-broker listener refuses the controller's probe
+    # (README, "Failover after kill -9").
     "broker.refused.connection.fencing.enable": _Boolean(True),
     "replica.lag.time.max.ms": _Integer(30_000, 1),
     "replica.fetch.wait.max.ms": _Integer(500, 0, INT_MAX),

@@ -83,7 +83,8 @@ class QuorumService:
         self._events: asyncio.Queue[Message | Unreachable | _ControllerCall] = asyncio.Queue(maxsize=EVENTS_MAX)
         self._driver: ControllerDriver | None = None
         self._owner: asyncio.Task[None] | None = None
-        self._prober: BrokerProber | None = None  # runs the office's probes of brokers (docs/failover.md)
+        # Runs the office's probes of brokers (README, "Failover after kill -9").
+        self._prober: BrokerProber | None = None
         self._listeners: list[Callable[[], None]] = []
         self._now_ms = 0
         self._changed = asyncio.Event()  # set (and replaced) when the leader or the office changes

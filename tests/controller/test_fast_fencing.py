@@ -1,4 +1,4 @@
-"""Fast fencing of a dead broker (docs/failover.md): the active controller's own probe of a
+"""Fast fencing of a dead broker (README, "Failover after kill -9"): the active controller's own probe of a
 broker's inter-broker listener, refused after the broker's last heartbeat reached it, fences the
 broker at once; any refusal that cannot prove the process holding the epoch is gone changes
 nothing, so those keep the session-timeout path."""

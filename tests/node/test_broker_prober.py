@@ -1,5 +1,5 @@
 """The controller's prober (node/broker_prober.py) reports a refused connection to the office, with
-the time taken before connecting, and nothing for a listener that accepts (docs/failover.md)."""
+the time taken before connecting, and nothing for a listener that accepts (README, "Failover after kill -9")."""
 
 from __future__ import annotations
 

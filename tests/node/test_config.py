@@ -79,7 +79,7 @@ def test_defaults_are_kafkas() -> None:
     assert config.log_retention_check_interval_ms == 300_000
     assert config.log_flush_offset_checkpoint_interval_ms == 60_000
     assert config.log_config() == LogConfig()
-    # The controller probes the inter-broker listener (docs/failover.md) unless turned off.
+    # The controller probes the inter-broker listener (README, "Failover after kill -9") unless turned off.
     assert config.controller_config() == ControllerConfig(probe_listener_name="HTTP")
     assert config.replication_config() == ReplicationConfig()
     assert config.quorum_config() == QuorumConfig.from_properties({"controller.quorum.voters": VOTERS})

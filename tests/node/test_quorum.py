@@ -141,7 +141,7 @@ class Cluster:
                 "process.roles": "broker,controller" if node.node_id <= size else "broker",
                 "listeners": f"HTTP://127.0.0.1:{node.port}", "log.dirs": str(node.root / "data"),
                 # The brokers here are the test's requests: nothing listens at their endpoints, so the
-                # controller's probe would rightly fence them at once (docs/failover.md).
+                # controller's probe would rightly fence them at once (README, "Failover after kill -9").
                 "broker.refused.connection.fencing.enable": "false",
                 **FAST_RAFT, **extra,
             })

@@ -255,7 +255,7 @@ class MetadataWorkload:
         return self._alter_partition(view)
 
     def _refused_probe(self, view: ClusterMetadata, now_ms: int) -> BrokerConnectionRefused | None:
-        """A controller's probe of a broker whose process is down was refused (docs/failover.md): a
+        """A controller's probe of a broker whose process is down was refused (README, "Failover after kill -9"): a
         down process's port refuses, a live one's never does. Sent to whichever node, maybe late:
         the broker may have registered again by the time it lands."""
         down = [broker.broker_id for broker in self.brokers.values() if broker.lifecycle is None]

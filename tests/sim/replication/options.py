@@ -158,7 +158,7 @@ class ReplicationSimOptions(FaultOptions):
             # A second producer, idempotent, retrying each batch until it is answered (in half the
             # seeds, from a generator of its own: the others run as before it existed).
             idempotent_producer=random.Random(f"idempotent-{seed}").random() < 0.5,
-            # Fast fencing of dead brokers (docs/failover.md): the active controller probes every
+            # Fast fencing of dead brokers (README, "Failover after kill -9"): the active controller probes every
             # unfenced broker's listener this often (0: never, the session timeout alone fences).
             broker_probe_interval_ms=random.Random(f"probe-{seed}").choice((0, 5, 10, 20)),
         )

@@ -33,7 +33,7 @@ class SeedOutcome:
     acked_all: int
     acked_during_fault: int
     crashes: int
-    fast_fences: int  # brokers fenced by a refused probe (docs/failover.md)
+    fast_fences: int  # brokers fenced by a refused probe (README, "Failover after kill -9")
     truncations: int
     wipes: int
     rots: int

@@ -14,7 +14,7 @@ controller nodes (`SimQuorum`: real Raft over a real metadata log, the office an
 it believes in), in half the seeds an idempotent producer (the client's own sender logic, up to five
 batches in flight per partition: `idempotent_producer.py`) and a consumer (reads from any replica,
 KIP-392). Messages go through `tests/sim/network.SimNetwork` (drops, delays, duplicates, partitions
-over brokers and controllers). Connections fail as TCP's do (docs/failover.md): in three seeds of
+over brokers and controllers). Connections fail as TCP's do (README, "Failover after kill -9"): in three seeds of
 four the controller in office probes every unfenced broker's listener; a probe reaching the host of
 a crashed or halted broker is refused at once (the refusal travels back like a message), one on a
 cut or lossy link is lost (a time-out), and a live broker's kernel accepts it even while the process
@@ -148,7 +148,7 @@ class Kind(IntEnum):
     RESTART = 12
     GROUP = 13
     IDEMPOTENT = 14
-    CONNECT = 15  # the active controllers probe the brokers' listeners (docs/failover.md)
+    CONNECT = 15  # the active controllers probe the brokers' listeners (README, "Failover after kill -9")
     SYN = 16  # a probe's connection attempt reaches a broker's host
 
 
@@ -575,7 +575,7 @@ class Simulation:
         else:
             broker.on_client(message.source, body)
 
-    # -- probes of brokers' listeners (docs/failover.md) --------------------------------------------
+    # -- probes of brokers' listeners (README, "Failover after kill -9") --------------------------------------------
 
     def _probe_brokers(self) -> None:
         """Every controller in office (a deposed one too, until it learns) runs the probes its core
