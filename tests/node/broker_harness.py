@@ -142,6 +142,7 @@ class BrokerNode:
         self.address = ""
         self.cut = False
         self.cut_when: Callable[[FetchResponse], bool] | None = None
+        self.cut_now = asyncio.Event()  # set when `cut_when` cuts the link
         self.replica_fetches: list[FetchRequest] = []
 
     @property
@@ -180,6 +181,7 @@ class BrokerNode:
         response = await self._broker().fetch(request)
         if is_replica and self.cut_when is not None and self.cut_when(response):
             self.cut = True
+            self.cut_now.set()
         return None if is_replica and self.cut else response
 
     async def close(self) -> None:

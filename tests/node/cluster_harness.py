@@ -4,6 +4,7 @@ with short timeouts, and ways to look at each replica from outside."""
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -34,13 +35,13 @@ WAIT_S = 30.0
 
 
 def free_port_block(count: int) -> int:
-    """A base port with `count` consecutive free ports (asked of the OS, then checked)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
+    """A base port with `count` consecutive free ports, below the kernel's ephemeral range: a port
+    in that range can be taken as the local port of any outgoing connection while its node is down
+    (a kill -9 and restart then fails to bind it)."""
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10_000, max(10_001, ephemeral_low - count))
         sockets = []
         try:
             for port in range(base, base + count):

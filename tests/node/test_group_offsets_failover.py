@@ -23,7 +23,7 @@ from node.group_membership import GroupMembership
 from node.group_offsets import OFFSETS_TOPIC, GroupOffsets
 from node.group_queries import GroupQueries
 from replication.consumer_groups import GroupsConfig
-from tests.node.broker_harness import Cluster, log_bytes, monotonic_ms, started, until, wall_clock_ms
+from tests.node.broker_harness import TIMEOUT_S, Cluster, log_bytes, monotonic_ms, started, until, wall_clock_ms
 from wire.api import Api
 from wire.error_codes import ErrorCode
 from wire.group_admin import ConsumerGroupState, DescribedGroup, DescribeGroupsRequest
@@ -123,7 +123,9 @@ async def test_new_coordinator_whose_hw_lags_its_epoch_start_answers_load_in_pro
     # Broker 1 gets the second commit, then loses the answer that would carry the HW past it.
     cluster.nodes[0].cut_when = lambda answer: answer.partitions[0].high_watermark >= 2
     assert await commit(old, 10) == ErrorCode.NONE
-    assert cluster.nodes[0].cut
+    # The answer with the HW comes to the follower's next fetch, held until its wait runs out (Kafka's delayed fetch).
+    async with asyncio.timeout(TIMEOUT_S):
+        await cluster.nodes[0].cut_now.wait()
     # Broker 1 takes over; broker 0, now its follower, cannot fetch from it yet.
     cluster.nodes[1].cut = True
     cluster.quorum.move_leader(OFFSETS_TOPIC, 0, leader=1, isr=(0, 1))
