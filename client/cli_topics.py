@@ -8,11 +8,8 @@ from typing import Any, TextIO
 
 from client.admin import Admin, NewTopic
 from client.cli_support import EXIT_OK, bootstrap_parent, parse_properties, run_command
-from client.errors import ERRORS
-from wire.error_codes import ErrorCode
+from client.errors import TopicAlreadyExistsError
 from wire.topic_partition import TopicPartition
-
-TopicAlreadyExistsError = ERRORS[ErrorCode.TOPIC_ALREADY_EXISTS]
 
 
 def register(subcommands: Any) -> None:

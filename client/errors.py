@@ -94,6 +94,7 @@ UnknownTopicOrPartitionError = ERRORS[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 OffsetOutOfRangeError = ERRORS[ErrorCode.OFFSET_OUT_OF_RANGE]
 RequestTimedOutError = ERRORS[ErrorCode.REQUEST_TIMED_OUT]
 NetworkException = ERRORS[ErrorCode.NETWORK_EXCEPTION]
+TopicAlreadyExistsError = ERRORS[ErrorCode.TOPIC_ALREADY_EXISTS]
 
 
 class LogTruncationError(OffsetOutOfRangeError):  # type: ignore[valid-type, misc]

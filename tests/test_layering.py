@@ -5,6 +5,7 @@ every layer shares, is a leaf: plain data and its codec, importing nothing of ou
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from pathlib import Path
 
@@ -58,3 +59,9 @@ def test_the_client_imports_no_core_and_no_node() -> None:
     replication's or the node's code."""
     client_imports = set().union(*(imported_modules(path) for path in (ROOT / "client").rglob("*.py")))
     assert client_imports & {"controller", "replication", "node", "pipeline"} == set()
+
+
+@pytest.mark.parametrize("module", sorted(path.stem for path in (ROOT / "bench").glob("*.py")))
+def test_bench_modules_import(module: str) -> None:
+    """Benchmarks run behind an option, never in the default run: at least each must import."""
+    importlib.import_module(f"bench.{module}")
