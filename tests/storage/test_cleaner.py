@@ -25,6 +25,7 @@ from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOIN
 from storage.cleaner import (
     Cleaner,
     CleanerStep,
+    SegmentSnapshot,
     delete_horizon_ms,
     group_segments_by_size,
     log_to_clean,
@@ -51,8 +52,9 @@ COMPACT: dict[str, Any] = {
 Entry = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
 
 
-class Crash(Exception):
-    """Raised by a test's fault hook: the cleaner stops as if the process died."""
+class Crash(BaseException):
+    """Raised by a test's fault hook: the cleaner stops as if the process died. A BaseException, so
+    that no `except Exception` clean-up runs, as none does after kill -9."""
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -413,7 +415,7 @@ def test_grouping_fits_segment_bytes_and_makes_fewer_segments(tmp_path: Path) ->
         if value % 3 == 2:
             log.roll(NOW_MS)
     publish(log)
-    segments = log.segments.values_before(log.log_end_offset)
+    segments = [SegmentSnapshot.of(segment) for segment in log.segments.values_before(log.log_end_offset)]
     groups = group_segments_by_size(segments, 600, 1200)
     assert [segment for group in groups for segment in group] == segments
     assert all(sum(s.size for s in group) <= 600 for group in groups)
@@ -435,7 +437,7 @@ def test_grouping_respects_index_sizes_and_relative_offsets(tmp_path: Path) -> N
     log.roll(NOW_MS, expected_next_offset=2**31 + 10)
     log.append_as_follower(build_batch([(b"a", b"4")], base_offset=2**31 + 10, timestamps=[NOW_MS]), NOW_MS)
     publish(log)
-    segments = log.segments.values_before(log.log_end_offset)
+    segments = [SegmentSnapshot.of(segment) for segment in log.segments.values_before(log.log_end_offset)]
     assert [len(g) for g in group_segments_by_size(segments, 10**6, 10**6)] == [2, 1]
     assert [len(g) for g in group_segments_by_size(segments, 10**6, 8)] == [1, 1, 1]
 
@@ -538,36 +540,43 @@ def _segment_files(base_offset: int, suffix: str) -> set[str]:
 
 
 def test_file_names_between_cleaner_steps(tmp_path: Path) -> None:
-    # The names are the crash protocol LogLoader relies on: `.cleaned` while the new segment is
-    # written and flushed (dropped on reopen), `.swap` from the rename until the old segments are
-    # gone (completed on reopen), final names after. The fault hook looks at the directory at
-    # each step without stopping the clean.
+    # The names are the crash protocol LogLoader relies on: `.cleaned` while the build writes and
+    # flushes the new segments, one per group (dropped on reopen), `.swap` from a group's rename
+    # until its old segments are gone (completed on reopen), final names after. The fault hook
+    # looks at the directory at each step without stopping the clean.
     log, cleaner = _build_crash_log(tmp_path)
+    bases_before = [segment.base_offset for segment in log.segments]
     seen: list[tuple[CleanerStep, dict[str, set[str]], list[int]]] = []
 
     def fault(step: CleanerStep) -> None:
         seen.append((step, _scratch_files(log.directory), [segment.base_offset for segment in log.segments]))
 
     cleaner.clean(log, CRASH_NOW_MS, fault)
+    built: list[int] = []  # group bases with `.cleaned` files, in build order
     swapped: list[int] = []
-    group_base: int | None = None
     for step, scratch, bases in seen:
         where = f"at {step.name}: {scratch}"
         if step in (CleanerStep.CLEANED_APPENDED, CleanerStep.CLEANED_FLUSHED):
-            assert len(scratch[".cleaned"]) == 3, where
-            group_base = int(min(scratch[".cleaned"])[:20])
-            assert scratch == {".cleaned": _segment_files(group_base, ".cleaned"), ".swap": set()}, where
-        elif step in (CleanerStep.SWAP_RENAMED, CleanerStep.OLD_SEGMENT_DELETED):
-            assert group_base is not None, where
-            assert scratch == {".cleaned": set(), ".swap": _segment_files(group_base, ".swap")}, where
+            newest = max(int(name[:20]) for name in scratch[".cleaned"])
+            if newest not in built:
+                built.append(newest)
+            assert scratch == {".cleaned": set().union(*(_segment_files(b, ".cleaned") for b in built)),
+                               ".swap": set()}, where
+            assert bases == bases_before, f"the build changed the log {where}"
+            continue
+        waiting = built[len(swapped) + 1:]  # groups built, not yet swapped, after the one being swapped
+        assert scratch[".cleaned"] == set().union(*(_segment_files(b, ".cleaned") for b in waiting)), where
+        if step in (CleanerStep.SWAP_RENAMED, CleanerStep.OLD_SEGMENT_DELETED):
+            group_base = built[len(swapped)]
+            assert scratch[".swap"] == _segment_files(group_base, ".swap"), where
             assert (step is CleanerStep.OLD_SEGMENT_DELETED) == (group_base not in bases), where
         else:
-            assert scratch == {".cleaned": set(), ".swap": set()}, where
+            assert scratch[".swap"] == set(), where
             if step is CleanerStep.SWAP_COMPLETED:
-                assert group_base in bases, where
-                swapped.append(group_base)
-                group_base = None
+                assert built[len(swapped)] in bases, where
+                swapped.append(built[len(swapped)])
     assert [step for step, _, _ in seen][-1] is CleanerStep.CHECKPOINT_WRITTEN
+    assert swapped == built
     assert len(swapped) >= 2, "the clean swaps in more than one group"
 
     # Once the old segments' delayed delete has run, only final names remain: the map's segments.
