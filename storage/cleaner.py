@@ -645,12 +645,16 @@ def build_cleaned_segments(plan: CleanPlan, fault: Fault | None = None) -> Clean
     built: list[tuple[LogSegment, tuple[SegmentSnapshot, ...]]] = []
     try:
         for group in groups:
+            _check_done(plan)
             cleaned = create_segment(plan.directory, plan.config, group[0].base_offset, plan.now_ms, CLEANED_SUFFIX)
             built.append((cleaned, tuple(group)))
             _clean_into(cleaned, group, offset_map, plan, stats, fault)
-    except Exception:
+    except Exception as failure:
         for cleaned, _ in built:
             cleaned.delete_files()
+        if plan.aborted and not isinstance(failure, LogCleaningAbortedError):
+            # The owner aborted it and then changed its files (a deleted log's directory is gone).
+            raise LogCleaningAbortedError(f"cleaning of {plan.topic_partition} was aborted") from failure
         raise
     return CleanBuild(plan, offset_map.end_offset, len(offset_map.offsets), built, stats)
 
