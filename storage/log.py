@@ -391,23 +391,8 @@ class Log:
         return segment
 
     def new_segment(self, base_offset: int, now_ms: int, suffix: str = "") -> LogSegment:
-        """An empty writable segment at `base_offset`, not yet in the map. Leftover empty files of
-        that name go first; a regular `.log` that holds data is never overwritten. Files with a
-        suffix (the cleaner's `.cleaned`) are scratch output and always replaced."""
-        for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            leftover = self.directory / (file_name(base_offset, kind) + suffix)
-            if not suffix and kind == LOG_SUFFIX and leftover.exists() and leftover.stat().st_size > 0:
-                raise InvalidRecordError(f"{leftover} already holds data; refusing to overwrite it")
-            leftover.unlink(missing_ok=True)
-        return LogSegment(
-            self.directory,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_size=self.config.segment_index_bytes,
-            created_ms=now_ms,
-            writable=True,
-            suffix=suffix,
-        )
+        """An empty writable segment at `base_offset`, not yet in the map (`create_segment`)."""
+        return create_segment(self.directory, self.config, base_offset, now_ms, suffix)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -619,6 +604,27 @@ class Log:
             f"Log({self.name}, start={self.log_start_offset}, hw={self.high_watermark}, "
             f"leo={self.log_end_offset}, segments={len(self.segments)})"
         )
+
+
+def create_segment(directory: Path, config: LogConfig, base_offset: int, now_ms: int, suffix: str = "") -> LogSegment:
+    """An empty writable segment at `base_offset` in `directory`. Leftover empty files of that name
+    go first; a regular `.log` that holds data is never overwritten. Files with a suffix (the
+    cleaner's `.cleaned`) are scratch output and always replaced. Touches no `Log`: the cleaner's
+    build creates its segments with it outside the log's owner (storage/cleaner.py)."""
+    for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        leftover = directory / (file_name(base_offset, kind) + suffix)
+        if not suffix and kind == LOG_SUFFIX and leftover.exists() and leftover.stat().st_size > 0:
+            raise InvalidRecordError(f"{leftover} already holds data; refusing to overwrite it")
+        leftover.unlink(missing_ok=True)
+    return LogSegment(
+        directory,
+        base_offset,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        created_ms=now_ms,
+        writable=True,
+        suffix=suffix,
+    )
 
 
 def _largest_timestamp_from(segment: LogSegment, start: int) -> int:

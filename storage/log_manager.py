@@ -30,7 +30,7 @@ from storage.checkpoint import (
     OffsetCheckpointFile,
     write_atomically,
 )
-from storage.cleaner import Cleaner, CleanResult
+from storage.cleaner import CleanBuild, Cleaner, CleanPlan, CleanResult, DiscardReason
 from storage.config import LogConfig
 from storage.errors import InconsistentTopicIdError
 from storage.log import Log
@@ -39,6 +39,7 @@ from storage.partition_metadata import PartitionMetadataFile
 from wire.topic_partition import TopicPartition
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
 CLEAN_SHUTDOWN_VERSION = 0
 NO_BROKER_EPOCH = -1
 
@@ -58,6 +59,15 @@ def read_clean_shutdown_epoch(text: str) -> int:
         return NO_BROKER_EPOCH
     epoch = content.get("broker_epoch")
     return epoch if type(epoch) is int and epoch >= 0 else NO_BROKER_EPOCH
+
+
+def _remove_directory(path: Path) -> None:
+    """Remove a partition directory being deleted, and its files (it has no subdirectory)."""
+    if not path.exists():
+        return
+    for child in sorted(path.iterdir()):
+        child.unlink()
+    path.rmdir()
 
 
 class LogDir:
@@ -90,6 +100,9 @@ class LogManager:
         # The id in each log's partition.metadata, None for a log without one (new, or written
         # before topic ids); read once at load and kept here so that no read touches the file.
         self._topic_ids: dict[TopicPartition, str | None] = {}
+        # Cleans planned and not swapped yet (Kafka's LogCleaningInProgress), so that a truncation,
+        # a deletion or the shutdown can abort them.
+        self._cleaning: dict[TopicPartition, CleanPlan] = {}
         self.recovered: list[TopicPartition] = []
         epochs = [self._load_dir(log_dir, now_ms) for log_dir in self.log_dirs]
         # The broker epoch the last process wrote in every log dir's clean-shutdown marker, or
@@ -114,7 +127,9 @@ class LogManager:
             try:
                 topic_partition = TopicPartition.from_dir_name(child.name)
             except ValueError:
-                continue  # not a partition directory (e.g. a `-delete` leftover)
+                if child.name.endswith(DELETE_DIR_SUFFIX):
+                    _remove_directory(child)  # a deletion that a crash interrupted (delete_log)
+                continue  # not a partition directory
             if topic_partition.topic in self.skip_topics:
                 continue
             # Read before the (possibly long) recovery: a corrupt file stops the start at once.
@@ -191,22 +206,31 @@ class LogManager:
         """Truncate a follower's log and lower its cleaner checkpoint with it (Kafka's
         LogManager.truncateTo): re-appended offsets are dirty again."""
         log = self.logs[topic_partition]
+        if offset < log.log_end_offset:
+            self.abort_cleaning(topic_partition)  # Kafka aborts before it truncates, too
         truncated = log.truncate_to(offset, now_ms)
         if truncated:
             self._dir_of[topic_partition].cleaner.maybe_truncate_checkpoint(topic_partition, log.log_end_offset)
         return truncated
 
     def delete_log(self, topic_partition: TopicPartition) -> None:
-        """Close and remove a partition's directory (topic deletion or reassignment)."""
+        """Close and remove a partition's directory (topic deletion or reassignment).
+
+        The directory is renamed `<topic>-<partition>-delete` first (Kafka renames it too, with a
+        unique id; a name ending in `-delete` is never a partition directory): a clean whose build
+        still runs (aborted here) creates its next files by the old path and fails, instead of
+        adding files to a directory being emptied. A leftover of a crash goes at the next load."""
         log = self.logs.pop(topic_partition, None)
         if log is None:
             return
+        self.abort_cleaning(topic_partition)
         self._dir_of.pop(topic_partition).cleaner.remove_checkpoint(topic_partition)
         self._topic_ids.pop(topic_partition)
         log.close()
-        for path in sorted(log.directory.iterdir()):
-            path.unlink()
-        log.directory.rmdir()
+        doomed = log.directory.with_name(log.directory.name + DELETE_DIR_SUFFIX)
+        _remove_directory(doomed)  # a leftover of an earlier deletion that crashed
+        log.directory.rename(doomed)
+        _remove_directory(doomed)
         self.checkpoint()
 
     def __iter__(self) -> Iterator[tuple[TopicPartition, Log]]:
@@ -223,13 +247,45 @@ class LogManager:
         return deleted
 
     def clean_logs(self, now_ms: int) -> list[tuple[TopicPartition, CleanResult]]:
-        """Compact every `cleanup.policy=compact` log whose dirty ratio is high enough."""
+        """Compact every `cleanup.policy=compact` log whose dirty ratio is high enough, on this thread."""
         results = []
         for topic_partition, log in self:
             result = self._dir_of[topic_partition].cleaner.maybe_clean(log, now_ms)
             if result is not None:
                 results.append((topic_partition, result))
         return results
+
+    def plan_cleaning(self, topic_partition: TopicPartition, now_ms: int) -> CleanPlan | None:
+        """A clean of the partition's log if it is due, for `build_cleaned_segments` (any thread)
+        then `swap_cleaned` (here); None if it is not due or not hosted. Until the swap, a
+        truncation, deletion or shutdown aborts it (Kafka's LogCleanerManager)."""
+        log = self.logs.get(topic_partition)
+        if log is None:
+            return None
+        plan = self._dir_of[topic_partition].cleaner.maybe_plan(log, now_ms)
+        if plan is not None:
+            self._cleaning[topic_partition] = plan
+        return plan
+
+    def swap_cleaned(self, build: CleanBuild, now_ms: int) -> CleanResult | DiscardReason:
+        """Swap a built clean into its log (`Cleaner.swap`), or delete it if the log moved away."""
+        topic_partition = build.plan.topic_partition
+        if self._cleaning.get(topic_partition) is build.plan:
+            del self._cleaning[topic_partition]
+        log = self.logs.get(topic_partition)
+        if log is None:  # deleted during the build: `delete_log` aborted it
+            build.discard()
+            return DiscardReason.ABORTED
+        return self._dir_of[topic_partition].cleaner.swap(log, build, now_ms)
+
+    def abort_cleaning(self, topic_partition: TopicPartition) -> bool:
+        """Kafka's LogCleaner.abortCleaning: the partition's clean in progress, if any, stops at its
+        build's next batch and its swap is refused. True if there was one."""
+        plan = self._cleaning.pop(topic_partition, None)
+        if plan is None:
+            return False
+        plan.abort()
+        return True
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget idle idempotent producers in every log (storage/producer_state.py); how many."""
@@ -252,6 +308,8 @@ class LogManager:
     def shutdown(self, now_ms: int, broker_epoch: int = NO_BROKER_EPOCH) -> None:
         """Flush, checkpoint, close every log, then write the clean-shutdown markers naming
         `broker_epoch` (the broker's current registration; NO_BROKER_EPOCH if it had none)."""
+        for topic_partition in list(self._cleaning):
+            self.abort_cleaning(topic_partition)
         for _, log in self:
             log.flush(now_ms)
         self.checkpoint()

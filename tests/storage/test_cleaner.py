@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,15 @@ from kafka.record.memory_records import MemoryRecords
 
 from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, OffsetCheckpointFile
 from storage.cleaner import (
+    CleanBuild,
     Cleaner,
     CleanerStep,
+    CleanPlan,
+    CleanResult,
+    DiscardReason,
+    LogCleaningAbortedError,
+    SegmentSnapshot,
+    build_cleaned_segments,
     delete_horizon_ms,
     group_segments_by_size,
     log_to_clean,
@@ -33,6 +41,7 @@ from storage.cleaner import (
 from storage.config import LogConfig
 from storage.log import Log
 from storage.log_loader import LogLoader
+from storage.log_manager import DELETE_DIR_SUFFIX, LogManager
 from storage.producer_state import snapshot_file_name
 from storage.records import Compression, build_batch, decode_records, read_header
 from wire.topic_partition import TopicPartition
@@ -51,8 +60,9 @@ COMPACT: dict[str, Any] = {
 Entry = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
 
 
-class Crash(Exception):
-    """Raised by a test's fault hook: the cleaner stops as if the process died."""
+class Crash(BaseException):
+    """Raised by a test's fault hook: the cleaner stops as if the process died. A BaseException, so
+    that no `except Exception` clean-up runs, as none does after kill -9."""
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -413,7 +423,7 @@ def test_grouping_fits_segment_bytes_and_makes_fewer_segments(tmp_path: Path) ->
         if value % 3 == 2:
             log.roll(NOW_MS)
     publish(log)
-    segments = log.segments.values_before(log.log_end_offset)
+    segments = [SegmentSnapshot.of(segment) for segment in log.segments.values_before(log.log_end_offset)]
     groups = group_segments_by_size(segments, 600, 1200)
     assert [segment for group in groups for segment in group] == segments
     assert all(sum(s.size for s in group) <= 600 for group in groups)
@@ -435,7 +445,7 @@ def test_grouping_respects_index_sizes_and_relative_offsets(tmp_path: Path) -> N
     log.roll(NOW_MS, expected_next_offset=2**31 + 10)
     log.append_as_follower(build_batch([(b"a", b"4")], base_offset=2**31 + 10, timestamps=[NOW_MS]), NOW_MS)
     publish(log)
-    segments = log.segments.values_before(log.log_end_offset)
+    segments = [SegmentSnapshot.of(segment) for segment in log.segments.values_before(log.log_end_offset)]
     assert [len(g) for g in group_segments_by_size(segments, 10**6, 10**6)] == [2, 1]
     assert [len(g) for g in group_segments_by_size(segments, 10**6, 8)] == [1, 1, 1]
 
@@ -538,36 +548,43 @@ def _segment_files(base_offset: int, suffix: str) -> set[str]:
 
 
 def test_file_names_between_cleaner_steps(tmp_path: Path) -> None:
-    # The names are the crash protocol LogLoader relies on: `.cleaned` while the new segment is
-    # written and flushed (dropped on reopen), `.swap` from the rename until the old segments are
-    # gone (completed on reopen), final names after. The fault hook looks at the directory at
-    # each step without stopping the clean.
+    # The names are the crash protocol LogLoader relies on: `.cleaned` while the build writes and
+    # flushes the new segments, one per group (dropped on reopen), `.swap` from a group's rename
+    # until its old segments are gone (completed on reopen), final names after. The fault hook
+    # looks at the directory at each step without stopping the clean.
     log, cleaner = _build_crash_log(tmp_path)
+    bases_before = [segment.base_offset for segment in log.segments]
     seen: list[tuple[CleanerStep, dict[str, set[str]], list[int]]] = []
 
     def fault(step: CleanerStep) -> None:
         seen.append((step, _scratch_files(log.directory), [segment.base_offset for segment in log.segments]))
 
     cleaner.clean(log, CRASH_NOW_MS, fault)
+    built: list[int] = []  # group bases with `.cleaned` files, in build order
     swapped: list[int] = []
-    group_base: int | None = None
     for step, scratch, bases in seen:
         where = f"at {step.name}: {scratch}"
         if step in (CleanerStep.CLEANED_APPENDED, CleanerStep.CLEANED_FLUSHED):
-            assert len(scratch[".cleaned"]) == 3, where
-            group_base = int(min(scratch[".cleaned"])[:20])
-            assert scratch == {".cleaned": _segment_files(group_base, ".cleaned"), ".swap": set()}, where
-        elif step in (CleanerStep.SWAP_RENAMED, CleanerStep.OLD_SEGMENT_DELETED):
-            assert group_base is not None, where
-            assert scratch == {".cleaned": set(), ".swap": _segment_files(group_base, ".swap")}, where
+            newest = max(int(name[:20]) for name in scratch[".cleaned"])
+            if newest not in built:
+                built.append(newest)
+            assert scratch == {".cleaned": set().union(*(_segment_files(b, ".cleaned") for b in built)),
+                               ".swap": set()}, where
+            assert bases == bases_before, f"the build changed the log {where}"
+            continue
+        waiting = built[len(swapped) + 1:]  # groups built, not yet swapped, after the one being swapped
+        assert scratch[".cleaned"] == set().union(*(_segment_files(b, ".cleaned") for b in waiting)), where
+        if step in (CleanerStep.SWAP_RENAMED, CleanerStep.OLD_SEGMENT_DELETED):
+            group_base = built[len(swapped)]
+            assert scratch[".swap"] == _segment_files(group_base, ".swap"), where
             assert (step is CleanerStep.OLD_SEGMENT_DELETED) == (group_base not in bases), where
         else:
-            assert scratch == {".cleaned": set(), ".swap": set()}, where
+            assert scratch[".swap"] == set(), where
             if step is CleanerStep.SWAP_COMPLETED:
-                assert group_base in bases, where
-                swapped.append(group_base)
-                group_base = None
+                assert built[len(swapped)] in bases, where
+                swapped.append(built[len(swapped)])
     assert [step for step, _, _ in seen][-1] is CleanerStep.CHECKPOINT_WRITTEN
+    assert swapped == built
     assert len(swapped) >= 2, "the clean swaps in more than one group"
 
     # Once the old segments' delayed delete has run, only final names remain: the map's segments.
@@ -577,6 +594,211 @@ def test_file_names_between_cleaner_steps(tmp_path: Path) -> None:
     assert snapshots <= {snapshot_file_name(segment.base_offset) for segment in log.segments}
     assert names - snapshots == set().union(*(_segment_files(segment.base_offset, "") for segment in log.segments))
     assert set(swapped) <= {segment.base_offset for segment in log.segments}
+
+
+# -- the build off the log's owner: appends, truncation, deletion, crashes in between --------
+
+
+class PausedBuild:
+    """`build_cleaned_segments(plan)` on its own thread, held at its first `pause_at` step until
+    `finish`: the test changes the log there, as the owner does while the cleaner thread builds."""
+
+    def __init__(self, plan: CleanPlan, pause_at: CleanerStep = CleanerStep.CLEANED_APPENDED) -> None:
+        self.outcome: CleanBuild | Exception | None = None
+        self._reached = threading.Event()
+        self._resume = threading.Event()
+
+        def fault(step: CleanerStep) -> None:
+            if step is pause_at and not self._reached.is_set():
+                self._reached.set()
+                assert self._resume.wait(30), "the test never resumed the build"
+
+        def run() -> None:
+            try:
+                self.outcome = build_cleaned_segments(plan, fault)
+            except Exception as failure:
+                self.outcome = failure
+
+        self._thread = threading.Thread(target=run, name="test-cleaner-thread")
+        self._thread.start()
+        assert self._reached.wait(30), f"the build never reached {pause_at}"
+
+    def finish(self) -> CleanBuild | Exception | None:
+        self._resume.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the build did not finish"
+        return self.outcome
+
+
+def _keyed_log(directory: Path, properties: Mapping[str, Any] | None = None) -> Log:
+    """40 records over keys k0..k2 in several inactive segments, all below the HW."""
+    log = open_log(directory, properties)
+    put_all(log, [(b"k%d" % (value % 3), b"v%d" % value) for value in range(40)])
+    publish(log)
+    assert len(log.segments) >= 4
+    return log
+
+
+def _manager(root: Path) -> LogManager:
+    return LogManager([root], lambda topic: LogConfig.from_properties(COMPACT), now_ms=NOW_MS)
+
+
+def _managed_keyed_log(root: Path) -> tuple[LogManager, Log]:
+    manager = _manager(root)
+    log = manager.get_or_create_log(TP, NOW_MS)
+    put_all(log, [(b"k%d" % (value % 3), b"v%d" % value) for value in range(40)])
+    publish(log)
+    return manager, log
+
+
+def test_records_appended_and_rolled_during_the_build_stay_after_the_swap(tmp_path: Path) -> None:
+    # The build reads only the planned segments while the owner appends, rolls and moves the HW;
+    # the swap replaces the planned segments and leaves the later ones, appended records included.
+    log = _keyed_log(tmp_path / "t-0")
+    before = entries(log)
+    cleaner = make_cleaner(tmp_path)
+    build = PausedBuild(cleaner.plan(log, NOW_MS))
+    late = put_all(log, [(b"k0", b"late"), (b"k9", b"new")])
+    log.roll(NOW_MS)
+    later = put_all(log, [(b"k1", b"later")])
+    log.update_high_watermark(log.log_end_offset)
+    built = build.finish()
+    assert isinstance(built, CleanBuild), built
+    result = cleaner.swap(log, built, NOW_MS)
+    assert isinstance(result, CleanResult), result
+    assert (result.end_offset, result.records_removed) == (40, 37)
+    kept = [entry for entry in before if entry[0] >= 37]
+    assert [(o, k, v) for o, k, v, _ in entries(log)] == [(o, k, v) for o, k, v, _ in kept] + [
+        (late[0], b"k0", b"late"), (late[1], b"k9", b"new"), (later[0], b"k1", b"later")]
+    assert_well_formed(log)
+    assert cleaner.checkpointed_offset(log) == 40
+    assert _scratch_files(log.directory) == {".cleaned": set(), ".swap": set()}
+    # The next clean takes the records appended during the build as its dirty part.
+    cleaner.clean(log, NOW_MS)
+    assert latest_values(entries(log)) == {b"k0": b"late", b"k1": b"later", b"k2": b"v38", b"k9": b"new"}
+
+
+def test_a_truncation_during_the_build_aborts_it_and_its_files_go(tmp_path: Path) -> None:
+    manager, log = _managed_keyed_log(tmp_path)
+    before = entries(log)
+    plan = manager.plan_cleaning(TP, NOW_MS)
+    assert plan is not None
+    build = PausedBuild(plan)
+    assert manager.truncate_to(TP, 30, NOW_MS)
+    outcome = build.finish()
+    assert isinstance(outcome, LogCleaningAbortedError), outcome
+    assert _scratch_files(log.directory) == {".cleaned": set(), ".swap": set()}
+    assert entries(log) == before[:30]
+    assert manager.log_dir(TP) is not None
+    assert OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).read() == {}
+
+
+def test_a_build_finished_before_a_truncation_is_discarded_at_the_swap(tmp_path: Path) -> None:
+    manager, log = _managed_keyed_log(tmp_path)
+    before = entries(log)
+    plan = manager.plan_cleaning(TP, NOW_MS)
+    assert plan is not None
+    built = build_cleaned_segments(plan)
+    assert _scratch_files(log.directory)[".cleaned"], "the build wrote .cleaned segments"
+    assert manager.truncate_to(TP, 30, NOW_MS)
+    assert manager.swap_cleaned(built, NOW_MS) is DiscardReason.ABORTED
+    assert _scratch_files(log.directory) == {".cleaned": set(), ".swap": set()}
+    assert entries(log) == before[:30]
+    assert OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).read() == {}
+
+
+def test_segments_deleted_by_retention_during_the_build_discard_it(tmp_path: Path) -> None:
+    log = _keyed_log(tmp_path / "t-0")
+    cleaner = make_cleaner(tmp_path)
+    build = PausedBuild(cleaner.plan(log, NOW_MS))
+    first = log.segments.first_segment
+    log.delete_records(first.next_offset)
+    assert log.delete_old_segments(NOW_MS), "the first segment goes"
+    remaining = entries(log)
+    built = build.finish()
+    assert isinstance(built, CleanBuild), built
+    assert cleaner.swap(log, built, NOW_MS) is DiscardReason.SEGMENT_CHANGED
+    assert entries(log) == remaining
+    assert _scratch_files(log.directory) == {".cleaned": set(), ".swap": set()}
+    assert cleaner.checkpointed_offset(log) is None
+
+
+def test_a_log_deleted_during_the_build_aborts_it_and_its_directory_goes(tmp_path: Path) -> None:
+    # The build holds open `.cleaned` files in the directory when it is deleted: the rename to
+    # `-delete` first lets the directory be emptied and removed all the same.
+    manager, log = _managed_keyed_log(tmp_path)
+    plan = manager.plan_cleaning(TP, NOW_MS)
+    assert plan is not None
+    build = PausedBuild(plan)
+    manager.delete_log(TP)
+    assert not log.directory.exists()
+    assert isinstance(build.finish(), LogCleaningAbortedError)
+    assert sorted(path.name for path in tmp_path.iterdir() if path.is_dir()) == []
+    assert manager.get_log(TP) is None
+
+
+def test_a_build_swapped_into_a_reopened_log_is_refused(tmp_path: Path) -> None:
+    log = _keyed_log(tmp_path / "t-0")
+    before = entries(log)
+    cleaner = make_cleaner(tmp_path)
+    built = build_cleaned_segments(cleaner.plan(log, NOW_MS))
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert cleaner.swap(reopened, built, NOW_MS) is DiscardReason.LOG_REPLACED
+    assert entries(reopened) == before
+    assert _scratch_files(reopened.directory) == {".cleaned": set(), ".swap": set()}
+    reopened.close()
+
+
+def test_load_removes_a_deletion_that_a_crash_interrupted(tmp_path: Path) -> None:
+    doomed = tmp_path / f"t-0{DELETE_DIR_SUFFIX}"
+    doomed.mkdir()
+    (doomed / "00000000000000000000.log").write_bytes(b"x")
+    manager = _manager(tmp_path)
+    assert not doomed.exists()
+    assert list(manager) == []
+
+
+@pytest.mark.parametrize("crash_at", [None, CleanerStep.SWAP_RENAMED, CleanerStep.OLD_SEGMENT_DELETED,
+                                      CleanerStep.SWAP_COMPLETED, CleanerStep.CHECKPOINT_WRITTEN])
+def test_a_crash_between_build_and_swap_reopens_with_every_record_appended_since(
+        tmp_path: Path, crash_at: CleanerStep | None) -> None:
+    # A crash after the build (None: before the swap began) or at a step of the swap, with records
+    # appended after the plan: the loader drops `.cleaned` files and completes `.swap` ones, and
+    # what was appended during the build is all there.
+    log, cleaner = _build_crash_log(tmp_path)
+    before = entries(log)
+    built = build_cleaned_segments(cleaner.plan(log, CRASH_NOW_MS))
+    put_all(log, [(b"k1", b"appended"), (b"k7", b"appended")])
+    log.update_high_watermark(log.log_end_offset)
+    appended = entries(log)[len(before):]
+    assert len(appended) == 2
+
+    def fault(step: CleanerStep) -> None:
+        if step is crash_at:
+            raise Crash(step)
+
+    if crash_at is not None:
+        with pytest.raises(Crash):
+            cleaner.swap(log, built, CRASH_NOW_MS, fault)
+    state = (log.log_start_offset, log.recovery_point, log.high_watermark, log.log_end_offset)
+    abandon(log)
+    for cleaned, _ in built.groups:
+        cleaned.close_handlers()
+    reopened = open_log(tmp_path / "t-0", CRASH_PROPERTIES, CRASH_NOW_MS, log_start_offset=state[0],
+                        recovery_point=state[1], high_watermark=state[2], had_clean_shutdown=False)
+    leftovers = [p.name for p in reopened.directory.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
+    assert not leftovers
+    found = entries(reopened)
+    assert found[-2:] == appended
+    assert reopened.log_end_offset == state[3]
+    assert latest_values(found) == latest_values(before + appended)
+    if crash_at is None:
+        assert found == before + appended
+    else:
+        assert len(found) < len(before) + len(appended), "the first group's swap was completed"
+    assert_well_formed(reopened)
+    reopened.close()
 
 
 # -- property: random appends, rolls, cleans and crashes against a reference ----------------
