@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
@@ -22,37 +21,35 @@ from wire.api import Api
 from wire.codec import ProtocolError
 from wire.stream import STREAM_PATH, decode_request, encode_response
 
-if TYPE_CHECKING:
-    from node.node import Node
-
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 32
 FRAME_HEAD_MAX = 5 + 255  # correlation id, name length, the longest API name
 STREAMS = web.AppKey("streams", set[web.WebSocketResponse])
 
-Serve = Callable[["Node", Api, bytes, str, "str | None"], Awaitable[tuple[int, bytes]]]
-ListenerOf = Callable[["Node", web.Request], str]
+Call = Callable[[Api, bytes], Awaitable[tuple[int, bytes]]]  # one call: the status and body of its answer
 
 
-def add_stream_route(app: web.Application, node: Node, serve: Serve, listener_of: ListenerOf) -> None:
+def add_stream_route(app: web.Application, calls_of: Callable[[web.Request], Call], max_body_bytes: int) -> None:
+    """Serve streams on `app`: each call of a stream opened by `request` is served by
+    `calls_of(request)` (bound to the listener it came in on)."""
     app[STREAMS] = set()
-    app.router.add_get(STREAM_PATH, _request_stream(node, serve, listener_of))
+    app.router.add_get(STREAM_PATH, _request_stream(calls_of, max_body_bytes))
     app.on_shutdown.append(_close_streams)
 
 
-def _request_stream(node: Node, serve: Serve, listener_of: ListenerOf) -> Callable[[web.Request], Awaitable[
-        web.StreamResponse]]:
+def _request_stream(calls_of: Callable[[web.Request], Call], max_body_bytes: int) -> Callable[
+        [web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
-        stream = web.WebSocketResponse(max_msg_size=node.config.socket_request_max_bytes + FRAME_HEAD_MAX)
+        stream = web.WebSocketResponse(max_msg_size=max_body_bytes + FRAME_HEAD_MAX)
         await stream.prepare(request)
-        listener, remote = listener_of(node, request), request.remote
+        serve = calls_of(request)
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         calls: set[asyncio.Task[None]] = set()
 
         async def answer(correlation_id: int, api: Api, body: bytes) -> None:
             try:
-                status, payload = await serve(node, api, body, listener, remote)
+                status, payload = await serve(api, body)
                 if not stream.closed:
                     await stream.send_bytes(encode_response(correlation_id, status, payload))
             except ConnectionResetError:
@@ -69,7 +66,7 @@ def _request_stream(node: Node, serve: Serve, listener_of: ListenerOf) -> Callab
                     break
                 try:
                     correlation_id, api, body = decode_request(message.data)
-                    if len(body) > node.config.socket_request_max_bytes:
+                    if len(body) > max_body_bytes:
                         raise ProtocolError(f"a body of {len(body)} bytes is over socket.request.max.bytes")
                 except ProtocolError as error:
                     await stream.close(code=WSCloseCode.UNSUPPORTED_DATA, message=str(error)[:120].encode())

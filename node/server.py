@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from node.request_stream import add_stream_route
+from node.request_stream import Call, add_stream_route
 from wire.api import CONTENT_TYPE, REQUESTS, Api, error_response
 from wire.codec import ProtocolError, pack, unpack
 from wire.error_codes import ErrorCode
@@ -62,7 +62,7 @@ def build_app(node: Node) -> web.Application:
     app = web.Application(client_max_size=node.config.socket_request_max_bytes, middlewares=[_errors(node)])
     for api in Api:
         app.router.add_post(api.path, _route(node, api))
-    add_stream_route(app, node, serve, _listener_of)
+    add_stream_route(app, _stream_calls(node), node.config.socket_request_max_bytes)
     app.router.add_get("/metrics", _metrics(node))
     app.router.add_get("/health", _health(node))
     return app
@@ -74,6 +74,14 @@ def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Respon
         return web.Response(status=status, body=body, content_type=CONTENT_TYPE)
 
     return handle
+
+
+def _stream_calls(node: Node) -> Callable[[web.Request], Call]:
+    def calls_of(request: web.Request) -> Call:
+        listener, remote = _listener_of(node, request), request.remote
+        return lambda api, body: serve(node, api, body, listener, remote)
+
+    return calls_of
 
 
 async def serve(node: Node, api: Api, body: bytes, listener: str, remote: str | None) -> tuple[int, bytes]:
