@@ -12,6 +12,7 @@ it is logged and answered 500 UNKNOWN_SERVER_ERROR, and the node keeps serving.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -123,16 +124,40 @@ def decode_request(request_type: type, body: bytes, max_list_length: int) -> Any
 
 def _check_non_negative(message: Any, where: str) -> None:
     """Negative counts, sizes and durations are refused (Kafka: INVALID_REQUEST)."""
-    if isinstance(message, (list, tuple)):
-        for index, item in enumerate(message):
-            _check_non_negative(item, f"{where}[{index}]")
-    elif dataclasses.is_dataclass(message):
-        for field in dataclasses.fields(message):
-            value = getattr(message, field.name)
-            if field.name in NON_NEGATIVE and isinstance(value, int) and value < 0:
-                raise ProtocolError(f"{where}.{field.name} is {value}; it must be 0 or more")
-            if isinstance(value, (list, tuple)) or dataclasses.is_dataclass(value):
-                _check_non_negative(value, f"{where}.{field.name}")
+    found = _negative_field(message)
+    if found is not None:
+        path, value = found
+        raise ProtocolError(f"{where}{path} is {value}; it must be 0 or more")
+
+
+_SCALARS = frozenset({int, str, bytes, bool, float, type(None)})
+
+
+@functools.cache
+def _checked_fields(kind: type) -> tuple[tuple[str, bool], ...]:
+    """A dataclass's field names, each with whether it must not be negative (none for other types)."""
+    if not dataclasses.is_dataclass(kind):
+        return ()
+    return tuple((field.name, field.name in NON_NEGATIVE) for field in dataclasses.fields(kind))
+
+
+def _negative_field(value: Any) -> tuple[str, int] | None:
+    """The path and value of the first negative count, size or duration in `value`, if any (every
+    request passes here: built to cost little when there is none)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        for index, item in enumerate(value):
+            if type(item) not in _SCALARS and (found := _negative_field(item)) is not None:
+                return f"[{index}]{found[0]}", found[1]
+        return None
+    for name, checked in _checked_fields(kind):
+        item = getattr(value, name)
+        item_kind = type(item)
+        if checked and item_kind is int and item < 0:
+            return f".{name}", item
+        if item_kind not in _SCALARS and (found := _negative_field(item)) is not None:
+            return f".{name}{found[0]}", found[1]
+    return None
 
 
 def _listener_of(node: Node, request: web.Request) -> str:
