@@ -12,6 +12,7 @@ it is logged and answered 500 UNKNOWN_SERVER_ERROR, and the node keeps serving.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from node.request_stream import Call, add_stream_route
 from wire.api import CONTENT_TYPE, REQUESTS, Api, error_response
 from wire.codec import ProtocolError, pack, unpack
 from wire.error_codes import ErrorCode
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 NON_NEGATIVE = frozenset(
     {"timeout_ms", "max_wait_ms", "min_bytes", "max_bytes", "partition_max_bytes", "partition", "num_partitions"}
 )
+
+UNEXPECTED_ERROR = "the node hit an unexpected error (a bug; see its log); the request may be retried"
 
 Handler = Callable[[Any], Awaitable[Any]]
 
@@ -59,34 +63,49 @@ def build_app(node: Node) -> web.Application:
     app = web.Application(client_max_size=node.config.socket_request_max_bytes, middlewares=[_errors(node)])
     for api in Api:
         app.router.add_post(api.path, _route(node, api))
+    add_stream_route(app, _stream_calls(node), node.config.socket_request_max_bytes)
     app.router.add_get("/metrics", _metrics(node))
     app.router.add_get("/health", _health(node))
     return app
 
 
 def _route(node: Node, api: Api) -> Callable[[web.Request], Awaitable[web.Response]]:
-    request_type = REQUESTS[api]
-
     async def handle(request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        body = await request.read()
-        try:
-            message = decode_request(request_type, body, node.config.max_request_partitions)
-            answer = await node.dispatch(api, message, _listener_of(node, request), request.remote)
-        except ProtocolError as error:
-            node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
-            return _refuse(400, error.code, f"{api.value}: {error}")
-        except NotOnThisListener as error:
-            node.metrics.observe_request(api.value, ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name,
-                                         time.perf_counter() - started)
-            return _refuse(403, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{api.value}: {error}")
-        except (NotServingYet, NotABroker) as error:
-            node.metrics.observe_request(api.value, ErrorCode.BROKER_NOT_AVAILABLE.name, time.perf_counter() - started)
-            return _refuse(503, ErrorCode.BROKER_NOT_AVAILABLE, f"{api.value}: {error}")
-        node.metrics.observe_request(api.value, "NONE", time.perf_counter() - started)
-        return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
+        status, body = await serve(node, api, await request.read(), _listener_of(node, request), request.remote)
+        return web.Response(status=status, body=body, content_type=CONTENT_TYPE)
 
     return handle
+
+
+def _stream_calls(node: Node) -> Callable[[web.Request], Call]:
+    def calls_of(request: web.Request) -> Call:
+        listener, remote = _listener_of(node, request), request.remote
+        return lambda api, body: serve(node, api, body, listener, remote)
+
+    return calls_of
+
+
+async def serve(node: Node, api: Api, body: bytes, listener: str, remote: str | None) -> tuple[int, bytes]:
+    """One call of `api`, come as a POST or on a stream: the HTTP status and body to answer."""
+    started = time.perf_counter()
+    try:
+        message = decode_request(REQUESTS[api], body, node.config.max_request_partitions)
+        answer = await node.dispatch(api, message, listener, remote)
+    except ProtocolError as error:
+        node.metrics.observe_request(api.value, error.code.name, time.perf_counter() - started)
+        return _refusal(400, error.code, f"{api.value}: {error}")
+    except NotOnThisListener as error:
+        node.metrics.observe_request(api.value, ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name,
+                                     time.perf_counter() - started)
+        return _refusal(403, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{api.value}: {error}")
+    except (NotServingYet, NotABroker) as error:
+        node.metrics.observe_request(api.value, ErrorCode.BROKER_NOT_AVAILABLE.name, time.perf_counter() - started)
+        return _refusal(503, ErrorCode.BROKER_NOT_AVAILABLE, f"{api.value}: {error}")
+    except Exception:
+        log.exception("node %s: unexpected error serving %s", node.config.node_id, api.path)
+        return _refusal(500, ErrorCode.UNKNOWN_SERVER_ERROR, UNEXPECTED_ERROR)
+    node.metrics.observe_request(api.value, "NONE", time.perf_counter() - started)
+    return 200, pack(answer)
 
 
 def decode_request(request_type: type, body: bytes, max_list_length: int) -> Any:
@@ -105,16 +124,40 @@ def decode_request(request_type: type, body: bytes, max_list_length: int) -> Any
 
 def _check_non_negative(message: Any, where: str) -> None:
     """Negative counts, sizes and durations are refused (Kafka: INVALID_REQUEST)."""
-    if isinstance(message, (list, tuple)):
-        for index, item in enumerate(message):
-            _check_non_negative(item, f"{where}[{index}]")
-    elif dataclasses.is_dataclass(message):
-        for field in dataclasses.fields(message):
-            value = getattr(message, field.name)
-            if field.name in NON_NEGATIVE and isinstance(value, int) and value < 0:
-                raise ProtocolError(f"{where}.{field.name} is {value}; it must be 0 or more")
-            if isinstance(value, (list, tuple)) or dataclasses.is_dataclass(value):
-                _check_non_negative(value, f"{where}.{field.name}")
+    found = _negative_field(message)
+    if found is not None:
+        path, value = found
+        raise ProtocolError(f"{where}{path} is {value}; it must be 0 or more")
+
+
+_SCALARS = frozenset({int, str, bytes, bool, float, type(None)})
+
+
+@functools.cache
+def _checked_fields(kind: type) -> tuple[tuple[str, bool], ...]:
+    """A dataclass's field names, each with whether it must not be negative (none for other types)."""
+    if not dataclasses.is_dataclass(kind):
+        return ()
+    return tuple((field.name, field.name in NON_NEGATIVE) for field in dataclasses.fields(kind))
+
+
+def _negative_field(value: Any) -> tuple[str, int] | None:
+    """The path and value of the first negative count, size or duration in `value`, if any (every
+    request passes here: built to cost little when there is none)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        for index, item in enumerate(value):
+            if type(item) not in _SCALARS and (found := _negative_field(item)) is not None:
+                return f"[{index}]{found[0]}", found[1]
+        return None
+    for name, checked in _checked_fields(kind):
+        item = getattr(value, name)
+        item_kind = type(item)
+        if checked and item_kind is int and item < 0:
+            return f".{name}", item
+        if item_kind not in _SCALARS and (found := _negative_field(item)) is not None:
+            return f".{name}{found[0]}", found[1]
+    return None
 
 
 def _listener_of(node: Node, request: web.Request) -> str:
@@ -124,8 +167,13 @@ def _listener_of(node: Node, request: web.Request) -> str:
     return node.config.listener_for(sockname[0], sockname[1]) if sockname else node.config.listener_for(None, None)
 
 
+def _refusal(status: int, code: ErrorCode, message: str) -> tuple[int, bytes]:
+    return status, pack(error_response(code, message))
+
+
 def _refuse(status: int, code: ErrorCode, message: str) -> web.Response:
-    return web.Response(status=status, body=pack(error_response(code, message)), content_type=CONTENT_TYPE)
+    body = _refusal(status, code, message)[1]
+    return web.Response(status=status, body=body, content_type=CONTENT_TYPE)
 
 
 def _errors(node: Node) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -149,8 +197,7 @@ def _errors(node: Node) -> Callable[..., Awaitable[web.StreamResponse]]:
             raise
         except Exception:
             log.exception("node %s: unexpected error serving %s", node.config.node_id, request.path)
-            return _refuse(500, ErrorCode.UNKNOWN_SERVER_ERROR,
-                           "the node hit an unexpected error (a bug; see its log); the request may be retried")
+            return _refuse(500, ErrorCode.UNKNOWN_SERVER_ERROR, UNEXPECTED_ERROR)
 
     return middleware
 

@@ -38,7 +38,7 @@ from storage.errors import StorageError
 from storage.log import Log
 from storage.log_loader import LogLoader
 from storage.records import read_header
-from wire.api import CONTENT_TYPE, REQUESTS, Api, error_response
+from wire.api import REQUESTS, Api, error_response
 from wire.codec import ProtocolError, pack, unpack
 from wire.configs import (
     AlterConfigsResourceResult,
@@ -102,6 +102,8 @@ from wire.metadata import (
 from wire.produce import ProducePartitionResponse, ProduceRequest, ProduceResponse
 from wire.producer_ids import InitProducerIdRequest, InitProducerIdResponse
 from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from wire.stream import STREAM_PATH, encode_response
+from wire.stream import decode_request as decode_stream_request
 from wire.topics import (
     CreatableTopicResult,
     CreateTopicsRequest,
@@ -183,8 +185,13 @@ class FakeCluster:
 
     async def start_node(self, node_id: int) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        for api in Api:
-            app.router.add_post(api.path, self._handler(node_id, api))
+        streams: set[web.WebSocketResponse] = set()
+        app.router.add_get(STREAM_PATH, self._stream_handler(node_id, streams))
+
+        async def close_streams(_app: web.Application) -> None:  # connections to a stopped node close
+            for stream in list(streams):
+                await stream.close()
+        app.on_shutdown.append(close_streams)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", self.ports.get(node_id, 0))
@@ -268,33 +275,52 @@ class FakeCluster:
 
     # -- serving ------------------------------------------------------------------------
 
-    def _handler(self, node_id: int, api: Api):
+    def _stream_handler(self, node_id: int, streams: set[web.WebSocketResponse]):
+        """Request streams (wire/stream.py), as a node serves them; a call the test has lose its
+        connection closes the stream, failing every call on it (as a lost connection does)."""
         async def handle(request: web.Request) -> web.StreamResponse:
-            if self.state.disconnects[api] > 0:
-                self.state.disconnects[api] -= 1
-                assert request.transport is not None
-                request.transport.close()
-                return web.Response(status=500)
-            try:
-                message = unpack(REQUESTS[api], await request.read())
-            except ProtocolError as error:
-                return web.Response(status=400, body=pack(error_response(error.code, str(error))),
-                                    content_type=CONTENT_TYPE)
-            if isinstance(message, JoinGroupRequest):
-                message = with_client_host(message, request.remote, from_a_node=False)
-            self.state.requests.append((node_id, api, message))
-            answer = await getattr(self, f"_{api.value}")(node_id, message)
-            held = self.state.held.get(api)
-            if held is not None:
-                await self._hold(api, held)
-            if self.state.lost_answers[api] > 0 or self._loses_sequence(message):
-                self.state.lost_answers[api] = max(0, self.state.lost_answers[api] - 1)
-                assert request.transport is not None
-                request.transport.close()
-                return web.Response(status=500)
-            return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
+            stream = web.WebSocketResponse(max_msg_size=0)
+            await stream.prepare(request)
+            streams.add(stream)
+
+            async def answer(correlation_id: int, api: Api, body: bytes) -> None:
+                served = await self._serve(node_id, api, body, request.remote)
+                if served is None:
+                    await stream.close()
+                elif not stream.closed:
+                    with contextlib.suppress(ConnectionResetError):
+                        await stream.send_bytes(encode_response(correlation_id, *served))
+
+            calls: set[asyncio.Task[None]] = set()
+            async for message in stream:
+                call = asyncio.create_task(answer(*decode_stream_request(message.data)))
+                calls.add(call)
+                call.add_done_callback(calls.discard)
+            streams.discard(stream)
+            return stream
 
         return handle
+
+    async def _serve(self, node_id: int, api: Api, body: bytes, remote: str | None) -> tuple[int, bytes] | None:
+        """The status and body of one call's answer; None: its connection is lost instead."""
+        if self.state.disconnects[api] > 0:
+            self.state.disconnects[api] -= 1
+            return None
+        try:
+            message = unpack(REQUESTS[api], body)
+        except ProtocolError as error:
+            return 400, pack(error_response(error.code, str(error)))
+        if isinstance(message, JoinGroupRequest):
+            message = with_client_host(message, remote, from_a_node=False)
+        self.state.requests.append((node_id, api, message))
+        answer = await getattr(self, f"_{api.value}")(node_id, message)
+        held = self.state.held.get(api)
+        if held is not None:
+            await self._hold(api, held)
+        if self.state.lost_answers[api] > 0 or self._loses_sequence(message):
+            self.state.lost_answers[api] = max(0, self.state.lost_answers[api] - 1)
+            return None
+        return 200, pack(answer)
 
     async def _offset_groups(self, partition: int) -> OffsetGroupsAnswer:
         return OffsetGroupsAnswer(0, ErrorCode.NONE, frozenset(group for group, offsets in self.state.committed.items()

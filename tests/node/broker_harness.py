@@ -30,12 +30,13 @@ from controller.metadata import ClusterMetadata, PartitionRegistration
 from controller.metadata_records import MetadataRecord, PartitionChange
 from controller.quorum_controller import ControllerConfig, QuorumController
 from node.broker import Broker, BrokerSettings
+from node.request_stream import Call, add_stream_route
 from replication.config import ReplicationConfig
 from storage import meta_properties
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 from storage.records import build_batch_from_values, iter_headers
-from wire.api import CONTENT_TYPE, REQUESTS, Api, error_response
+from wire.api import REQUESTS, Api, error_response
 from wire.codec import pack, unpack
 from wire.error_codes import ErrorCode
 from wire.fetch import FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse
@@ -49,6 +50,9 @@ CLUSTER_ID = "tributary-test-cluster"
 TIMEOUT_S = 15
 # Small index files: every partition preallocates its indexes on a temp dir.
 LOG_DEFAULTS = {"segment.index.bytes": "4096", "index.interval.bytes": "64"}
+
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def wall_clock_ms() -> int:
@@ -159,8 +163,7 @@ class BrokerNode:
             Api.OFFSETS_FOR_LEADER_EPOCH: lambda request: self._broker().offsets_for_leader_epoch(request),
             Api.DELETE_RECORDS: lambda request: self._broker().delete_records(request),
         }
-        for api, handler in routes.items():
-            app.router.add_post(api.path, _route(api, handler))
+        add_stream_route(app, lambda _request: _calls(routes), MAX_BODY_BYTES)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -189,17 +192,14 @@ class BrokerNode:
             await self.runner.cleanup()
 
 
-def _route(api: Api, handler: Callable[[Any], Any]) -> Callable[[web.Request], Any]:
-    request_type = REQUESTS[api]
-
-    async def handle(http_request: web.Request) -> web.Response:
-        answer = await handler(unpack(request_type, await http_request.read()))
+def _calls(routes: dict[Api, Callable[[Any], Any]]) -> Call:
+    async def call(api: Api, body: bytes) -> tuple[int, bytes]:
+        answer = await routes[api](unpack(REQUESTS[api], body))
         if answer is None:
-            body = pack(error_response(ErrorCode.NETWORK_EXCEPTION, "cut by the test"))
-            return web.Response(status=503, body=body, content_type=CONTENT_TYPE)
-        return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
+            return 503, pack(error_response(ErrorCode.NETWORK_EXCEPTION, "cut by the test"))
+        return 200, pack(answer)
 
-    return handle
+    return call
 
 
 class Cluster:

@@ -20,7 +20,9 @@ from wire.api import Api, ErrorResponse
 from wire.codec import pack, unpack
 from wire.error_codes import ErrorCode
 from wire.fetch import FetchPartition, FetchRequest, FetchResponse
+from wire.metadata import MetadataRequest, MetadataResponse
 from wire.produce import ProducePartition, ProducePartitionResponse, ProduceRequest, ProduceResponse
+from wire.stream import STREAM_PATH, decode_response, encode_request
 
 MAX_BYTES = 65536
 MAX_PARTITIONS = 100
@@ -204,3 +206,54 @@ async def test_unknown_routes_and_methods_get_named_errors(node: DevCluster) -> 
             f"http://{node.nodes[1].address}{Api.PRODUCE.path}") as response:
         assert response.status == 405
         assert unpack(ErrorResponse, await response.read()).error_code == ErrorCode.INVALID_REQUEST
+
+
+# -- request streams (wire/stream.py) --------------------------------------------------------------
+
+
+async def stream_exchange(cluster: DevCluster, frames: list[bytes | str]) -> list[aiohttp.WSMessage]:
+    """Send `frames` on one stream; what comes back until the node closes it (or 5 s pass)."""
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+            f"http://{cluster.nodes[1].address}{STREAM_PATH}") as stream:
+        for frame in frames:
+            if isinstance(frame, str):
+                await stream.send_str(frame)
+            else:
+                await stream.send_bytes(frame)
+        received = []
+        async with asyncio.timeout(5):
+            async for message in stream:
+                received.append(message)
+        return received
+
+
+@pytest.mark.parametrize(("what", "frame"), [
+    ("text, not binary", "produce"),
+    ("shorter than a header", b"\x00\x01"),
+    ("an API name that is not one", encode_request(1, Api.PRODUCE, b"")[:4] + b"\x05nopes" + b"\x80"),
+    ("a name longer than the frame", b"\x00\x00\x00\x01\xff" + b"produce"),
+    ("over socket.request.max.bytes", encode_request(1, Api.PRODUCE, b"\x00" * (MAX_BYTES + 1))),
+])
+async def test_a_frame_that_is_not_a_request_closes_its_stream_only(node: DevCluster, topic: str, what: str,
+                                                                    frame: bytes | str) -> None:
+    before = await log_end_offset(node)
+    received = await stream_exchange(node, [frame])
+    assert not any(message.type is aiohttp.WSMsgType.BINARY for message in received), what
+    assert healthy(node.nodes[1].address)
+    async with Producer(node.bootstrap) as producer:  # other streams still serve
+        await (await producer.send(TOPIC, b"after a bad frame"))
+    assert await log_end_offset(node) == before + 1
+
+
+async def test_a_malformed_body_on_a_stream_is_answered_as_its_route_answers(node: DevCluster, topic: str) -> None:
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+            f"http://{node.nodes[1].address}{STREAM_PATH}") as stream:
+        await stream.send_bytes(encode_request(7, Api.PRODUCE, b"\xc1"))
+        await stream.send_bytes(encode_request(8, Api.METADATA, pack(MetadataRequest(None))))
+        answers = {}
+        for _ in range(2):
+            correlation_id, status, body = decode_response(await stream.receive_bytes(timeout=5))
+            answers[correlation_id] = status, body
+    status, body = answers[7]
+    assert status == 400 and unpack(ErrorResponse, body).error_code == ErrorCode.INVALID_REQUEST
+    assert answers[8][0] == 200 and unpack(MetadataResponse, answers[8][1]).brokers

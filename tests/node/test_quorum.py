@@ -19,7 +19,6 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -28,7 +27,8 @@ from client.connection import Connections
 from node.config import NodeConfig
 from node.quorum import QuorumService
 from node.raft_transport import ACK
-from wire.api import CONTENT_TYPE, REQUESTS, Api
+from node.request_stream import add_stream_route
+from wire.api import REQUESTS, Api
 from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from wire.codec import ProtocolError, encode, pack, unpack
 from wire.envelope import Envelope
@@ -58,31 +58,18 @@ def clock_ms() -> int:
 def build_app(service: QuorumService) -> web.Application:
     """The routes node/server.py serves for the quorum, reduced to what these tests need."""
 
-    async def raft(request: web.Request) -> web.Response:
-        await service.handle_raft(unpack(Envelope, await request.read()))
-        return web.Response(body=pack(ACK), content_type=CONTENT_TYPE)
-
-    def broker_route(api: Api) -> Callable[[web.Request], Any]:
-        async def handle(request: web.Request) -> web.Response:
-            answer = await service.handle_controller(api, unpack(Envelope, await request.read()))
-            return web.Response(body=pack(answer), content_type=CONTENT_TYPE)
-
-        return handle
-
-    def admin_route(api: Api) -> Callable[[web.Request], Any]:
-        async def handle(request: web.Request) -> web.Response:
-            wire_request = unpack(REQUESTS[api], await request.read())
-            response = await service.controller_request(wire_request, getattr(wire_request, "timeout_ms", 30000))
-            return web.Response(body=pack(response), content_type=CONTENT_TYPE)
-
-        return handle
+    async def call(api: Api, body: bytes) -> tuple[int, bytes]:
+        if api is Api.RAFT:
+            await service.handle_raft(unpack(Envelope, body))
+            return 200, pack(ACK)
+        if api in BROKER_ROUTES:
+            return 200, pack(await service.handle_controller(api, unpack(Envelope, body)))
+        assert api in ADMIN_ROUTES, api
+        wire_request = unpack(REQUESTS[api], body)
+        return 200, pack(await service.controller_request(wire_request, getattr(wire_request, "timeout_ms", 30000)))
 
     app = web.Application()
-    app.router.add_post(Api.RAFT.path, raft)
-    for api in BROKER_ROUTES:
-        app.router.add_post(api.path, broker_route(api))
-    for api in ADMIN_ROUTES:
-        app.router.add_post(api.path, admin_route(api))
+    add_stream_route(app, lambda _request: call, 64 * 1024 * 1024)
     return app
 
 
