@@ -44,10 +44,14 @@ LeaderChangeMessage) and tells the voters with BeginQuorumEpoch (resent until ea
 A refused leader (not in Kafka). A follower whose Fetch or FetchSnapshot to its leader was refused
 (`Unreachable(refused=True)`: nothing listens at the leader's address, its process is gone) counts
 the leader as not heard from at once: it grants pre-votes as if the fetch timeout had passed, and
-it stands (or, if it may not, looks for the leader) after a random delay of up to a tenth of
-election_backoff_max_ms instead of at the end of the fetch timeout. The delay is random because the
-followers see one leader die at the same moment: standing together, they would grant each other's
-pre-votes, each vote for itself in the next epoch and wait out an election timeout. A connection
+it stands (or, if it may not, looks for the leader) at once if it has the lowest id of the voters
+other than the leader, else one slot (a tenth of election_backoff_max_ms) later per voter below it,
+instead of at the end of the fetch timeout. The followers see one leader die at the same moment:
+standing together, they would grant each other's pre-votes, each vote for itself in the next epoch
+and wait out an election timeout (a random delay of 0-100 ms did, in a real cluster under load).
+The order is KRaft's for a leader that resigns (EndQuorumEpoch's preferred successors: the first
+stands at once, the others back off by position), with ids for the fetch offsets a dead leader
+cannot send; the second stands only if the first has not won within a slot. A connection
 that timed out, was reset or closed changes nothing here: a partition, a pause or a slow leader must
 not start elections (the node's transport retries a fetch whose connection closed, and that retry
 tells whether the process is gone). Why this is safe: Raft's safety (election safety, log matching,
@@ -204,10 +208,10 @@ from storage.errors import RecordTooLargeError, StorageError
 from storage.records import iter_headers
 
 APPLY_BATCH_MAX = 1000
-# A follower whose leader refused stands within election_backoff_max_ms // this ("A refused leader"):
-# 100 ms by default, many loopback round trips (so two followers rarely stand together) and a
-# twentieth of the fetch timeout it replaces.
-REFUSED_LEADER_DELAY_FRACTION = 10
+# Followers whose leader refused stand election_backoff_max_ms // this apart ("A refused leader"):
+# 100 ms by default (KRaft's election backoff base), several pre-vote and vote round trips on a
+# loaded host, and a twentieth of the fetch timeout it replaces.
+REFUSED_LEADER_SLOT_FRACTION = 10
 NEVER_MS = 2**62
 
 
@@ -918,12 +922,13 @@ class Raft:
 
     def _lose_refused_leader(self) -> None:
         """Our leader refused the connection ("A refused leader"): no longer heard from, and the
-        fetch timeout shortened to a random delay of up to REFUSED_LEADER_DELAY_FRACTION of the
-        election backoff (drawn once: a leader refusing again does not move it)."""
+        fetch timeout cut to one slot per voter (other than the leader) with a lower id than ours;
+        a leader refusing again does not move it."""
         self._leader_heard_ms = -NEVER_MS
-        delay_max_ms = self.config.election_backoff_max_ms // REFUSED_LEADER_DELAY_FRACTION
-        if self._deadline_ms > self._now_ms + delay_max_ms:
-            self._deadline_ms = self._now_ms + self._rng.randint(0, delay_max_ms)
+        below = [voter for voter in self._other_voters if voter < self.node_id and voter != self.leader_id]
+        rank = len(below) if self.is_voter else 0  # an observer only looks for the new leader
+        slot_ms = self.config.election_backoff_max_ms // REFUSED_LEADER_SLOT_FRACTION
+        self._deadline_ms = min(self._deadline_ms, self._now_ms + rank * slot_ms)
 
     def _awaited(self, source_id: int, correlation_id: int) -> bool:
         """Is this the answer to the request we wait for? If so, stop waiting."""

@@ -751,28 +751,26 @@ def follower_fetch_in_flight(cluster: Cluster, follower: int, leader: int) -> Fe
     return fetch
 
 
-@pytest.mark.parametrize(("rng", "stands_after_ms"), [(LowestRandom(), 0), (HighestRandom(), 5)],
-                         ids=["lowest-draw", "highest-draw"])
-def test_a_follower_whose_leader_refuses_its_fetch_stands_at_once(tmp_path: Path, rng: RandomSource,
+@pytest.mark.parametrize(("follower", "stands_after_ms"), [(2, 0), (3, 5)], ids=["first-voter", "second-voter"])
+def test_a_follower_whose_leader_refuses_its_fetch_stands_at_once(tmp_path: Path, follower: int,
                                                                   stands_after_ms: int) -> None:
-    """Goal: a refused connection proves the leader's process gone ("A refused leader"): its follower
-    asks for pre-votes within election_backoff_max_ms // 10 (here 5 ms; the draw spreads followers
-    that see the same refusal), not after the 200 ms fetch timeout. Method: follower 2's fetch to
-    leader 1 is reported refused; 2 is still following 1 ms before its drawn delay, prospective at it."""
+    """Goal: a refused connection proves the leader's process gone ("A refused leader"): the voter
+    with the lowest id after the leader asks for pre-votes at once, the next one slot later (a tenth
+    of election_backoff_max_ms, here 5 ms), not after the 200 ms fetch timeout. Method: follower 2's
+    or 3's fetch to leader 1 is reported refused; 3 still follows 1 ms before its slot."""
     cluster = Cluster(tmp_path)
-    cluster.nodes[2] = cluster.open(2, rng=rng)
     cluster.elect(1)
-    fetch = follower_fetch_in_flight(cluster, 2, 1)
+    fetch = follower_fetch_in_flight(cluster, follower, 1)
     refused_ms = cluster.now_ms
-    cluster.handle(2, Unreachable(1, fetch.correlation_id, refused=True))
+    cluster.handle(follower, Unreachable(1, fetch.correlation_id, refused=True))
     if stands_after_ms:
-        cluster.tick(2, refused_ms + stands_after_ms - 1)
-        assert cluster.nodes[2].role is Role.FOLLOWER
+        cluster.tick(follower, refused_ms + stands_after_ms - 1)
+        assert cluster.nodes[follower].role is Role.FOLLOWER
         cluster.outbox.clear()  # its fetch retries, refused again: they change nothing
-    cluster.tick(2, refused_ms + stands_after_ms)
-    assert cluster.nodes[2].role is Role.PROSPECTIVE
-    pre_votes = cluster.take(VoteRequest, source=2)
-    assert sorted(m.destination_id for m in pre_votes) == [1, 3]
+    cluster.tick(follower, refused_ms + stands_after_ms)
+    assert cluster.nodes[follower].role is Role.PROSPECTIVE
+    pre_votes = cluster.take(VoteRequest, source=follower)
+    assert sorted(m.destination_id for m in pre_votes) == sorted({1, 2, 3} - {follower})
     assert all(m.body.pre_vote and m.body.epoch == cluster.nodes[1].epoch for m in pre_votes)  # type: ignore[union-attr]
 
 
@@ -807,11 +805,10 @@ def test_a_voter_whose_leader_refused_grants_a_pre_vote_it_would_otherwise_refus
                                                                                   refused: bool) -> None:
     """Goal: the followers of a dead leader see its refusal at about the same moment; the first to
     stand must win the others' pre-votes at once (KIP-996's "not heard from a leader" counts the
-    refusal), not only after their fetch timeout. Method: voter 3 (highest draws: it would stand
-    itself 5 ms later) has its fetch to leader 1 reported unreachable; node 2's pre-vote, arriving at
-    that instant, is granted after a refusal and refused otherwise (3 heard from 1 just before)."""
+    refusal), not only after their fetch timeout. Method: voter 3 (it would stand itself one slot
+    later) has its fetch to leader 1 reported unreachable; node 2's pre-vote, arriving at that
+    instant, is granted after a refusal and refused otherwise (3 heard from 1 just before)."""
     cluster = Cluster(tmp_path)
-    cluster.nodes[3] = cluster.open(3, rng=HighestRandom())
     cluster.elect(1)
     fetch = follower_fetch_in_flight(cluster, 3, 1)
     cluster.handle(3, Unreachable(1, fetch.correlation_id, refused=refused))
