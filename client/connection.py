@@ -25,9 +25,15 @@ WS_TIMEOUT = aiohttp.ClientWSTimeout(ws_close=1.0)
 
 class NodeUnavailableError(Exception):
     """The node could not be reached, did not answer in time, or cannot serve yet (HTTP 503, a node
-    still starting) (Kafka's NETWORK_EXCEPTION): retry, maybe on another node."""
+    still starting) (Kafka's NETWORK_EXCEPTION): retry, maybe on another node. `refused`: the
+    connection was refused (ECONNREFUSED: nothing listens at the address, the process is gone), not
+    timed out, reset or closed."""
 
     code = ErrorCode.NETWORK_EXCEPTION
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class RequestRejectedError(Exception):
@@ -48,6 +54,7 @@ class _Stream:
         self._socket = socket
         self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         self._ids = itertools.count()
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # see Connections.stream_closed
         self._reader = asyncio.create_task(self._read(), name=f"stream-{address}")
 
     async def call(self, api: Api, body: bytes) -> tuple[int, bytes]:
@@ -85,6 +92,8 @@ class _Stream:
             pass  # not our peer's frame: the stream is closed below
         finally:
             self.closed = True
+            if not self.ended.done():
+                self.ended.set_result(None)
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(ConnectionResetError(f"the stream to {self.address} closed"))
@@ -132,7 +141,9 @@ class Connections:
                 stream.abandon()
             raise NodeUnavailableError(f"{address} {api.value}: no answer in {timeout_ms} ms") from None
         except (aiohttp.ClientError, OSError) as error:
-            raise NodeUnavailableError(f"{address} {api.value}: {type(error).__name__}: {error}") from None
+            refused = isinstance(error, ConnectionRefusedError) or isinstance(
+                getattr(error, "os_error", None), ConnectionRefusedError)  # ws_connect's ClientConnectorError
+            raise NodeUnavailableError(f"{address} {api.value}: {type(error).__name__}: {error}", refused) from None
         if status != 200:
             try:
                 refusal = unpack(ErrorResponse, body)
@@ -145,6 +156,18 @@ class Connections:
             return unpack(response_type, body)
         except ProtocolError as error:
             raise NodeUnavailableError(f"{address} {api.value}: unreadable answer: {error}") from None
+
+    def stream_closed(self, address: str) -> asyncio.Future[None]:
+        """Done when the stream now open to `address` closes (done already if none is open), one
+        future per stream: a peer that dies closes it (its kernel sends FIN or RST) though no call of
+        ours may be in flight to fail, e.g. while the peer holds a request it answers later by
+        another route (a parked Raft fetch). Do not cancel it."""
+        stream = self._streams.get(address)
+        if stream is None:
+            ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            ended.set_result(None)
+            return ended
+        return stream.ended
 
     async def close(self) -> None:
         streams, self._streams = list(self._streams.values()), {}

@@ -235,12 +235,19 @@ class SnapshotCreated:
 
 @dataclass(frozen=True, slots=True)
 class Unreachable:
-    """The fetch or quorum probe with `correlation_id` to `destination_id` never left: the connection was refused
-    or lost (Kafka's NetworkClient reports a disconnect at once). Without this a node would wait
-    out the request timeout on a killed peer before asking another."""
+    """The fetch or quorum probe with `correlation_id` to `destination_id` never left, or the
+    connection it went over closed before the answer came (Kafka's NetworkClient reports a
+    disconnect at once). Without this a node would wait out the request timeout on a killed peer
+    before asking another.
+
+    `refused`: the connection was refused (ECONNREFUSED: nothing listens at the address, the
+    process is gone), as opposed to timed out, reset or closed (a partition, a pause, a slow peer
+    or one that just died: the next attempt tells). A follower whose leader refuses stops counting
+    it as heard from and stands soon (controller/raft.py, "A refused leader")."""
 
     destination_id: int
     correlation_id: int
+    refused: bool = False
 
 
 Event = Tick | Message | Propose | ProposeBatch | SnapshotCreated | Unreachable

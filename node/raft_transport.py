@@ -8,7 +8,13 @@ HTTP request open, and the send timeout can be short.
 
 Sending is fire-and-forget: a failed or timed-out send is dropped, because the Raft core retries
 whatever matters (fetches, votes, BeginQuorumEpoch, probes) on its own timers; a retry here would only
-duplicate messages. Addresses: voters' from `controller.quorum.voters`; observers' (broker-only
+duplicate messages. An undelivered fetch or probe is reported to the core (`Unreachable`), with
+whether the connection was refused (the process is gone: controller/raft.py, "A refused leader").
+A fetch the peer took and holds (parked until there are records) has no call in flight when the peer
+dies, so the transport also reports the last fetch delivered to a node when its stream closes, not
+refused: the core retries after its backoff, and that retry's refusal, if the process is gone, tells.
+
+Addresses: voters' from `controller.quorum.voters`; observers' (broker-only
 nodes) are learned from the `source_address` of what they send, as a KRaft leader learns an
 observer's endpoint from its Fetch.
 """
@@ -124,6 +130,10 @@ class RaftTransport:
         self._timeout_ms = config.quorum.request_timeout_ms
         self._observer_addresses: OrderedDict[int, str] = OrderedDict()
         self._sends: set[asyncio.Task[None]] = set()
+        # The last fetch delivered to each node, and the stream-closed future watched per address
+        # (one callback per stream). Fetches go to voters only, which bounds both.
+        self._fetches_delivered: dict[int, int] = {}
+        self._streams_watched: dict[str, asyncio.Future[None]] = {}
 
     def learn(self, node_id: int, address: str) -> None:
         """Remember where observer `node_id` listens (voters' addresses are configured)."""
@@ -152,17 +162,39 @@ class RaftTransport:
         envelope = to_envelope(message, self._source_address, self._config.cluster_id)
         try:
             await self._connections.call(address, Api.RAFT, envelope, Envelope, self._timeout_ms)
-        except NodeUnavailableError:
-            self._undelivered(message)
+        except NodeUnavailableError as error:
+            self._undelivered(message, error.refused)
+            return
         except RequestRejectedError as error:
             log.warning("node %s refused Raft %s from us: %s", address, envelope.type, error)
+            return
+        if isinstance(message.body, FetchRequest | FetchSnapshotRequest):
+            self._watch(address, message.destination_id, message.body.correlation_id)
 
-    def _undelivered(self, message: Message) -> None:
+    def _undelivered(self, message: Message, refused: bool = False) -> None:
         """A fetch or quorum probe that never left is reported (Raft asks again, maybe elsewhere,
         without waiting out the request timeout); other messages are dropped like lost packets."""
         body = message.body
         if isinstance(body, FetchRequest | FetchSnapshotRequest | QuorumProbeRequest):
-            self._unreachable(Unreachable(message.destination_id, body.correlation_id))
+            self._unreachable(Unreachable(message.destination_id, body.correlation_id, refused))
+
+    def _watch(self, address: str, destination_id: int, correlation_id: int) -> None:
+        """Report the fetch just delivered to `destination_id` if its stream closes (module docstring);
+        the core ignores the report if the fetch was answered by then."""
+        self._fetches_delivered[destination_id] = correlation_id
+        closed = self._connections.stream_closed(address)
+        if self._streams_watched.get(address) is closed:
+            return
+        self._streams_watched[address] = closed
+        closed.add_done_callback(lambda _: self._stream_closed(address, destination_id))
+
+    def _stream_closed(self, address: str, destination_id: int) -> None:
+        watched = self._streams_watched.get(address)
+        if watched is not None and watched.done():
+            del self._streams_watched[address]
+        correlation_id = self._fetches_delivered.pop(destination_id, None)
+        if correlation_id is not None:
+            self._unreachable(Unreachable(destination_id, correlation_id))
 
     async def close(self) -> None:
         """Cancel every send in flight."""

@@ -742,6 +742,85 @@ def test_an_unreachable_answer_for_another_request_changes_nothing(tmp_path: Pat
     assert cluster.take(FetchRequest, source=4) == []
 
 
+def follower_fetch_in_flight(cluster: Cluster, follower: int, leader: int) -> FetchRequest:
+    """Let `follower` (after its retry backoff) send its next fetch to `leader`; take it undelivered."""
+    cluster.outbox.clear()
+    cluster.tick(follower, cluster.now_ms + cluster.config.retry_backoff_ms)
+    fetch = only(cluster.take(FetchRequest, source=follower, destination=leader))
+    assert isinstance(fetch, FetchRequest)
+    return fetch
+
+
+@pytest.mark.parametrize(("follower", "stands_after_ms"), [(2, 0), (3, 5)], ids=["first-voter", "second-voter"])
+def test_a_follower_whose_leader_refuses_its_fetch_stands_at_once(tmp_path: Path, follower: int,
+                                                                  stands_after_ms: int) -> None:
+    """Goal: a refused connection proves the leader's process gone ("A refused leader"): the voter
+    with the lowest id after the leader asks for pre-votes at once, the next one slot later (a tenth
+    of election_backoff_max_ms, here 5 ms), not after the 200 ms fetch timeout. Method: follower 2's
+    or 3's fetch to leader 1 is reported refused; 3 still follows 1 ms before its slot."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    fetch = follower_fetch_in_flight(cluster, follower, 1)
+    refused_ms = cluster.now_ms
+    cluster.handle(follower, Unreachable(1, fetch.correlation_id, refused=True))
+    if stands_after_ms:
+        cluster.tick(follower, refused_ms + stands_after_ms - 1)
+        assert cluster.nodes[follower].role is Role.FOLLOWER
+        cluster.outbox.clear()  # its fetch retries, refused again: they change nothing
+    cluster.tick(follower, refused_ms + stands_after_ms)
+    assert cluster.nodes[follower].role is Role.PROSPECTIVE
+    pre_votes = cluster.take(VoteRequest, source=follower)
+    assert sorted(m.destination_id for m in pre_votes) == sorted({1, 2, 3} - {follower})
+    assert all(m.body.pre_vote and m.body.epoch == cluster.nodes[1].epoch for m in pre_votes)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("failure", ["timed-out", "closed"])
+def test_a_fetch_that_times_out_or_whose_connection_closes_keeps_the_fetch_timeout(tmp_path: Path,
+                                                                                   failure: str) -> None:
+    """Goal: only a refusal shortens the wait; a partition (time-out) or a reset or closed connection
+    (a pause, a slow peer, or a process that just died: the retry tells) keeps today's path. Method:
+    follower 2's fetch to leader 1 gets no answer, or is reported unreachable but not refused, and no
+    later fetch reaches 1; 2 still follows 1 (and refuses node 3's pre-vote) 1 ms before its fetch
+    timeout, and stands at it."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    fetch = follower_fetch_in_flight(cluster, 2, 1)
+    heard_ms = cluster.now_ms - cluster.config.retry_backoff_ms  # the last answer 2 had from 1
+    if failure == "closed":
+        cluster.handle(2, Unreachable(1, fetch.correlation_id, refused=False))
+    cluster.run(heard_ms + FETCH_TIMEOUT_MS - 1 - cluster.now_ms, step_ms=1, nodes=[2],
+                drop=lambda message: message.destination_id == 1)
+    assert cluster.nodes[2].role is Role.FOLLOWER
+    end = cluster.nodes[3].log.end_offset_and_epoch()
+    answer = cluster.handle(2, Message(3, 2, VoteRequest(cluster.nodes[3].epoch, 3, end.epoch, end.offset,
+                                                         pre_vote=True)))
+    response = cluster_message(2, 3, answer).body
+    assert isinstance(response, VoteResponse) and not response.vote_granted
+    cluster.tick(2, heard_ms + FETCH_TIMEOUT_MS)
+    assert cluster.nodes[2].role is Role.PROSPECTIVE
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["refused", "not-refused"])
+def test_a_voter_whose_leader_refused_grants_a_pre_vote_it_would_otherwise_refuse(tmp_path: Path,
+                                                                                  refused: bool) -> None:
+    """Goal: the followers of a dead leader see its refusal at about the same moment; the first to
+    stand must win the others' pre-votes at once (KIP-996's "not heard from a leader" counts the
+    refusal), not only after their fetch timeout. Method: voter 3 (it would stand itself one slot
+    later) has its fetch to leader 1 reported unreachable; node 2's pre-vote, arriving at that
+    instant, is granted after a refusal and refused otherwise (3 heard from 1 just before)."""
+    cluster = Cluster(tmp_path)
+    cluster.elect(1)
+    fetch = follower_fetch_in_flight(cluster, 3, 1)
+    cluster.handle(3, Unreachable(1, fetch.correlation_id, refused=refused))
+    end = cluster.nodes[2].log.end_offset_and_epoch()
+    answer = cluster.handle(3, Message(2, 3, VoteRequest(cluster.nodes[2].epoch, 2, end.epoch, end.offset,
+                                                         pre_vote=True)))
+    response = cluster_message(3, 2, answer).body
+    assert isinstance(response, VoteResponse)
+    assert response.vote_granted is refused
+    assert answer.hard_state is None, "a pre-vote persists nothing, granted or not"
+
+
 def test_a_second_leader_claimed_for_a_known_epoch_is_ignored(tmp_path: Path) -> None:
     """A BeginQuorumEpoch naming another leader of an epoch whose leader a node knows (a confused or
     forged peer: no correct one sends it) changes nothing; it used to trip an assertion that killed

@@ -148,7 +148,7 @@ def raft_frames(data: bytes) -> Iterator[tuple[int, Event]]:
             yield 0, Propose(position, data[position : position + 8])
             position += 8
         else:
-            yield 0, Unreachable(2 + op % 2, int.from_bytes(data[position : position + 8], "big"))
+            yield 0, Unreachable(2 + op % 2, int.from_bytes(data[position : position + 8], "big"), refused=op & 2 == 2)
             position += 8
 
 

@@ -224,3 +224,50 @@ async def test_bit_rot_in_the_leaders_log_halts_it_and_loses_no_acknowledged_rec
     cluster.start_node(leader)
     await eventually(lambda: replicas_agree(cluster, "rotting", expected),
                      f"node {leader} fetched back the records it cut at the damaged batch")
+
+
+# Kafka's quorum and session timeouts (FAST shortens them): the failover below must not wait for them.
+KAFKA_TIMEOUTS = {"controller.quorum.election.timeout.ms": "1000", "controller.quorum.fetch.timeout.ms": "2000",
+                  "controller.quorum.election.backoff.max.ms": "1000", "broker.session.timeout.ms": "9000"}
+
+
+async def test_kill_9_of_the_active_controller_leading_a_partition_loses_no_acknowledged_record(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Goal: when the killed leader is also the active controller (the Raft leader), a new
+    controller is elected and fences it, and no acknowledged record is lost. Method: a cluster of
+    its own with Kafka's quorum timeouts; awaited acks=all sends to the partition the controller
+    leads, kill -9 of that node mid-way; every acknowledged record is on the new leader at its
+    offset. The time to the first acknowledgement after the kill is printed, not asserted (README,
+    "Failover after kill -9")."""
+    for cluster in stopped(start_cluster(tmp_path_factory.mktemp("controller-failover"), **KAFKA_TIMEOUTS)):
+        await create_topic(cluster, "controller-failover", partitions=3, **{"min.insync.replicas": "2"})
+        description = await describe(cluster.bootstrap)
+        controller = description.controller_id
+        (partition,) = [p.info.partition for p in description.partitions
+                        if p.info.topic == "controller-failover" and p.info.leader == controller]
+        acked: dict[bytes, int] = {}
+        killed_at: float | None = None
+        first_ack_after_kill: float | None = None
+        async with Producer(cluster.bootstrap, acks="all", linger_ms=1, retry_backoff_ms=20,
+                            request_timeout_ms=3000, delivery_timeout_ms=60000) as producer:
+            for n in range(1000):
+                if n == 300:
+                    cluster.kill_node(controller)
+                    killed_at = time.monotonic()
+                value = b"record-%d" % n
+                metadata = await (await producer.send("controller-failover", value, partition=partition))
+                acked[value] = metadata.offset
+                if killed_at is not None and first_ack_after_kill is None:
+                    first_ack_after_kill = time.monotonic()
+        assert killed_at is not None and first_ack_after_kill is not None
+        print(f"failover: first acks=all write accepted {(first_ack_after_kill - killed_at) * 1000:.0f} ms after "
+              f"kill -9 of node {controller}, the active controller and leader of partition {partition}")
+        new_leader, _ = await leader_of(cluster, "controller-failover", partition)
+        assert new_leader not in (-1, controller)
+        assert (await describe(cluster.bootstrap)).controller_id not in (-1, controller)
+        records, _ = await read_replica(cluster.nodes[new_leader].address, "controller-failover", partition)
+        offsets_of: dict[bytes | None, list[int]] = {}
+        for offset, value in records:
+            offsets_of.setdefault(value, []).append(offset)
+        for value, offset in acked.items():
+            assert offset in offsets_of.get(value, []), f"acknowledged {value!r} at {offset} is lost"

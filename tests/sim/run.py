@@ -45,6 +45,7 @@ class SeedOutcome:
     fetch_timeout_ms: int = 0
     wipes: int = 0
     acked_during_fault: int = 0
+    refused_leader_fetches: int = 0
 
 
 def replay_command(seed: int, spec_path: str = "") -> str:
@@ -73,7 +74,7 @@ def run_seed(seed: int, spec_path: str = "") -> SeedOutcome:
                            acked_during_fault=simulation.result.acked_during_fault)
     return SeedOutcome(seed, None, result.election_after_crash_ms, result.liveness_ms, result.steps,
                        result.simulated_ms, result.committed, simulation.options.fetch_timeout_ms, result.wipes,
-                       result.acked_during_fault)
+                       result.acked_during_fault, result.refused_leader_fetches)
 
 
 def run_seeds(seeds: Iterable[int], jobs: int, spec_path: str = "") -> Iterator[SeedOutcome]:
@@ -103,11 +104,15 @@ class Summary(seed_runner.Tally):
     liveness: list[int] = field(default_factory=list)
     wipes: int = 0
     seeds_with_wipes: int = 0
+    refused_leader_fetches: int = 0
+    seeds_with_refused_leaders: int = 0
 
     def add(self, outcome: SeedOutcome) -> None:
         self.count(outcome)
         self.wipes += outcome.wipes
         self.seeds_with_wipes += 1 if outcome.wipes else 0
+        self.refused_leader_fetches += outcome.refused_leader_fetches
+        self.seeds_with_refused_leaders += 1 if outcome.refused_leader_fetches else 0
         if outcome.election_after_crash_ms is not None:
             self.elections.append(outcome.election_after_crash_ms)
             self.election_ratios.append(outcome.election_after_crash_ms / max(outcome.fetch_timeout_ms, 1))
@@ -124,7 +129,9 @@ class Summary(seed_runner.Tally):
             f"p99={_fixed(percentile(self.election_ratios, 0.99))}\n"
             f"heal to converged (simulated ms): p50={percentile(liveness, 0.5)} p99={percentile(liveness, 0.99)} "
             f"max={max(liveness, default=None)}\n"
-            f"wiped disks: {self.wipes} in {self.seeds_with_wipes} seeds"
+            f"wiped disks: {self.wipes} in {self.seeds_with_wipes} seeds\n"
+            f"fetches refused by the follower's own leader (an election without the fetch timeout): "
+            f"{self.refused_leader_fetches} in {self.seeds_with_refused_leaders} seeds"
         )
 
 
@@ -139,6 +146,7 @@ def _ok_line(result: SimResult) -> str:
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} committed={result.committed} "
             f"elections={result.elections} crashes={result.crashes} wipes={result.wipes} "
             f"acked_during_fault={result.acked_during_fault} messages={result.messages} "
+            f"refused_leader_fetches={result.refused_leader_fetches} "
             f"election_after_crash_ms={result.election_after_crash_ms} liveness_ms={result.liveness_ms}")
 
 
