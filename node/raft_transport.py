@@ -1,10 +1,10 @@
-"""RaftTransport: Raft messages between nodes, one-way over HTTP.
+"""RaftTransport: Raft messages between nodes, one-way calls on the request stream to each peer.
 
-Every Raft message is POSTed to the destination's `Api.RAFT` route as an
+Every Raft message is a call of the destination's `Api.RAFT` (client/connection.py) carrying an
 `Envelope(type=<raft_messages class name>, body=encode(body), source_id, source_address)`, and the
 route answers at once with an empty `Envelope(type="Ack")`: a response (a vote, a fetch answer) is
 another one-way message, sent when the core produces it. So a fetch parked at the leader holds no
-HTTP request open, and the send timeout can be short.
+call open, and the send timeout can be short.
 
 Sending is fire-and-forget: a failed or timed-out send is dropped, because the Raft core retries
 whatever matters (fetches, votes, BeginQuorumEpoch, probes) on its own timers; a retry here would only
