@@ -86,7 +86,9 @@ class FetchPurgatory:
         taken: list[ParkedFetch] = []
         kept: list[ParkedFetch] = []
         for item in self.parked:
-            due = item.deadline_ms <= now_ms or item.reads(topic_partitions)
+            # With no partition changed (most calls, and every settling round after the first), only
+            # deadlines count: a fetch over many partitions is not walked for nothing.
+            due = item.deadline_ms <= now_ms or (bool(topic_partitions) and item.reads(topic_partitions))
             (taken if due else kept).append(item)
         self.parked = kept
         return taken

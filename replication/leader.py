@@ -218,12 +218,14 @@ class Leader:
         """ISR followers not caught up within `replica.lag.time.max.ms` (Kafka's getOutOfSyncReplicas)."""
         log_end_offset = self.log.log_end_offset
         lag_ms = self.config.replica_lag_time_max_ms
-        return tuple(
-            replica
-            for replica in self.isr_state.isr
-            if replica != self.broker_id
-            and (replica not in self.remote or not self.remote[replica].is_caught_up(log_end_offset, now_ms, lag_ms))
-        )
+        out_of_sync: list[int] = []  # a plain loop: this runs after every event a leader handles
+        for replica in self.isr_state.isr:
+            if replica == self.broker_id:
+                continue
+            state = self.remote.get(replica)
+            if state is None or not state.is_caught_up(log_end_offset, now_ms, lag_ms):
+                out_of_sync.append(replica)
+        return tuple(out_of_sync)
 
     def maybe_shrink_isr(self, now_ms: int) -> AlterPartitionProposal | None:
         """Propose the ISR without its out-of-sync followers (Kafka's maybeShrinkIsr)."""

@@ -196,10 +196,9 @@ class Partition:
 
     def _check_invariants(self, high_watermark_before: int, leader_epoch_before: int, out: Outbox) -> None:
         log = self.log
-        truncated = any(isinstance(change, Truncated | TruncatedFully | TruncatedDamaged) for change in out.log_changes)
-        assert log.high_watermark >= high_watermark_before or truncated, (
-            f"HW fell {high_watermark_before} -> {log.high_watermark} without truncation in {self.topic_partition}"
-        )
+        assert log.high_watermark >= high_watermark_before or any(
+            isinstance(change, Truncated | TruncatedFully | TruncatedDamaged) for change in out.log_changes
+        ), f"HW fell {high_watermark_before} -> {log.high_watermark} without truncation in {self.topic_partition}"
         assert self.leader_epoch >= leader_epoch_before, (
             f"leader epoch fell {leader_epoch_before} -> {self.leader_epoch} in {self.topic_partition}"
         )
@@ -211,12 +210,14 @@ class Partition:
             assert self.broker_id in self.state.isr_state.isr, f"leader not in ISR {self.state.isr_state}"
 
     def _next_tick_ms(self) -> int | None:
-        times = [
-            self.produce_purgatory.next_deadline_ms(),
+        earliest = self.produce_purgatory.next_deadline_ms()
+        for time in (
             self.delete_records_purgatory.next_deadline_ms(),
             self.state.next_timer_ms() if isinstance(self.state, Leader) and self.offline_reason is None else None,
-        ]
-        return min((time for time in times if time is not None), default=None)
+        ):
+            if time is not None and (earliest is None or time < earliest):
+                earliest = time
+        return earliest
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -557,6 +558,9 @@ class Partition:
         then reach no consumer until enough replicas hold them, so acks=1 writes to a shrunken ISR
         cannot be read and then lost with the leader."""
         assert isinstance(self.state, Leader)
+        log = self.log
+        if log.high_watermark == log.log_end_offset:
+            return  # the target is never above the LEO: nothing to do (every event of an idle leader)
         if len(self.state.isr_state.isr) < self.min_insync_replicas():
             return
         self.replica_log.maybe_increment_high_watermark(self.state.high_watermark_target())
@@ -565,6 +569,8 @@ class Partition:
         """acks=all: done when the HW passes the last offset, with NOT_ENOUGH_REPLICAS_AFTER_APPEND
         if the maximal ISR is below min.insync.replicas then (Kafka's checkEnoughReplicasReachOffset);
         REQUEST_TIMED_OUT at the deadline."""
+        if not self.produce_purgatory:
+            return
         log = self.log
         maximal_isr = leader.isr_state.maximal_isr
         enough = len(maximal_isr) >= self.min_insync_replicas()
@@ -586,6 +592,8 @@ class Partition:
             ))
 
     def _complete_delayed_delete_records(self, leader: Leader, now_ms: int, out: Outbox) -> None:
+        if not self.delete_records_purgatory:
+            return
         low_watermark = leader.low_watermark()
         for item in self.delete_records_purgatory.take_all():
             assert isinstance(item, DelayedDeleteRecords), item

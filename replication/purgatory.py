@@ -63,7 +63,9 @@ class ProducePurgatory:
         return done
 
     def next_deadline_ms(self) -> int | None:
-        return min((delayed.deadline_ms for delayed in self._waiting), default=None)
+        if not self._waiting:
+            return None
+        return min(delayed.deadline_ms for delayed in self._waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,4 +100,6 @@ class DelayedList:
         return taken
 
     def next_deadline_ms(self) -> int | None:
-        return min((item.deadline_ms for item in self.items), default=None)
+        if not self.items:
+            return None
+        return min(item.deadline_ms for item in self.items)

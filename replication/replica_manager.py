@@ -202,8 +202,8 @@ class ReplicaManager:
     def _check_invariants(self) -> None:
         assert len(self.purgatory) <= self.purgatory.capacity, len(self.purgatory)
         assert len(self._alter_in_flight) <= ALTER_PARTITION_IN_FLIGHT_MAX, len(self._alter_in_flight)
-        for topic_partition, leader_id in self.fetchers.leader_of.items():
-            assert topic_partition in self.hosted, f"{topic_partition} fetched from {leader_id} but not hosted"
+        assert self.fetchers.leader_of.keys() <= self.hosted.keys(), (
+            f"fetched but not hosted: {sorted(self.fetchers.leader_of.keys() - self.hosted.keys())}")
 
     def _next_id_value(self) -> int:
         self._next_id += 1

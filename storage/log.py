@@ -409,7 +409,10 @@ class Log:
         bound = end if max_offset is None else min(max_offset, end)
         data = b""
         if offset < bound:
-            for segment in self.segments.values_from(offset):
+            active = self.segments.active_segment
+            # A read in the active segment (followers, tailing consumers) needs no floor lookup.
+            candidates = (active,) if offset >= active.base_offset else self.segments.values_from(offset)
+            for segment in candidates:
                 found = segment.read(offset, max_bytes, max_offset=bound, min_one_message=min_one_message)
                 if found is not None:
                     data = found[1]

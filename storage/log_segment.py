@@ -14,7 +14,9 @@ re-validates every batch, rebuilds both indexes and cuts the file at the first b
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -37,6 +39,7 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _SCAN_CHUNK_BYTES = 1024 * 1024
+_RECENT_BATCHES_MAX = 64
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -66,6 +69,13 @@ class LogSegment:
     the base offset when empty), `max_timestamp_so_far` and `offset_of_max_timestamp_so_far`
     (for the time index and for retention by time), `rolling_based_timestamp` (the first
     batch's max timestamp: Kafka measures segment.ms from it), `created_ms`.
+
+    Recent batches: the last offset and position of the active segment's last batches (up to 64, at
+    least the last 32 once that many were appended), valid while they end at `size`. Followers and
+    tailing consumers read just below the log end, and these answer such a read without the offset
+    index or a header read from the file: Kafka keeps the LEO's LogOffsetMetadata (segment and
+    position) for the same reason. Other reads walk the headers from an index entry as before;
+    truncation and undo re-track from the cut; a roll forgets them.
     """
 
     def __init__(
@@ -96,6 +106,10 @@ class LogSegment:
         self.offset_of_max_timestamp_so_far = base_offset
         self.rolling_based_timestamp: int | None = None
         self.unflushed_messages = 0
+        self._recent_last_offsets = array("q")
+        self._recent_positions = array("q")
+        self._recent_end = -1  # where the last recent batch ends
+        self._recent_floor = 0  # the recent batches answer for offsets above this one
 
     # -- loading ------------------------------------------------------------------------
 
@@ -108,8 +122,9 @@ class LogSegment:
         self.offset_index.sanity_check(max(self.size, 1))
         position = self._indexed_position(2**63 - 1)
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = self.time_index.last_entry()
-        for _, header in self.iter_headers(position):
-            self._track(header)
+        self._forget_recent_batches()
+        for batch_position, header in self.iter_headers(position):
+            self._track(batch_position, header)
         self.time_index.sanity_check(self.next_offset)
         # The last time-index entry is the segment's largest timestamp (retention and lookups
         # by time trust it): check it against its batch, as lookups check the entries they use.
@@ -160,6 +175,7 @@ class LogSegment:
         self.max_timestamp_so_far = NO_TIMESTAMP
         self.offset_of_max_timestamp_so_far = self.base_offset
         self.rolling_based_timestamp = None
+        self._forget_recent_batches()
         valid_bytes = 0
         for position, header in batches:
             if header.base_offset < self.next_offset or header.last_offset - self.base_offset > INT32_MAX:
@@ -266,7 +282,7 @@ class LogSegment:
 
     def _index(self, position: int, header: BatchHeader) -> None:
         """Account a batch now at `position`: sizes, next offset, timestamps, sparse entries."""
-        self._track(header)
+        self._track(position, header)
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
             self.offset_index.append(header.last_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
@@ -274,14 +290,39 @@ class LogSegment:
         self.bytes_since_last_index_entry += header.size_in_bytes
         self.size = max(self.size, position + header.size_in_bytes)
 
-    def _track(self, header: BatchHeader) -> None:
+    def _track(self, position: int, header: BatchHeader) -> None:
         self.next_offset = header.next_offset
         if header.max_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = header.max_timestamp
             self.offset_of_max_timestamp_so_far = header.last_offset
+        last_offsets, positions = self._recent_last_offsets, self._recent_positions
+        if not positions:
+            self._recent_floor = header.base_offset - 1  # the batch before ends at or below it
+        elif len(positions) == _RECENT_BATCHES_MAX:
+            half = _RECENT_BATCHES_MAX // 2
+            self._recent_floor = last_offsets[half - 1]
+            del last_offsets[:half]
+            del positions[:half]
+        last_offsets.append(header.last_offset)
+        positions.append(position)
+        self._recent_end = position + header.size_in_bytes
+
+    def _forget_recent_batches(self) -> None:
+        del self._recent_last_offsets[:]
+        del self._recent_positions[:]
+        self._recent_end = -1
+
+    def _recent_from(self, offset: int) -> int | None:
+        """The slot among the recent batches of the first whose last offset is >= `offset` (their
+        count: none is, `offset` is past the segment's end), or None when they cannot tell: they do not
+        end at `size`, or `offset` is not above their floor (an earlier batch may hold it)."""
+        if self._recent_end != self.size or offset <= self._recent_floor or not self._recent_positions:
+            return None
+        return bisect_left(self._recent_last_offsets, offset)
 
     def on_become_inactive(self) -> None:
         """On roll: record the segment's max timestamp in the time index, trim both indexes."""
+        self._forget_recent_batches()
         self._append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
@@ -311,6 +352,12 @@ class LogSegment:
 
     def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= `offset`."""
+        slot = self._recent_from(offset)
+        if slot is not None:
+            if slot == len(self._recent_positions):
+                return None
+            position = self._recent_positions[slot]
+            return position, read_header(self.read_bytes(position, BATCH_HEADER_SIZE))
         try:
             position = self._indexed_position(offset)
         except (CorruptIndexError, CorruptRecordError):
@@ -340,15 +387,28 @@ class LogSegment:
              min_one_message: bool = True) -> tuple[int, bytes] | None:
         """Whole batches from the one holding `offset`, at most `max_bytes` (KIP-74: at least
         one batch when `min_one_message`), none reaching `max_offset`. None past the segment's end."""
-        found = self.translate_offset(offset)
-        if found is None:
-            return None
-        start, _ = found
+        batches: Iterable[tuple[int, int]]  # (last offset, end position) of each batch from the first read
+        slot = self._recent_from(offset)
+        if slot is not None:
+            positions = self._recent_positions
+            if slot == len(positions):
+                return None
+            start = positions[slot]
+            if (max_offset is None or max_offset >= self.next_offset) and self.size - start <= max_bytes:
+                return start, self.read_bytes(start, self.size - start)  # every batch to the end fits
+            ends = [*positions[slot + 1 :], self._recent_end]
+            batches = zip(self._recent_last_offsets[slot:], ends, strict=True)
+        else:
+            found = self.translate_offset(offset)
+            if found is None:
+                return None
+            start = found[0]
+            batches = ((header.last_offset, position + header.size_in_bytes)
+                       for position, header in self.iter_headers(start))
         end = start
-        for position, header in self.iter_headers(start):
-            if max_offset is not None and header.last_offset >= max_offset:
+        for last_offset, next_end in batches:
+            if max_offset is not None and last_offset >= max_offset:
                 break
-            next_end = position + header.size_in_bytes
             if next_end - start > max_bytes and not (min_one_message and end == start):
                 break
             end = next_end
@@ -438,8 +498,9 @@ class LogSegment:
         _, position = self.offset_index.lookup(2**63 - 1)
         self.next_offset = self.base_offset
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = self.time_index.last_entry()
-        for _, header in self.iter_headers(position):
-            self._track(header)
+        self._forget_recent_batches()
+        for batch_position, header in self.iter_headers(position):
+            self._track(batch_position, header)
         self.bytes_since_last_index_entry = self.size - position
         if self.size == 0:
             self.rolling_based_timestamp = None

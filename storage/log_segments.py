@@ -1,7 +1,9 @@
 """LogSegments: the segments of one log in a SortedDict keyed by base offset.
 
 Kafka keeps them in a ConcurrentSkipListMap for the same reason: find the segment holding an
-offset with a floor lookup. The last segment is the active one.
+offset with a floor lookup. The last segment is the active one; it is kept beside the map
+(Kafka's LocalLog reads its end offset from the active segment on every append and fetch, and
+a SortedDict's `peekitem(-1)` costs a tree walk), set by `add` and `remove`, the map's only writers.
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ from storage.log_segment import LogSegment
 class LogSegments:
     def __init__(self) -> None:
         self._segments: SortedDict[int, LogSegment] = SortedDict()
+        self._active: LogSegment | None = None  # the segment with the largest base offset
 
     def add(self, segment: LogSegment) -> None:
         self._segments[segment.base_offset] = segment
+        if self._active is None or segment.base_offset >= self._active.base_offset:
+            self._active = segment
 
     def remove(self, base_offset: int) -> LogSegment:
-        return self._segments.pop(base_offset)
+        segment = self._segments.pop(base_offset)
+        if segment is self._active:
+            self._active = self._segments.peekitem(-1)[1] if self._segments else None
+        return segment
 
     def get(self, base_offset: int) -> LogSegment | None:
         return self._segments.get(base_offset)
@@ -37,8 +45,9 @@ class LogSegments:
 
     @property
     def active_segment(self) -> LogSegment:
-        assert self._segments, "a log always has at least one segment"
-        return self._segments.peekitem(-1)[1]
+        active = self._active
+        assert active is not None, "a log always has at least one segment"
+        return active
 
     @property
     def first_segment(self) -> LogSegment:
