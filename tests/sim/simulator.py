@@ -6,12 +6,10 @@ simulation): one `random.Random(seed)` draws the options (`SimOptions.draw`) and
 the run — message delays, drops, duplicates, partitions, crashes, restarts, wiped disks, pauses, torn
 writes, the workload — in the order events happen, so a seed replays exactly.
 
-Connections fail as TCP's do (README, "Failover after kill -9"): a fetch or quorum probe that reaches
-a down node is refused (the sender's transport reports `Unreachable(refused=True)`, and a follower
-whose leader refuses stands soon: controller/raft.py, "A refused leader"); a crash also closes the
-crashed node's connections, so a peer whose last fetch it took hears `Unreachable(refused=False)`
-(and its retry is refused); a cut link drops (a time-out: the fetch timeout decides); a paused
-node's kernel accepts and holds. Campaigns count `refused_leader_fetches`.
+Connections fail as TCP's do (tests/sim/connections.py): a fetch or quorum probe that reaches a
+down node is refused at once, a crash closes the crashed node's connections (the close reaches a
+peer whose last fetch it took over the network), a cut link drops, a paused node's kernel accepts
+and holds. Campaigns count `refused_leader_fetches`.
 
 Time is an integer of simulated ms and is never slept. Events wait in one heap keyed by (time,
 sequence): message deliveries, node ticks (each node is ticked at the `next_tick_ms` its last Ready
@@ -63,12 +61,9 @@ from controller.quorum_controller import ControllerConfig
 from controller.raft_log import metadata_log_config
 from controller.raft_messages import (
     Event,
-    FetchRequest,
-    FetchSnapshotRequest,
     Message,
     ProposalCompletion,
     Propose,
-    QuorumProbeRequest,
     RaftError,
     Ready,
     Role,
@@ -76,6 +71,7 @@ from controller.raft_messages import (
     Unreachable,
 )
 from tests.sim.checker import SafetyChecker
+from tests.sim.connections import SimConnections, refused_by_leader
 from tests.sim.fault_window import FaultWindow
 from tests.sim.kernel.disk import default_root
 from tests.sim.metadata_workload import ControllerRequest, MetadataWorkload, SimControllerDriver
@@ -194,9 +190,7 @@ class Simulation:
         self.same_time_ticks = 0
         self.last_tick_ms = -1
         self.records: dict[int, tuple[bytes, ...]] = {}  # proposal id -> the records it proposed
-        # (source, destination) -> the correlation id of the last fetch delivered over that link's
-        # connection; a crash of the destination closes it (node/raft_transport.py).
-        self.fetches_delivered: dict[tuple[int, int], int] = {}
+        self.connections = SimConnections()
         self.controllers: dict[int, SimControllerDriver] = {}
         self.workload: MetadataWorkload | None = None
         if spec.controller:
@@ -278,13 +272,10 @@ class Simulation:
         if kind is Kind.DELIVER:
             assert isinstance(data, Message), data
             destination = self.nodes[data.destination_id]
-            if not destination.up and isinstance(data.body, FetchRequest | FetchSnapshotRequest | QuorumProbeRequest):
-                # A down process's host refuses the connection: the sender's transport reports it.
-                self._refused(data.source_id, Unreachable(data.destination_id, data.body.correlation_id,
-                                                          refused=True))
+            refusal = self.connections.arrived(data, destination.up)
+            if refusal is not None:
+                self._refused(data.source_id, refusal)
             else:
-                if destination.up and isinstance(data.body, FetchRequest | FetchSnapshotRequest):
-                    self.fetches_delivered[(data.source_id, data.destination_id)] = data.body.correlation_id
                 self._deliver(destination, data)
         elif kind is Kind.STREAM_CLOSED:
             source_id, event = data  # type: ignore[misc]
@@ -333,26 +324,14 @@ class Simulation:
 
     def _refused(self, source_id: int, event: Unreachable) -> None:
         source = self.nodes[source_id]
-        if source.up and source.raft.role is Role.FOLLOWER and source.raft.leader_id == event.destination_id:
+        if source.up and refused_by_leader(source.raft, event):
             self.result.refused_leader_fetches += 1
         self._deliver(source, event)
 
-    def _close_streams(self, node: SimNode) -> None:
-        """A crashed process's kernel closes its connections: each peer whose last fetch it took hears
-        of the close (FIN or RST, lost on a cut link like any packet) and reports that fetch, not
-        refused (node/raft_transport.py); its retry is then refused."""
-        for source_id, destination_id in sorted(self.fetches_delivered):
-            if node.node_id not in (source_id, destination_id):
-                continue
-            correlation_id = self.fetches_delivered.pop((source_id, destination_id))
-            if destination_id != node.node_id:
-                continue  # the crashed node's own connections: nobody is left to hear of them
-            for time_ms in self.network.delivery_times(destination_id, source_id, self.now_ms):
-                event = Unreachable(destination_id, correlation_id, refused=False)
-                self._schedule(time_ms, Kind.STREAM_CLOSED, (source_id, event))
-
     def _crash(self, node: SimNode) -> None:
-        self._close_streams(node)
+        for peer_id, event in self.connections.crashed(node.node_id):
+            for time_ms in self.network.delivery_times(node.node_id, peer_id, self.now_ms):
+                self._schedule(time_ms, Kind.STREAM_CLOSED, (peer_id, event))
         cuts = node.crash(self.rng, self.options.tear_probability)
         self.controllers.pop(node.node_id, None)
         self.fault_window.crashed(self.now_ms)

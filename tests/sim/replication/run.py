@@ -51,6 +51,7 @@ class SeedOutcome:
     idempotent_in_flight_max: int  # the most batches of one partition in flight at once
     idempotent_splits: int  # merged backlogs refused as too large, sent again as their parts
     liveness_ms: int | None
+    refused_leader_fetches: int  # controllers' fetches refused by their own leader ("A refused leader")
 
     @classmethod
     def of(cls, seed: int, failure: str | None, result: SimResult) -> SeedOutcome:
@@ -62,7 +63,7 @@ class SeedOutcome:
                    (idempotent.sends, idempotent.acknowledged, idempotent.out_of_order, idempotent.new_epochs,
                     idempotent.failed, figures.idempotent_committed, figures.idempotent_rewritten_after_deletion),
                    idempotent.in_flight_max, idempotent.splits,
-                   None if failure else result.liveness_ms)
+                   None if failure else result.liveness_ms, result.refused_leader_fetches)
 
 
 def replay_command(seed: int) -> str:
@@ -114,6 +115,8 @@ class Summary(seed_runner.Tally):
     idempotent_in_flight_max: int = 0
     idempotent_splits: int = 0
     liveness: list[int] = field(default_factory=list)
+    refused_leader_fetches: int = 0
+    seeds_with_refused_leaders: int = 0
 
     def add(self, outcome: SeedOutcome) -> None:
         self.count(outcome)
@@ -137,6 +140,8 @@ class Summary(seed_runner.Tally):
         self.idempotent_splits += outcome.idempotent_splits
         if outcome.liveness_ms is not None:
             self.liveness.append(outcome.liveness_ms)
+        self.refused_leader_fetches += outcome.refused_leader_fetches
+        self.seeds_with_refused_leaders += 1 if outcome.refused_leader_fetches else 0
 
     def report(self, elapsed_s: float) -> str:
         excuses = ", ".join(f"{kind}: {count}" for kind, count in sorted(self.excused.items())) or "none"
@@ -155,7 +160,9 @@ class Summary(seed_runner.Tally):
             f"batches failed for good, {self.idempotent_splits} merged backlogs split, up to "
             f"{self.idempotent_in_flight_max} in flight per partition; "
             f"{self.idempotent[5]} batches committed, none twice, records in send order (but "
-            f"{self.idempotent[6]} written again after logStartOffset deleted them everywhere)"
+            f"{self.idempotent[6]} written again after logStartOffset deleted them everywhere)\n"
+            f"controller fetches refused by the follower's own leader (an election without the fetch timeout): "
+            f"{self.refused_leader_fetches} in {self.seeds_with_refused_leaders} seeds"
         )
 
 
@@ -170,7 +177,7 @@ def _ok_line(result: SimResult) -> str:
     return (f"steps={result.steps} simulated_ms={result.simulated_ms} produced={result.produced} "
             f"acked_all={result.acked_all} acked_all_during_fault={result.acked_all_during_fault} "
             f"consumed_batches={figures.consumed_batches} crashes={result.crashes} "
-            f"fast_fences={result.fast_fences} "
+            f"fast_fences={result.fast_fences} refused_leader_fetches={result.refused_leader_fetches} "
             f"wipes={result.wipes} rots={result.rots} halts={result.halts} stalls={result.stalls} "
             f"leader_changes={result.leader_changes} truncations={result.truncations} "
             f"excused=[{excused}] excused_unacked={figures.excused_unacked} offsets_reused={figures.offsets_reused} "

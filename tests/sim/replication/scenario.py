@@ -144,6 +144,10 @@ class Scenario(Simulation):
         self._tell(f"broker {broker_id} crashes")
         self._crash(self.brokers[broker_id])
 
+    def crash_controller(self, node_id: int) -> None:
+        self._tell(f"controller {node_id} crashes")
+        self._crash_controller(node_id)
+
     def restart(self, broker_id: int) -> None:
         self._tell(f"broker {broker_id} restarts")
         self._restart(self.brokers[broker_id])

@@ -18,8 +18,12 @@ over brokers and controllers). Connections fail as TCP's do (README, "Failover a
 four the controller in office probes every unfenced broker's listener; a probe reaching the host of
 a crashed or halted broker is refused at once (the refusal travels back like a message), one on a
 cut or lossy link is lost (a time-out), and a live broker's kernel accepts it even while the process
-is paused. Time is an integer of simulated ms in one event heap. The run starts
-once the quorum has a leader, every broker registered itself and the admin created the topic.
+is paused. Raft's connections between controller nodes fail the same way, as in the quorum simulation
+(tests/sim/connections.py): a fetch or quorum probe reaching a down controller is refused at once, a
+crash closes the crashed controller's connections (the close travels like a message to a peer whose
+last fetch it took), and campaigns count `refused_leader_fetches`. Time is an integer of simulated ms
+in one event heap. The run starts once the quorum has a leader, every broker registered itself and
+the admin created the topic.
 
 Phases:
 1. Safety (`safety_duration_ms`, longer while no write was acknowledged during a fault: up to
@@ -56,6 +60,7 @@ from controller.error_responses import is_not_controller
 from controller.quorum_controller import ControllerConfig
 from controller.raft_messages import Message as RaftMessage
 from controller.raft_messages import Tick as QuorumTick
+from controller.raft_messages import Unreachable
 from replication.broker_events import FetchWait
 from replication.broker_ready import BrokerReady
 from replication.config import ReplicationConfig
@@ -71,6 +76,7 @@ from replication.group_coordinator import (
 from replication.ready import FetchResult, ProduceResult, Role
 from storage.config import LogConfig
 from storage.records import build_batch_from_values
+from tests.sim.connections import SimConnections, refused_by_leader
 from tests.sim.fault_window import FaultWindow
 from tests.sim.kernel.disk import DiskModel, default_root
 from tests.sim.network import SimNetwork
@@ -167,6 +173,7 @@ class SimResult:
     idempotent: IdempotentFigures = field(default_factory=IdempotentFigures)
     crashes: int = 0
     fast_fences: int = 0  # brokers fenced by a refused probe, before their session ran out
+    refused_leader_fetches: int = 0  # controllers' fetches refused by their own leader ("A refused leader")
     wipes: int = 0
     rots: int = 0
     halts: int = 0  # a broker found a damaged batch and halted
@@ -253,6 +260,7 @@ class Simulation:
         self.quorum_tick_at: dict[int, int] = {}
         self.controller_paused_until: dict[int, int] = dict.fromkeys(CONTROLLER_IDS, -1)
         self.controller_held: dict[int, list[Message]] = {node_id: [] for node_id in CONTROLLER_IDS}
+        self.raft_connections = SimConnections()
         self.admin_answers: dict[int, Any] = {}
         self.admin_attempts = 0  # the token of the next admin request
         self.safety_extensions = 0
@@ -553,7 +561,7 @@ class Simulation:
         destination = message.destination
         body = message.body
         if destination in CONTROLLER_IDS:
-            self._to_controller(message)
+            self._to_controller_host(message)
             return
         if destination in (PRODUCER_ID, CONSUMER_ID, GROUP_CLIENT_ID):
             self._to_client(body)
@@ -637,6 +645,22 @@ class Simulation:
         broker_id, correlation_id = token
         self.send(Message(node_id, broker_id, ControllerAnswer(correlation_id, response)))
 
+    def _to_controller_host(self, message: Message) -> None:
+        """A message reaches a controller node's host: a Raft fetch or probe to a down process is
+        refused, and its sender's transport reports it at once (tests/sim/connections.py)."""
+        body = message.body
+        if isinstance(body, RaftEnvelope):
+            refusal = self.raft_connections.arrived(body.message, message.destination in self.quorum.drivers)
+            if refusal is not None:
+                source = self.quorum.nodes[message.source]
+                if source.up and refused_by_leader(source.raft, refusal):
+                    self.result.refused_leader_fetches += 1
+                self.trace(f"controller {message.source}: {type(body.message.body).__name__} to "
+                           f"{message.destination} refused")
+                self._to_controller(Message(message.destination, message.source, refusal))
+                return
+        self._to_controller(message)
+
     def _to_controller(self, message: Message) -> None:
         node_id, body = message.destination, message.body
         if node_id not in self.quorum.drivers:
@@ -646,6 +670,8 @@ class Simulation:
             return
         if isinstance(body, RaftEnvelope):
             self._quorum_step(node_id, lambda: self.quorum.step(node_id, body.message, self.now_ms))
+        elif isinstance(body, Unreachable):  # its transport reports a refused or closed connection
+            self._quorum_step(node_id, lambda: self.quorum.step(node_id, body, self.now_ms))
         elif isinstance(body, MetadataFetch):
             self.parked_metadata.append((node_id, body, self.now_ms + self.options.metadata_max_wait_ms))
             self.schedule(self.now_ms + self.options.metadata_max_wait_ms, Kind.METADATA_WAIT, node_id)
@@ -943,12 +969,16 @@ class Simulation:
             self._pause_controller(node_id, self.rng.randint(1, self.options.pause_max_ms))
 
     def _crash_controller(self, node_id: int) -> None:
+        closes = self.raft_connections.crashed(node_id)
+        for peer_id, closed in closes:
+            self.send(Message(node_id, peer_id, closed))
         cuts = self.quorum.crash(node_id, self.rng, self.options.tear_probability)
         self.quorum_tick_at.pop(node_id, None)
         self.parked_metadata = [parked for parked in self.parked_metadata if parked[0] != node_id]
         self.fault_window.crashed(self.now_ms)
         self.result.crashes += 1
-        self.trace(f"chaos: crash controller {node_id} cuts={cuts}")
+        self.trace(f"chaos: crash controller {node_id} cuts={cuts} closes the fetch connections of "
+                   f"{[peer_id for peer_id, _ in closes]}")
 
     def _pause_controller(self, node_id: int, duration_ms: int) -> None:
         self.controller_paused_until[node_id] = self.now_ms + duration_ms

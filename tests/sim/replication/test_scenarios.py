@@ -171,6 +171,25 @@ def test_zombie_old_leader_is_fenced() -> None:
     ], "the zombie and the follower that fetched from it drop the zombie's record"
 
 
+def test_a_crashed_active_controller_is_replaced_before_the_fetch_timeout() -> None:
+    """Goal (README, "Failover after kill -9"; controller/raft.py, "A refused leader"): when the
+    active controller's process dies, its host closes the followers' fetch connections and refuses
+    their retries, so a follower stands at once instead of waiting out the fetch timeout; a new
+    controller takes office and the partition takes acks=all writes again, nothing lost."""
+    scenario = started()
+    old_id = scenario.quorum.active_controller()
+    assert old_id is not None
+    crashed_ms = scenario.now_ms
+    scenario.crash_controller(old_id)
+    scenario.run_until(lambda: scenario.quorum.active_controller() not in (None, old_id))
+    failover_ms = scenario.now_ms - crashed_ms
+    assert failover_ms < scenario.options.fetch_timeout_ms, f"a new controller after {failover_ms} ms"
+    assert scenario.result.refused_leader_fetches > 0
+    acked = scenario.produce(acks=-1)
+    assert acked is not None and acked.error == NONE
+    scenario.converge()
+
+
 def test_last_replica_standing_keeps_acked_records() -> None:
     """Goal (issue 11, KIP-966): RF=3, min.insync.replicas=2, three records acked at offsets 0..2
     and replicated to all three. Both followers lose contact with the controller only (they keep
