@@ -196,7 +196,6 @@ class OffsetCheckpointFile:
         """Replace the file's content with `offsets`, atomically (unless it holds them already)."""
         if self._written is not None and self._written == offsets:
             return
-        self._written = None  # unknown until the write below succeeds
         lines = []
         for topic_partition in sorted(offsets):
             _check_topic_partition(topic_partition)

@@ -249,7 +249,9 @@ class LogManager:
         return sum(log.delete_expired_files(now_ms) for _, log in self)
 
     def flush_dirty_logs(self, now_ms: int) -> int:
-        return sum(1 for _, log in self if log.maybe_flush(now_ms))
+        """`flush.ms` / `flush.messages` on every log; how many flushed. Runs every second: the logs
+        are taken in creation order, not sorted (a sort of 2,000 names was most of an idle pass)."""
+        return sum(1 for log in self.logs.values() if log.maybe_flush(now_ms))
 
     def checkpoint(self) -> None:
         """Write the recovery point, HW and log start offset checkpoints of every log dir."""
