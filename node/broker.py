@@ -63,13 +63,21 @@ from replication.ready import (
     Role,
 )
 from replication.replica_manager import HostedPartition, ReplicaManager
+from replication.replica_sessions import SessionFetchRef
 from storage.log_manager import LogManager
 from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
 from wire.alter_partition import AlterPartitionResponse as ControllerAlterPartitionResponse
 from wire.api import Api
 from wire.error_codes import ErrorCode
 from wire.fetch import EpochEndOffset as WireEpochEndOffset
-from wire.fetch import FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, LeaderIdAndEpoch
+from wire.fetch import (
+    FetchPartition,
+    FetchPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    ForgottenPartition,
+    LeaderIdAndEpoch,
+)
 from wire.log_offsets import (
     DeleteRecordsPartitionResponse,
     DeleteRecordsRequest,
@@ -329,9 +337,11 @@ class Broker:
             for topic_partition, position in send.positions
         )
         request = FetchRequest(partitions=partitions, replica_id=self.settings.node_id,
-                                        broker_epoch=send.broker_epoch, max_wait_ms=send.max_wait_ms,
-                                        min_bytes=send.min_bytes, max_bytes=send.max_bytes,
-                                        cluster_id=self.settings.cluster_id)
+                               broker_epoch=send.broker_epoch, max_wait_ms=send.max_wait_ms,
+                               min_bytes=send.min_bytes, max_bytes=send.max_bytes,
+                               cluster_id=self.settings.cluster_id, session_id=send.session_id,
+                               session_epoch=send.session_epoch,
+                               forgotten=tuple(ForgottenPartition(tp.topic, tp.partition) for tp in send.forgotten))
         try:
             response = await self._connections.call(send.address, Api.FETCH, request,
                                                     FetchResponse, self.core.config.replica_fetch_timeout_ms)
@@ -339,12 +349,10 @@ class Broker:
             log.info("broker %s: fetch from broker %s failed (%s); the core backs off", self.settings.node_id,
                      send.leader_id, error)
             answer = ReplicaFetchAnswer(send.request_id, error=ErrorCode.NETWORK_EXCEPTION, error_message=str(error))
-        else:
-            wanted = {(tp.topic, tp.partition): tp for tp, _ in send.positions}
+        else:  # the core drops results for partitions its fetch did not hold
             answer = ReplicaFetchAnswer(send.request_id, tuple(
-                (wanted[(part.topic, part.partition)], _fetch_result(part))
-                for part in response.partitions if (part.topic, part.partition) in wanted
-            ))
+                (TopicPartition(part.topic, part.partition), _fetch_result(part)) for part in response.partitions
+            ), response.error_code, session_id=response.session_id)
         if not self._stopped:
             self._step(answer)
 
@@ -383,10 +391,15 @@ class Broker:
             parts.append((TopicPartition(part.topic, part.partition), event))
         # A client waits at most its request timeout (Kafka's clients require fetch.max.wait.ms below
         # it), so a longer long poll only holds a parked-fetch slot for nothing.
+        session = None
+        if request.replica_id != CONSUMER_REPLICA_ID:  # KIP-227 sessions for followers (replica_sessions.py)
+            session = SessionFetchRef(request.session_id, request.session_epoch, tuple(
+                TopicPartition(part.topic, part.partition) for part in request.forgotten), request.broker_epoch)
         wait = FetchWait(request.replica_id, min(request.max_wait_ms, self.settings.request_timeout_ms),
-                         request.min_bytes, request.max_bytes, request.rack_id)
+                         request.min_bytes, request.max_bytes, request.rack_id, session)
         answer = await self._submit(tuple(parts), wait)
-        return FetchResponse(tuple(_fetch_partition_response(part) for part in answer.parts))
+        return FetchResponse(tuple(_fetch_partition_response(part) for part in answer.parts), answer.error,
+                             answer.session_id)
 
     async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         answer = await self._submit(tuple(

@@ -17,6 +17,7 @@ from replication.broker_ready import ClientAnswer, ReplicaFetchSend
 from replication.events import FollowerFetch, PartitionRequest
 from replication.metadata_view import MetadataView
 from replication.ready import FetchResult
+from replication.replica_sessions import SessionFetchRef
 from wire.error_codes import ErrorCode
 from wire.topic_partition import TopicPartition
 
@@ -45,13 +46,15 @@ class FetchWait:
     """A Fetch request's long poll (Kafka's DelayedFetch): answered once `min_bytes` are readable over
     its partitions (at most `max_bytes` in all), a partition has an error or news for a follower, or
     `max_wait_ms` passed. `replica_id`: CONSUMER_REPLICA_ID or the fetching follower's broker id;
-    `rack_id`: a consumer's rack (KIP-392)."""
+    `rack_id`: a consumer's rack (KIP-392); `session`: a follower's KIP-227 session fields (None:
+    sessionless)."""
 
     replica_id: int
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
     rack_id: str = ""
+    session: SessionFetchRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,19 +73,22 @@ def replica_fetch_request(send: ReplicaFetchSend, request_id: int) -> ClientRequ
     the core's own types end to end, such as the simulator's, uses this)."""
     parts = tuple((topic_partition, FollowerFetch.from_position(position, 0, send.broker_epoch))
                   for topic_partition, position in send.positions)
-    wait = FetchWait(send.positions[0][1].replica_id, send.max_wait_ms, send.min_bytes, send.max_bytes)
+    wait = FetchWait(send.replica_id, send.max_wait_ms, send.min_bytes, send.max_bytes,
+                     session=SessionFetchRef(send.session_id, send.session_epoch, send.forgotten, send.broker_epoch))
     return ClientRequest(request_id, parts, wait)
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFetchAnswer:
-    """A leader's answer to `ReplicaFetchSend` `request_id`: a result per partition, or `error` (with
-    no results) when the leader could not be reached or did not answer in time."""
+    """A leader's answer to `ReplicaFetchSend` `request_id`: a result per partition (of an
+    incremental fetch: those with news) and the fetch session's id, or `error` (with no results)
+    when the leader could not be reached, did not answer in time or refused the session."""
 
     request_id: int
     results: tuple[tuple[TopicPartition, FetchResult], ...] = ()
     error: ErrorCode = ErrorCode.NONE
     error_message: str = ""
+    session_id: int = 0
 
     @staticmethod
     def of(request_id: int, answer: ClientAnswer) -> ReplicaFetchAnswer:
@@ -91,7 +97,7 @@ class ReplicaFetchAnswer:
         for part in answer.parts:
             assert isinstance(part.result, FetchResult), part
             results.append((part.topic_partition, part.result))
-        return ReplicaFetchAnswer(request_id, tuple(results))
+        return ReplicaFetchAnswer(request_id, tuple(results), answer.error, session_id=answer.session_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from replication.events import Event
 from replication.ready import AlterPartitionProposal, Completion, FollowerFetchPosition, Ready
+from wire.error_codes import ErrorCode
 from wire.topic_partition import TopicPartition
 
 NO_PREFERRED_READ_REPLICA = -1
@@ -35,17 +36,23 @@ class PartAnswer:
 
 @dataclass(frozen=True, slots=True)
 class ClientAnswer:
-    """The answer to `ClientRequest` `request_id`: one part per requested part, in request order."""
+    """The answer to `ClientRequest` `request_id`: one part per requested part, in request order.
+    A follower's session fetch (KIP-227, replica_sessions.py) is answered with its `session_id` and
+    only the parts with news, or with a session `error` and no parts."""
 
     request_id: int
     parts: tuple[PartAnswer, ...]
+    session_id: int = 0
+    error: ErrorCode = ErrorCode.NONE
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFetchSend:
     """A follower fetch to send to leader `leader_id` at `address` (its inter-broker endpoint), all
     its partitions in one request (Kafka's FetchRequest with replica_id = this broker). The owner
-    hands the answer back as `ReplicaFetchAnswer(request_id, ...)`, or an error if there is none."""
+    hands the answer back as `ReplicaFetchAnswer(request_id, ...)`, or an error if there is none.
+    KIP-227: `session_id` and `session_epoch` name the fetch session (epoch 0: a full fetch that
+    opens one); `positions` lists the partitions added or changed, `forgotten` those to drop."""
 
     request_id: int
     leader_id: int
@@ -55,6 +62,10 @@ class ReplicaFetchSend:
     min_bytes: int
     max_bytes: int
     positions: tuple[tuple[TopicPartition, FollowerFetchPosition], ...]
+    replica_id: int = -1
+    session_id: int = 0
+    session_epoch: int = -1
+    forgotten: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

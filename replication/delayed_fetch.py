@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from replication.broker_events import ClientRequest, FetchWait
 from replication.broker_ready import NO_PREFERRED_READ_REPLICA, PartAnswer
@@ -27,6 +28,9 @@ from replication.events import FollowerFetch
 from replication.ready import FetchResult
 from wire.error_codes import ErrorCode
 from wire.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from replication.replica_sessions import ReplicaSession
 
 
 def is_answerable(request: ClientRequest, answers: Iterable[PartAnswer]) -> bool:
@@ -48,10 +52,12 @@ def is_answerable(request: ClientRequest, answers: Iterable[PartAnswer]) -> bool
 
 @dataclass(frozen=True, slots=True)
 class ParkedFetch:
-    """A Fetch waiting for data, news or its deadline."""
+    """A Fetch waiting for data, news or its deadline; a follower's session fetch (KIP-227) waits
+    on every partition of its `session`."""
 
     request: ClientRequest
     deadline_ms: int
+    session: ReplicaSession | None = None
 
     @property
     def wait(self) -> FetchWait:
@@ -59,6 +65,8 @@ class ParkedFetch:
         return self.request.wait
 
     def reads(self, topic_partitions: set[TopicPartition]) -> bool:
+        if self.session is not None:
+            return any(topic_partition in self.session.parts for topic_partition in topic_partitions)
         return any(topic_partition in topic_partitions for topic_partition, _ in self.request.parts)
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from replication.broker_events import (
     AlterPartitionAnswer,
@@ -74,24 +74,27 @@ from replication.events import (
     MakeFollower,
     MakeLeader,
     PartitionRequest,
+    ProduceRequest,
     RunRetention,
     StopReplica,
     Tick,
     UpdateBrokerEpochs,
     error_result,
 )
-from replication.fetch_session import FetchSession, InFlightFetch, ReplicaFetchers
+from replication.fetch_session import FINAL_EPOCH, FetchSession, InFlightFetch, ReplicaFetchers
 from replication.lease import BrokerLease
 from replication.metadata_view import MetadataView, PartitionStateView
 from replication.partition import Partition
-from replication.ready import AlterPartitionProposal, Completion, FetchResult, Ready, Role
+from replication.ready import AlterPartitionProposal, Completion, FetchResult, FollowerFetchPosition, Ready, Role
 from replication.replica_selector import preferred_read_replica
+from replication.replica_sessions import REFRESH_WINDOW_FRACTION, ReplicaSession, ReplicaSessionCache
 from replication.replica_state import NO_BROKER_EPOCH
 from storage.log_manager import LogManager
 from wire.error_codes import ErrorCode
 from wire.sentinels import NO_EPOCH, NO_LEADER
 from wire.topic_partition import TopicPartition
 
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
 _CURRENT_LEADER_ERRORS = frozenset(
     {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH}
 )
@@ -131,6 +134,7 @@ class _Outbox:
     fetches: list[ReplicaFetchSend] = dataclasses.field(default_factory=list)
     deleted_logs: list[DeletedLog] = dataclasses.field(default_factory=list)
     changed: set[TopicPartition] = dataclasses.field(default_factory=set)
+    isr_changed: set[TopicPartition] = dataclasses.field(default_factory=set)
     log_dir_failure: str | None = None
 
 
@@ -151,6 +155,8 @@ class ReplicaManager:
         self.wall_clock_ms = 0
         self.fetchers = ReplicaFetchers()
         self.purgatory = FetchPurgatory(config.replication.delayed_fetch_max)
+        self.replica_sessions = ReplicaSessionCache(
+            config.replication.replica_lag_time_max_ms // REFRESH_WINDOW_FRACTION)
         self._pending: dict[int, PendingRequest] = {}
         self._part_of: dict[int, tuple[int, int]] = {}  # partition request id -> (request id, part index)
         self._alter_in_flight: dict[int, tuple[TopicPartition, HostedPartition, AlterPartitionProposal, int]] = {}
@@ -183,6 +189,9 @@ class ReplicaManager:
         else:
             assert isinstance(event, Tick), f"not a broker event: {event!r}"
         if not self.stopped and out.log_dir_failure is None:
+            # An ISR may have changed: follower sessions read the partition at their next fetch
+            # (waking parked fetches for it would turn each refused ISR expansion into a loop).
+            self.replica_sessions.mark_changed(out.isr_changed)
             self._tick_due_partitions(out)
             self._expire_fetches(out)
             self._settle_fetches(out)
@@ -202,8 +211,8 @@ class ReplicaManager:
     def _check_invariants(self) -> None:
         assert len(self.purgatory) <= self.purgatory.capacity, len(self.purgatory)
         assert len(self._alter_in_flight) <= ALTER_PARTITION_IN_FLIGHT_MAX, len(self._alter_in_flight)
-        assert self.fetchers.leader_of.keys() <= self.hosted.keys(), (
-            f"fetched but not hosted: {sorted(self.fetchers.leader_of.keys() - self.hosted.keys())}")
+        # O(1) per call: a loop over every followed partition cost more than the call at 2,000.
+        assert len(self.fetchers.leader_of) <= len(self.hosted), (len(self.fetchers.leader_of), len(self.hosted))
 
     def _next_id_value(self) -> int:
         self._next_id += 1
@@ -211,13 +220,14 @@ class ReplicaManager:
 
     # -- stepping one partition --------------------------------------------------------------------
 
-    def _step(self, topic_partition: TopicPartition, event: Event, out: _Outbox) -> Ready:
+    def _step(self, topic_partition: TopicPartition, event: Event, out: _Outbox, at_ms: int | None = None) -> Ready:
         """Step one core and do what its Ready asks within the broker: completions to their requests,
-        proposals out, the fetch session and tick updated, the partition marked changed."""
+        proposals out, the fetch session and tick updated, the partition marked changed. `at_ms`: an
+        earlier time the event happened at (not before the core's own clock)."""
         hosted = self.hosted[topic_partition]
         partition = hosted.partition
         before = (partition.role, partition.leader_epoch)
-        ready = partition.handle(event, self.now_ms, self.wall_clock_ms)
+        ready = partition.handle(event, self.now_ms if at_ms is None else at_ms, self.wall_clock_ms)
         out.steps.append(PartitionStep(topic_partition, event, ready))
         if ready.log_dir_failure is not None and out.log_dir_failure is None:
             out.log_dir_failure = ready.log_dir_failure
@@ -364,6 +374,7 @@ class ReplicaManager:
         if hosted.applied == version:
             return
         hosted.applied = version
+        out.isr_changed.add(topic_partition)
         event: Event
         if state.leader == self.broker_id:
             event = MakeLeader(state.leader_epoch, state.partition_epoch, state.isr, state.replicas,
@@ -392,6 +403,8 @@ class ReplicaManager:
             if refused is not None:
                 self._fill(pending, index, refused, out)
                 continue
+            if isinstance(part, ProduceRequest):
+                self._refresh_quiet_followers(topic_partition, out)
             part_id = self._next_id_value()
             self._part_of[part_id] = (request.request_id, index)
             self._step(topic_partition, dataclasses.replace(part, request_id=part_id), out)
@@ -453,9 +466,12 @@ class ReplicaManager:
     # -- fetch (the long poll) ---------------------------------------------------------------------
 
     def _on_fetch(self, request: ClientRequest, out: _Outbox) -> None:
-        answers = self._read(request, out)
         wait = request.wait
         assert wait is not None
+        if wait.session is not None and wait.session.epoch != FINAL_EPOCH:
+            self._on_session_fetch(request, out)
+            return
+        answers = self._read(request, out)
         if is_answerable(request, answers) or self.purgatory.is_full or self.stopped:
             out.answers.append(ClientAnswer(request.request_id, tuple(answers)))
             return
@@ -484,6 +500,68 @@ class ReplicaManager:
             answers.append(answer)
         return answers
 
+    def _on_session_fetch(self, request: ClientRequest, out: _Outbox) -> None:
+        """A follower's KIP-227 session fetch (replica_sessions.py): a session error is answered at
+        once; else the session's reads are answered now or parked."""
+        wait = request.wait
+        assert wait is not None and wait.session is not None
+        parts = []
+        for topic_partition, part in request.parts:
+            assert isinstance(part, FollowerFetch), part
+            parts.append((topic_partition, part))
+        begun = self.replica_sessions.begin(wait.replica_id, wait.session, parts, self.now_ms)
+        if isinstance(begun, ErrorCode):
+            out.answers.append(ClientAnswer(request.request_id, (), error=begun))
+            return
+        self._serve_session(ParkedFetch(request, self.now_ms + wait.max_wait_ms, begun), out, arrived=True)
+
+    def _serve_session(self, item: ParkedFetch, out: _Outbox, arrived: bool = False, final: bool = False) -> None:
+        """Read what the session's fetch reads; answer the parts with news (at once if `final`), or
+        park it again."""
+        session = item.session
+        assert session is not None
+        reads = session.reads(self.now_ms, arrived)
+        request = ClientRequest(item.request.request_id, tuple((tp, session.parts[tp]) for tp in reads),
+                                item.request.wait)
+        answers = self._read(request, out)
+        self._note_quiet(session, answers)
+        answerable = is_answerable(request, answers) or item.deadline_ms <= self.now_ms or final
+        if answerable or self.purgatory.is_full or self.stopped:
+            out.answers.append(ClientAnswer(request.request_id, session.answer(answers, self.now_ms),
+                                            session.session_id))
+            return
+        session.park(answers)
+        self.purgatory.add(item)
+
+    def _note_quiet(self, session: ReplicaSession, answers: list[PartAnswer]) -> None:
+        """A partition is read on every fetch of the session (sticky) until it is quiet: its read
+        has no records, error or diverging epoch, and the follower is in its ISR. So the follower
+        gets records it could not append again, and rejoins the ISR at once, as in Kafka (which
+        reads every partition of a session on every fetch)."""
+        for answer in answers:
+            result = answer.result
+            assert isinstance(result, FetchResult), result
+            hosted = self.hosted.get(answer.topic_partition)
+            quiet = (hosted is not None and hosted.partition.role == Role.LEADER and not result.records
+                     and result.error == ErrorCode.NONE and result.diverging_epoch is None
+                     and session.replica_id in hosted.partition.isr)
+            if quiet:
+                session.sticky.discard(answer.topic_partition)
+            else:
+                session.sticky.add(answer.topic_partition)
+
+    def _refresh_quiet_followers(self, topic_partition: TopicPartition, out: _Outbox) -> None:
+        """Before an append: the follower fetches that live sessions made without reading this
+        quiet partition, read as of their arrival (replica_sessions.py), so its core counts the
+        followers caught up then."""
+        partition = self.hosted[topic_partition].partition
+        if partition.role != Role.LEADER or not self.replica_sessions.sessions:
+            return
+        for arrived_ms, part in self.replica_sessions.refreshes(topic_partition, partition.log.log_end_offset,
+                                                               self.now_ms):
+            event = dataclasses.replace(part, request_id=self._next_id_value())
+            self._step(topic_partition, event, out, at_ms=max(arrived_ms, partition.now_ms))
+
     def _maybe_redirect(self, topic_partition: TopicPartition, answer: PartAnswer, rack_id: str) -> PartAnswer:
         """KIP-392 on the leader: with a preferred replica the answer carries no records."""
         partition = self.hosted[topic_partition].partition
@@ -503,10 +581,14 @@ class ReplicaManager:
         until nothing new changed; each round answers or re-parks every fetch it took."""
         for _ in range(len(self.purgatory) + 2):
             changed, out.changed = out.changed, set()
+            self.replica_sessions.mark_changed(changed)
             taken = self.purgatory.take(changed, self.now_ms)
             if not taken:
                 return
             for item in taken:
+                if item.session is not None:
+                    self._serve_session(item, out)
+                    continue
                 answers = self._read(item.request, out)
                 if is_answerable(item.request, answers) or item.deadline_ms <= self.now_ms or self.stopped:
                     out.answers.append(ClientAnswer(item.request.request_id, tuple(answers)))
@@ -517,27 +599,23 @@ class ReplicaManager:
     # -- replica fetchers --------------------------------------------------------------------------
 
     def _send_fetches(self, out: _Outbox) -> None:
-        """One fetch per leader with partitions due and nothing in flight."""
+        """One fetch per leader with partitions due and nothing in flight: a KIP-227 session fetch
+        that lists only what changed since the last one (fetch_session.py)."""
         self.fetchers.drop_idle()
         for leader_id, session in sorted(self.fetchers.sessions.items()):
             if session.in_flight is not None:
                 continue
-            due = session.due(self.now_ms)
-            positions = []
-            for topic_partition in due:
-                position = self.hosted[topic_partition].partition.fetch_position()
-                assert position is not None and position.leader_id == leader_id, (topic_partition, position)
-                positions.append((topic_partition, position))
-            if not positions:
-                continue
             address = self._leader_address(leader_id)
             if address is None:
-                for topic_partition, _ in positions:
+                for topic_partition in session.due(self.now_ms):
                     self.fetchers.back_off(topic_partition, self.now_ms + self.config.replica_fetch_backoff_ms)
+                continue
+            fetch = session.build(self.now_ms, self._fetch_position_of(leader_id))
+            if fetch is None:
                 continue
             request_id = self._next_id_value()
             deadline_ms = self.now_ms + self.config.replica_fetch_timeout_ms
-            self.fetchers.sent(session, InFlightFetch(request_id, deadline_ms, tuple(positions)))
+            self.fetchers.sent(session, InFlightFetch(request_id, deadline_ms, fetch.positions))
             out.fetches.append(ReplicaFetchSend(
                 request_id=request_id,
                 leader_id=leader_id,
@@ -546,8 +624,19 @@ class ReplicaManager:
                 max_wait_ms=self.config.replica_fetch_wait_max_ms,
                 min_bytes=self.config.replica_fetch_min_bytes,
                 max_bytes=self.config.replica_fetch_response_max_bytes,
-                positions=tuple(positions),
+                positions=fetch.listed,
+                replica_id=self.broker_id,
+                session_id=fetch.session_id,
+                session_epoch=fetch.epoch,
+                forgotten=fetch.forgotten,
             ))
+
+    def _fetch_position_of(self, leader_id: int) -> Callable[[TopicPartition], FollowerFetchPosition]:
+        def position_of(topic_partition: TopicPartition) -> FollowerFetchPosition:
+            position = self.hosted[topic_partition].partition.fetch_position()
+            assert position is not None and position.leader_id == leader_id, (topic_partition, position)
+            return position
+        return position_of
 
     def _leader_address(self, leader_id: int) -> str | None:
         broker = None if self.metadata is None else self.metadata.broker(leader_id)
@@ -558,14 +647,19 @@ class ReplicaManager:
         if taken is None:
             return  # late (given up at its deadline) or a duplicate
         session, fetch = taken
+        if answer.error in _SESSION_ERRORS:
+            session.reset()  # the next fetch opens a new session, at once (Kafka's FetchSessionHandler)
+            return
         if answer.error != ErrorCode.NONE:
+            session.reset()
             self._back_off_all(session, fetch)
             return
-        results = dict(answer.results)
-        for topic_partition, position in fetch.positions:
-            result = results.get(topic_partition)
-            if result is None or self.fetchers.leader_of.get(topic_partition) != session.leader_id:
-                continue  # not answered, or moved to another leader meanwhile
+        session.answered(answer.session_id)
+        positions = dict(fetch.positions) if answer.results else {}
+        for topic_partition, result in answer.results:
+            position = positions.get(topic_partition)
+            if position is None or self.fetchers.leader_of.get(topic_partition) != session.leader_id:
+                continue  # not fetched, or moved to another leader meanwhile
             self._step(topic_partition, FetchResponseFromLeader.from_result(position, result), out)
 
     def _expire_fetches(self, out: _Outbox) -> None:
@@ -605,6 +699,7 @@ class ReplicaManager:
         event = AlterPartitionResponse(proposal, answer.error, answer.leader_id, answer.leader_epoch,
                                        answer.partition_epoch, answer.isr)
         self._step(topic_partition, event, out)
+        out.isr_changed.add(topic_partition)
 
     # -- retention and shutdown --------------------------------------------------------------------
 
@@ -617,8 +712,12 @@ class ReplicaManager:
 
     def _on_shutdown(self, out: _Outbox) -> None:
         for item in self.purgatory.take_all():
-            out.answers.append(ClientAnswer(item.request.request_id, tuple(self._read(item.request, out))))
+            if item.session is not None:
+                self._serve_session(item, out, final=True)
+            else:
+                out.answers.append(ClientAnswer(item.request.request_id, tuple(self._read(item.request, out))))
         self.stopped = True
+        self.replica_sessions.clear()
         for topic_partition in sorted(self.hosted):
             self._step(topic_partition, StopReplica(), out)
         self.hosted.clear()

@@ -183,13 +183,19 @@ class OffsetCheckpointFile:
     One of `recovery-point-offset-checkpoint`, `replication-offset-checkpoint` (high
     watermarks), `log-start-offset-checkpoint`, `cleaner-offset-checkpoint`. Lines are written
     sorted by (topic, partition) so that the same offsets always give the same bytes.
+    Offsets equal to those this object last wrote are not written again: the periodic checkpoints
+    of an idle broker (every replica.high.watermark.checkpoint.interval.ms) would otherwise format,
+    write and fsync thousands of unchanged lines each time.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._written: dict[TopicPartition, int] | None = None
 
     def write(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Replace the file's content with `offsets`, atomically."""
+        """Replace the file's content with `offsets`, atomically (unless it holds them already)."""
+        if self._written is not None and self._written == offsets:
+            return
         lines = []
         for topic_partition in sorted(offsets):
             _check_topic_partition(topic_partition)
@@ -197,6 +203,7 @@ class OffsetCheckpointFile:
                 f"{topic_partition.topic} {topic_partition.partition} {offsets[topic_partition]}"
             )
         write_atomically(self.path, format_checkpoint(OFFSET_CHECKPOINT_VERSION, lines))
+        self._written = dict(offsets)
 
     def read(self) -> dict[TopicPartition, int]:
         """The offsets in the file; a missing file reads as {}."""

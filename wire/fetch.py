@@ -25,11 +25,21 @@ class FetchPartition:
 
 
 @dataclass(frozen=True, slots=True)
+class ForgottenPartition:
+    """A partition an incremental fetch drops from its session (Kafka's ForgottenTopicsData)."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchRequest:
     """replica_id CONSUMER_REPLICA_ID (-1): a consumer. Any replica serves a consumer up to its own HW (KIP-392); a
     consumer that sets `rack_id` is also told the preferred replica in its rack. A follower sends
     its `cluster_id` (Kafka's ClusterId, v12+): a leader refuses a replica fetch from another cluster
-    (INCONSISTENT_CLUSTER_ID)."""
+    (INCONSISTENT_CLUSTER_ID). A follower's fetch may belong to a KIP-227 session (`session_id`,
+    `session_epoch`: 0 opens one, -1 is sessionless; an incremental fetch lists only the partitions
+    added or changed and `forgotten` those it drops); consumers' are sessionless here."""
 
     partitions: tuple[FetchPartition, ...]
     replica_id: int = CONSUMER_REPLICA_ID
@@ -39,6 +49,9 @@ class FetchRequest:
     max_bytes: int = 52428800
     rack_id: str = ""
     cluster_id: str | None = None
+    session_id: int = 0
+    session_epoch: int = -1
+    forgotten: tuple[ForgottenPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,4 +83,10 @@ class FetchPartitionResponse:
 
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
+    """`session_id`: the follower's fetch session (0: none); a session fetch the leader refused has
+    `error_code` FETCH_SESSION_ID_NOT_FOUND or INVALID_FETCH_SESSION_EPOCH and no partitions; an
+    incremental one lists only the partitions with news."""
+
     partitions: tuple[FetchPartitionResponse, ...]
+    error_code: ErrorCode = ErrorCode.NONE
+    session_id: int = 0

@@ -31,7 +31,8 @@ async def test_one_fetcher_per_leader_carries_all_its_partitions_in_one_request(
     await cluster.create_topic(TOPIC, {0: (0, 1, 2), 1: (0, 2, 1), 2: (2, 1, 0)})
     fetchers = cluster.broker(1).core.fetchers.sessions
     assert {leader: set(session.backoff_until_ms) for leader, session in fetchers.items()} == {0: {P0, P1}, 2: {P2}}
-    # Data on both partitions of leader 0 arrives; each of broker 1's fetches names both.
+    # Data on both partitions of leader 0 arrives. Broker 1's fetches are one KIP-227 session: the
+    # full fetch (epoch 0) names both partitions, each later one only those whose position moved.
     await cluster.produce(0, P0, batch(b"a"), acks=1)
     await cluster.produce(0, P1, batch(b"b"), acks=1)
     follower = cluster.broker(1)
@@ -39,11 +40,15 @@ async def test_one_fetcher_per_leader_carries_all_its_partitions_in_one_request(
         log = follower.hosts[topic_partition].partition.log
         await until(follower, topic_partition, lambda log=log: log.log_end_offset == 1)
     from_broker_1 = [request for request in cluster.nodes[0].replica_fetches if request.replica_id == 1]
-    assert from_broker_1
+    assert from_broker_1 and from_broker_1[0].session_epoch == 0
+    assert {(part.topic, part.partition) for part in from_broker_1[0].partitions} == {(TOPIC, 0), (TOPIC, 1)}
+    assert len({request.session_id for request in from_broker_1[1:]}) <= 1
     for request in from_broker_1:
-        assert {(part.topic, part.partition) for part in request.partitions} == {(TOPIC, 0), (TOPIC, 1)}
+        assert {(part.topic, part.partition) for part in request.partitions} <= {(TOPIC, 0), (TOPIC, 1)}
         assert request.broker_epoch == follower.lifecycle.broker_epoch
         assert request.max_wait_ms == cluster.settings["replica_fetch_wait_max_ms"]
+    moved = [request for request in from_broker_1[1:] if request.partitions]
+    assert moved and all(part.fetch_offset == 1 for request in moved for part in request.partitions)
 
 
 async def test_leader_change_moves_the_partition_to_the_new_leaders_fetcher(cluster: Cluster) -> None:

@@ -434,3 +434,63 @@ def test_offline_log_ends_report_the_log_start_and_the_leader_epoch_cache(cluste
     assert cluster.brokers[1].core.offline_log_ends() == (
         ReplicaLogEnd(topic_id, 0, state.leader_epoch, 0, 2, 0, ((0, 0),), 2),
     )
+
+
+def _idle_rounds(cluster: CoreCluster, rounds: int) -> None:
+    """Let each parked follower fetch reach its deadline and be answered, `rounds` times."""
+    cluster.pump()
+    for _ in range(rounds):
+        cluster.advance(cluster.brokers[1].core.config.replica_fetch_wait_max_ms)
+        cluster.pump()
+
+
+def test_an_idle_follower_fetch_lists_no_partition_and_is_answered_with_none(cluster: CoreCluster) -> None:
+    """Goal: an idle broker of 2,000 partitions must not read, encode and apply every partition
+    twice per replica.fetch.wait.max.ms (issue 15). Method: after the KIP-227 session's full fetch,
+    the follower's fetch lists no partition, and the leader answers it at its deadline with no part
+    and without stepping a partition core."""
+    cluster.create_topic(TOPIC, {0: (1, 2), 1: (1, 2), 2: (1, 2)})
+    _idle_rounds(cluster, 3)
+    last = [send for ready in cluster.brokers[2].readies for send in ready.fetches][-1]
+    assert (last.positions, last.forgotten) == ((), ())
+    assert last.session_id != 0 and last.session_epoch > 0
+    cluster.advance(cluster.brokers[1].core.config.replica_fetch_wait_max_ms)
+    ready = cluster.brokers[1].readies[-1]
+    assert [answer.parts for answer in ready.answers] == [()], "answered empty at its deadline"
+    assert ready.steps == (), "no partition read"
+    cluster.pump()
+    produce(cluster, 1, batch(b"a"), topic_partition=P1)
+    cluster.pump()
+    assert [cluster.partition(2, tp).log.log_end_offset for tp in (P0, P1, P2)] == [0, 1, 0]
+    follower_fetch = [send for ready in cluster.brokers[2].readies for send in ready.fetches][-1]
+    assert [tp for tp, _ in follower_fetch.positions] == [P1], "only the partition that moved is listed"
+
+
+def test_a_produce_after_a_quiet_spell_keeps_the_isr(cluster: CoreCluster) -> None:
+    """Goal: followers whose session fetches did not read a quiet partition are still caught up
+    when it is next appended to (Kafka records every fetch in every partition of a session), so the
+    first append after a quiet spell longer than replica.lag.time.max.ms shrinks no ISR. Method:
+    three quiet seconds (lag 1 s), then an acks=all produce: no proposal, acknowledged."""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3), 1: (1, 2, 3)})
+    _idle_rounds(cluster, 6)
+    request_id = produce(cluster, 1, batch(b"a"))
+    assert cluster.brokers[1].readies[-1].alter_partitions == ()
+    cluster.pump()
+    answer = cluster.brokers[1].answers[request_id]
+    assert answer.parts[0].result.error == ErrorCode.NONE
+    assert cluster.partition(1, P0).isr == (1, 2, 3)
+
+
+def test_a_leader_without_the_session_makes_the_follower_fetch_in_full_again(cluster: CoreCluster) -> None:
+    """Goal: a follower whose session the leader lost (a restart of the leader, an eviction) opens a
+    new one and goes on replicating. Method: drop the leader's sessions; the next incremental fetch
+    is refused FETCH_SESSION_ID_NOT_FOUND, the one after is full, and an acks=all produce completes."""
+    cluster.create_topic(TOPIC, {0: (1, 2), 1: (1, 2)})
+    _idle_rounds(cluster, 2)
+    cluster.brokers[1].core.replica_sessions.clear()
+    _idle_rounds(cluster, 2)
+    sends = [send for ready in cluster.brokers[2].readies[-20:] for send in ready.fetches]
+    assert any(send.session_epoch == 0 and [tp for tp, _ in send.positions] == [P0, P1] for send in sends)
+    request_id = produce(cluster, 1, batch(b"a"))
+    cluster.pump()
+    assert cluster.brokers[1].answers[request_id].parts[0].result.error == ErrorCode.NONE

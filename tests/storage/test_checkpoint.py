@@ -492,3 +492,28 @@ def test_new_cluster_id_is_kafkas_uuid_form_and_reproducible(seed: int) -> None:
 def test_new_cluster_ids_differ() -> None:
     rng = random.Random(7)
     assert len({new_cluster_id(rng) for _ in range(1000)}) == 1000
+
+
+def test_offset_checkpoint_unchanged_since_its_last_write_is_not_written_again(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: an idle broker's periodic checkpoints (2,000 partitions, every 5 s) cost no write or
+    fsync while no offset moved. Method: count the atomic writes of one file over equal and changed
+    offsets."""
+    import storage.checkpoint as checkpoint_module
+
+    writes: list[Path] = []
+    real_write = checkpoint_module.write_atomically
+
+    def counting_write(path: Path, text: str | bytes) -> None:
+        writes.append(path)
+        real_write(path, text)
+
+    monkeypatch.setattr(checkpoint_module, "write_atomically", counting_write)
+    checkpoint = OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint")
+    offsets = {TopicPartition("orders", 0): 5, TopicPartition("orders", 1): 7}
+    checkpoint.write(offsets)
+    checkpoint.write(dict(offsets))
+    assert len(writes) == 1, "the same offsets again are not rewritten"
+    checkpoint.write({**offsets, TopicPartition("orders", 1): 8})
+    assert len(writes) == 2
+    assert checkpoint.read() == {**offsets, TopicPartition("orders", 1): 8}

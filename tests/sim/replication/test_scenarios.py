@@ -20,34 +20,29 @@ broker 3: follower of 1 in epoch 0, ISR [1, 2, 3]
 broker 2: follower of 1 in epoch 0, ISR [1, 2, 3]
 links 1 <-> 2 cut
 links 1 <-> 3 cut
-broker 1: proposes ISR [1, 3]
 broker 1: proposes ISR [1]
-broker 1: AlterPartition answer NONE ISR [1, 3]
-broker 1: leader in epoch 0, ISR [1, 3]
-broker 3: follower of 1 in epoch 0, ISR [1, 3]
-broker 2: follower of 1 in epoch 0, ISR [1, 3]
-broker 3: follower of 1 in epoch 0, ISR [1]
 broker 1: AlterPartition answer NONE ISR [1]
 broker 1: leader in epoch 0, ISR [1]
-node 1 isolated
+broker 3: follower of 1 in epoch 0, ISR [1]
 broker 2: follower of 1 in epoch 0, ISR [1]
+node 1 isolated
 broker 3: follower of -1 in epoch 1, ISR []
 broker 2: follower of -1 in epoch 1, ISR []
 links healed
 broker 1: follower of -1 in epoch 1, ISR []
+broker 1: leader in epoch 2, ISR [1]
 broker 3: follower of 1 in epoch 2, ISR [1]
 broker 2: follower of 1 in epoch 2, ISR [1]
-broker 1: leader in epoch 2, ISR [1]
 broker 1: proposes ISR [1, 2]
-broker 1: AlterPartition answer NONE ISR [1, 2]
-broker 2: follower of 1 in epoch 2, ISR [1, 2]
 broker 3: follower of 1 in epoch 2, ISR [1, 2]
+broker 2: follower of 1 in epoch 2, ISR [1, 2]
+broker 1: AlterPartition answer NONE ISR [1, 2]
 broker 1: leader in epoch 2, ISR [1, 2]
 broker 1: proposes ISR [1, 2, 3]
-broker 1: AlterPartition answer NONE ISR [1, 2, 3]
 broker 2: follower of 1 in epoch 2, ISR [1, 2, 3]
-broker 1: leader in epoch 2, ISR [1, 2, 3]
 broker 3: follower of 1 in epoch 2, ISR [1, 2, 3]
+broker 1: leader in epoch 2, ISR [1, 2, 3]
+broker 1: AlterPartition answer NONE ISR [1, 2, 3]
 """.splitlines()
 
 
