@@ -127,9 +127,11 @@ class ReplicaSession:
             if self.full or self.news(answer, part):
                 result = answer.result
                 assert isinstance(result, FetchResult), result
-                failed = result.error != ErrorCode.NONE
-                self.answered[answer.topic_partition] = (-1, -1) if failed else (result.high_watermark,
-                                                                                  result.log_start_offset)
+                # A follower takes no HW from an error or a diverging epoch (it truncates first), so
+                # such an answer caches nothing and the HW is news again next time.
+                unapplied = result.error != ErrorCode.NONE or result.diverging_epoch is not None
+                self.answered[answer.topic_partition] = (-1, -1) if unapplied else (result.high_watermark,
+                                                                                     result.log_start_offset)
                 listed.append(answer)
         self.full = False
         self.dirty.clear()
