@@ -5,7 +5,9 @@
   its parts go again in its place (SPLIT).
 - Idempotent, refused as out of order: a batch behind a later acknowledged one of its epoch was
   written before it and the leader will never take it again, so it fails at once (FAIL_WRITTEN,
-  client/idempotence.py); any other waits for the batch before it, with no backoff (RETRY_NOW).
+  client/idempotence.py); one refused with every batch before it acknowledged, while a later one
+  may be in the log, would be written after it, so it fails (FAIL_OVERTAKEN); any other waits for
+  the batch before it, with no backoff (RETRY_NOW).
 - A retriable error, within `retries` and `delivery.timeout.ms`: again after `retry.backoff.ms`
   (RETRY). Anything else fails (FAIL).
 """
@@ -26,8 +28,11 @@ class Retry(enum.Enum):
     RETRY_NOW = "retry now"
     FAIL = "fail"
     FAIL_WRITTEN = "fail, most likely written"
+    FAIL_OVERTAKEN = "fail, a later batch may be written"
 
 
+OVERTAKEN_MESSAGE = ("the leader refused this batch as out of order and a later batch of the partition, whose answer "
+                     "was lost, may be in the log already; not sent again: it would be written after it")
 WRITTEN_MESSAGE = ("the leader no longer holds this batch's sequences and a later batch was acknowledged, so it "
                    "was most likely written; its offsets are unknown (not sent again: it could be written twice)")
 
@@ -42,6 +47,8 @@ def after_error(
     out_of_order = sequences is not None and error.code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     if out_of_order and sequences.behind_acknowledged(batch):
         return Retry.FAIL_WRITTEN
+    if out_of_order and sequences.overtaken(batch):
+        return Retry.FAIL_OVERTAKEN
     if batch.attempts > retries or now_ms - batch.created_ms >= delivery_timeout_ms:
         return Retry.FAIL
     if out_of_order:

@@ -23,13 +23,20 @@ epoch alone and the others keep theirs):
   then. If the batches still queued were refused as out of order (so neither they nor any later
   one is in the log), they get the new epoch and sequences from 0 and go again in order, as Kafka
   re-sequences its in-flight batches after the bump. A queued batch whose outcome is unknown (its
-  answer was lost) is first sent again with its own sequence, as Kafka does: numbering it anew
-  could write it twice. If every batch numbered was acknowledged after all (the failed one was
-  written), no new epoch is needed (Kafka's `maybeResolveSequences`).
-- Until the leader has acknowledged one batch of the partition, one batch goes at a time: a broker
-  with no state for a producer takes any sequence (Kafka's rule since KIP-360), and our requests to
-  a node go over several HTTP connections, so a second batch could overtake the first and be
-  written before it. Kafka's single connection per broker keeps requests in order; ours does not.
+  answer was lost: `may_be_in_log`) is first sent again with its own sequence: numbering it anew could
+  write it twice, where Kafka re-sequences it. If every batch numbered was acknowledged after all
+  (the failed one was written), no new epoch is needed (Kafka's `maybeResolveSequences`).
+- A later batch whose answer was lost may be in the log although the leader refuses an earlier
+  one as out of order: a leader with no state for the producer took it (replication sim seed
+  51987047: a merged backlog refused as too large, the next batch written by a leader that had lost
+  the producer's state, its answer lost). The earlier batch is `overtaken` and fails: sent again,
+  or numbered anew, it would be written after it. The later one goes again with its own sequence
+  and learns its fate.
+- Until the leader has acknowledged one batch of the partition in the current epoch, one batch goes
+  at a time: a broker with no state for a producer takes any sequence (Kafka's rule since KIP-360),
+  so if the first batch is refused (too large, not enough replicas) the second would be written
+  without it; and requests to different leaders, or over a stream that was replaced, are not
+  ordered, so a second batch could overtake the first. Kafka sends up to five at once there.
 - A batch refused as out of order although it was sent after every batch before it was
   acknowledged means the leader lost them (an unclean election, unflushed data lost in a crash): a
   new epoch too (KIP-360). (Sent earlier, it may just have overtaken its predecessor on another
@@ -94,6 +101,7 @@ class PartitionSequences:
             self.window.append(batch)
         assert batch in self.window, f"{batch.tp}: a retry of a batch that left the window"
         batch.sent_oldest = self.window[0] is batch
+        batch.may_be_in_log = True
         self.sending += 1
 
     def answered(self, batch: ProducerBatch, out_of_order: bool) -> None:
@@ -101,6 +109,7 @@ class PartitionSequences:
         self.sending -= 1
         assert self.sending >= 0, f"{batch.tp}: sending={self.sending}"
         batch.refused_out_of_order = out_of_order
+        batch.may_be_in_log = not out_of_order
         if out_of_order and batch.sent_oldest and not self.behind_acknowledged(batch):
             self.new_epoch_needed = True  # every batch before it was acknowledged: the leader lost them
 
@@ -114,6 +123,13 @@ class PartitionSequences:
         """A later batch of its epoch was acknowledged: the leader wrote this one before it."""
         return (batch.sequence is not None and batch.producer_epoch == self.epoch
                 and batch.sequence_end <= self.acked_end)
+
+    def overtaken(self, batch: ProducerBatch) -> bool:
+        """The leader refused `batch` as out of order although every batch before it was
+        acknowledged, nothing is in flight, and a later batch of the window may be in the log (its
+        answer was lost, or it was acknowledged): `batch` cannot be written after it."""
+        return (batch.refused_out_of_order and batch.sent_oldest and not self.sending
+                and any(later.may_be_in_log for later in self.window if later is not batch))
 
     def failed(self, batch: ProducerBatch) -> None:
         """The batch failed for good; if it was numbered, its sequences are a gap (or maybe not)."""
@@ -138,14 +154,15 @@ class PartitionSequences:
             if self.acked_end == self.next_sequence:
                 self.new_epoch_needed = False  # every batch numbered was written: no gap after all
                 return False
-        elif not self.window[0].refused_out_of_order:
-            return False  # its outcome is unknown: it goes again with its own sequence first
+        elif not self.window[0].refused_out_of_order or any(batch.may_be_in_log for batch in self.window):
+            return False  # an outcome is unknown: that batch goes again with its own sequence first
         if self.epoch == EPOCH_MAX:
             raise EpochExhaustedError(f"producer {self.producer_id} used every epoch on a partition")
         assert not any(batch.acknowledged for batch in self.window), "the refused batch is behind an acknowledged one"
         self.epoch += 1
         self.next_sequence = 0
         self.acked_end = 0
+        self.leader_knows_producer = False  # no leader knows the new epoch yet
         for batch in self.window:  # none of them in the leader's log: numbered anew, in order
             batch.number(self.producer_id, self.epoch, self.next_sequence)
             self.next_sequence += batch.record_count

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from client.accumulator import RecordAccumulator
-from client.batch_retry import WRITTEN_MESSAGE, Retry, after_error
+from client.batch_retry import OVERTAKEN_MESSAGE, WRITTEN_MESSAGE, Retry, after_error
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
 from client.errors import TributaryError, error_for
 from client.idempotence import MAX_IN_FLIGHT, PartitionSequences
@@ -422,6 +422,8 @@ class Producer:
                 self.accumulator.reenqueue(batch, now_ms + self.retry_backoff_ms)
             elif decision is Retry.FAIL_WRITTEN:
                 self._finish(batch, error_for(code, f"{batch.tp}: {WRITTEN_MESSAGE}"))
+            elif decision is Retry.FAIL_OVERTAKEN:
+                self._finish(batch, error_for(code, f"{batch.tp}: {OVERTAKEN_MESSAGE}"))
             else:
                 self._finish(batch, error)
 

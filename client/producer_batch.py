@@ -85,6 +85,7 @@ class ProducerBatch:
         self.sequence: int | None = None
         self.sent_oldest = False  # sent while every earlier batch of its partition was acknowledged
         self.refused_out_of_order = False  # its last answer was OUT_OF_ORDER_SEQUENCE_NUMBER
+        self.may_be_in_log = False  # sent with its sequences and not refused as out of order since
         self.acknowledged = False
         self.parts: list[ProducerBatch] = []  # the batches `merge` made this one of
         self._encoded: bytes | None = None

@@ -1,10 +1,12 @@
 """PartitionSequences with the accumulator against a real `storage.Log` as the leader: up to five
 batches in flight (a backlog merged into one), arriving in any order, answered in any order, with
 lost requests, lost answers, retriable and fatal errors (a merged batch refused as too large is sent
-again as its parts); the log must hold each record at most once, in send order, and every
-acknowledged record; at most five batches are in flight and, but for a split batch's parts,
-numbering never runs more than five batches ahead of the oldest one unacknowledged; records sent once
-the faults are over are all acknowledged (a gap left by a failed batch is closed by a new epoch).
+again as its parts), and a leader that loses its whole log (an unclean election, or every replica's
+disk wiped: it then has no state for the producer and takes any sequence, KIP-360); the log must hold
+each record at most once, in send order, and every acknowledged record a wipe did not take; at most
+five batches are in flight and, but for a split batch's parts, numbering never runs more than five
+batches ahead of the oldest one unacknowledged; records sent once the faults are over are all
+acknowledged (a gap left by a failed batch is closed by a new epoch).
 
 Method: hypothesis draws the schedule. The producer's side is the accumulator (gate, drain,
 reenqueue) and `PartitionSequences`, driven as `Producer._send_loop` and `_handle_error` drive them;
@@ -15,6 +17,7 @@ stop after a drawn number of steps, then the run must finish (liveness: no batch
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -52,7 +55,9 @@ class Run:
     def __init__(self, directory: Path, records: int) -> None:
         self.sequences = PartitionSequences(producer_id=7, max_in_flight=5)
         self.accumulator = RecordAccumulator(batch_size=100, linger_ms=0, gate=self._gate)
+        self.directory = directory
         self.log: Log = LogLoader(directory, LogConfig(), 0).load()
+        self.wiped: set[bytes] = set()  # records a wipe took with the log
         self.to_send = [b"%03d" % n + b"." * 61 for n in range(records)]  # one record fills a batch
         self.late = [b"%03d" % n + b"." * 61 for n in range(records, records + LATE_RECORDS)]
         self.in_transit: list[ProducerBatch] = []
@@ -96,6 +101,15 @@ class Run:
         except StorageError as error:
             code = ErrorCode[error.error_name]
         self.answers.append((batch, ErrorCode.NETWORK_EXCEPTION if fault == "lost answer" else code))
+
+    def step_wipe(self) -> None:
+        """The leader loses its log and with it the producer's state: it takes the next batch with any
+        sequence. (A state lost while the log keeps the producer's batches, Kafka's expiry after
+        producer.id.expiration.ms of silence, cannot meet a retry: delivery.timeout.ms is far shorter.)"""
+        self.wiped.update(self.log_values())
+        self.log.close()
+        shutil.rmtree(self.directory)
+        self.log = LogLoader(self.directory, LogConfig(), 0).load()
 
     def step_answer(self, index: int) -> None:
         """The producer handles an answer (any order), as `Producer._handle_error` does."""
@@ -146,12 +160,15 @@ def test_the_log_holds_each_record_at_most_once_in_send_order(records: int, data
         try:
             for _ in range(data.draw(st.integers(0, 120), label="steps")):
                 moves = [move for move, possible in (("append", run.to_send), ("drain", True),
-                                                     ("arrive", run.in_transit), ("answer", run.answers)) if possible]
+                                                     ("arrive", run.in_transit), ("answer", run.answers),
+                                                     ("wipe", data.draw(st.integers(0, 9)) == 0)) if possible]
                 move = data.draw(st.sampled_from(moves))
                 if move == "append":
                     run.step_append()
                 elif move == "drain":
                     run.step_drain()
+                elif move == "wipe":
+                    run.step_wipe()
                 elif move == "arrive":
                     index = data.draw(st.integers(0, len(run.in_transit) - 1))
                     run.step_arrive(index, data.draw(st.sampled_from(FAULTS)))
@@ -163,7 +180,7 @@ def test_the_log_holds_each_record_at_most_once_in_send_order(records: int, data
             run.log.close()
     assert len(written) == len(set(written)), f"a record twice: {written}"
     assert written == sorted(written), f"out of send order: {written}"
-    assert set(run.acknowledged) <= set(written), "an acknowledged record is missing"
+    assert set(run.acknowledged) - run.wiped <= set(written), "an acknowledged record is missing"
     assert set(run.late) <= set(run.acknowledged), "a record sent after the faults was not acknowledged"
 
 
@@ -211,3 +228,37 @@ def test_a_batch_behind_an_acknowledged_one_that_times_out_leaves_no_gap() -> No
     a, _ = _acknowledged_behind(sequences)
     sequences.failed(a)
     assert not sequences.new_epoch_needed and not sequences.window
+
+
+def test_a_batch_overtaken_by_one_whose_answer_was_lost_fails_and_that_one_goes_again_with_its_sequence() -> None:
+    """Replication sim seed 51987047: A is refused (not enough replicas), then a leader that lost the
+    producer's state takes B with any sequence and B's answer is lost. A's retry is refused as out
+    of order. A new epoch would number both anew and write A after B and B twice: A fails instead,
+    and B, sent again as it was, is answered as the duplicate it is."""
+    with tempfile.TemporaryDirectory() as directory:
+        run = Run(Path(directory) / "t-0", records=3)
+        try:
+            run.step_append()
+            run.step_drain()
+            run.step_arrive(0, "none")
+            run.step_answer(0)  # the leader knows the producer: several batches in flight now
+            run.step_append()
+            run.step_drain()
+            run.step_append()
+            run.step_drain()
+            a, b = run.in_transit
+            run.step_arrive(0, "retriable")
+            run.step_wipe()
+            run.step_arrive(0, "lost answer")
+            run.step_answer(0)
+            run.step_answer(0)
+            run.step_drain()  # A again, refused: B may be in the log
+            run.step_arrive(0, "none")
+            run.step_answer(0)
+            assert a not in run.sequences.window and run.sequences.epoch == 0
+            run.finish()
+            written = run.log_values()
+        finally:
+            run.log.close()
+    assert [value[:3] for value in written] == [b"002", b"003", b"004", b"005"]  # 000 went with the wipe
+    assert b.values[0] in run.acknowledged and a.values[0] not in run.acknowledged
