@@ -20,10 +20,10 @@ logStartOffset), role or leader epoch changed, not for a HW move alone (a consum
 HW bounds what it reads). Such a re-read could only re-park it: the follower's fetch offset is where
 it was, so its LEO and the leader's HW stay; the HW only rises, so it cannot let the follower into
 the ISR; and the session marks the HW dirty to answer later anyway (replica_sessions.py). What it
-did change was the follower's last fetch time, to a time no fetch arrived at: Kafka's
-DelayedFetch re-reads without updating the follower's fetch state either (`updateFetchState =
-!readFromPurgatory`), so it takes the fetch as made when it arrived. An acks=all produce so costs
-the leader one core step per follower fewer.
+did change was the follower's last fetch and caught-up times, to a time no fetch arrived at:
+Kafka's DelayedFetch re-reads without updating the follower's fetch state (`updateFetchState =
+!readFromPurgatory`), so it takes the fetch as made when it arrived, as this does now. An acks=all
+produce so costs the leader one core step per follower fewer, in the call that answers it.
 """
 
 from __future__ import annotations
