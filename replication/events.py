@@ -106,6 +106,12 @@ class ConsumerFetch:
     current_leader_epoch: int = NO_EPOCH
     require_leader: bool = False
 
+    def renumbered(self, request_id: int, max_bytes: int) -> ConsumerFetch:
+        """This fetch as request `request_id`, reading at most `max_bytes` (the broker's read of a
+        part; built directly, as `dataclasses.replace` walks the fields on every read)."""
+        return ConsumerFetch(request_id, self.fetch_offset, max_bytes, self.current_leader_epoch,
+                             self.require_leader)
+
 
 @dataclass(frozen=True, slots=True)
 class ListOffsets:
@@ -155,6 +161,11 @@ class FollowerFetch:
     current_leader_epoch: int
     max_bytes: int
     broker_epoch: int = -1
+
+    def renumbered(self, request_id: int, max_bytes: int) -> FollowerFetch:
+        """This fetch as request `request_id`, reading at most `max_bytes` (as `ConsumerFetch.renumbered`)."""
+        return FollowerFetch(request_id, self.replica_id, self.fetch_offset, self.last_fetched_epoch,
+                             self.log_start_offset, self.current_leader_epoch, max_bytes, self.broker_epoch)
 
     @staticmethod
     def from_position(position: FollowerFetchPosition, request_id: int, broker_epoch: int = -1) -> FollowerFetch:

@@ -23,7 +23,8 @@ id; the request is answered once every part is (an acks=all produce when the HW 
 for a partition the metadata does not know is UNKNOWN_TOPIC_OR_PARTITION; one this broker does not
 host, NOT_LEADER_OR_FOLLOWER with the current leader. A Fetch is read at once over all its
 partitions and answered or parked (delayed_fetch.py); a parked fetch is re-read when a partition it
-reads changed in a step (log, HW, role, epoch) and answered at its deadline whatever it holds.
+reads changed in a step (log, HW, role, epoch; a follower's not for a HW move alone) and answered at
+its deadline whatever it holds.
 KIP-392: a consumer that names its rack may be sent to a replica in it (replica_selector.py).
 
 Replication: the cores say whom to follow and when to back off; `ReplicaFetchers` (fetch_session.py)
@@ -134,6 +135,7 @@ class _Outbox:
     fetches: list[ReplicaFetchSend] = dataclasses.field(default_factory=list)
     deleted_logs: list[DeletedLog] = dataclasses.field(default_factory=list)
     changed: set[TopicPartition] = dataclasses.field(default_factory=set)
+    changed_for_followers: set[TopicPartition] = dataclasses.field(default_factory=set)  # not by a HW move alone
     isr_changed: set[TopicPartition] = dataclasses.field(default_factory=set)
     log_dir_failure: str | None = None
 
@@ -231,7 +233,10 @@ class ReplicaManager:
         out.steps.append(PartitionStep(topic_partition, event, ready))
         if ready.log_dir_failure is not None and out.log_dir_failure is None:
             out.log_dir_failure = ready.log_dir_failure
-        if ready.log_changes or ready.high_watermark is not None or (ready.role, ready.leader_epoch) != before:
+        if ready.log_changes or (ready.role, ready.leader_epoch) != before:
+            out.changed.add(topic_partition)
+            out.changed_for_followers.add(topic_partition)
+        elif ready.high_watermark is not None:
             out.changed.add(topic_partition)
         for proposal in ready.messages:
             self._send_alter_partition(topic_partition, hosted, proposal, out)
@@ -488,8 +493,7 @@ class ReplicaManager:
             answer = self._refusal(topic_partition, part)
             if answer is None:
                 part_id = self._next_id_value()
-                event = dataclasses.replace(part, request_id=part_id, max_bytes=min(part.max_bytes,
-                                                                                    max(bytes_left, 0)))
+                event = part.renumbered(part_id, min(part.max_bytes, max(bytes_left, 0)))
                 ready = self._step(topic_partition, event, out)
                 result = next(item for item in ready.completions if item.request_id == part_id)
                 answer = self._answer_of(topic_partition, result)
@@ -576,13 +580,15 @@ class ReplicaManager:
                                    preferred_read_replica=preferred)
 
     def _settle_fetches(self, out: _Outbox) -> None:
-        """Re-read the parked fetches whose partitions changed in this call, or whose time is up.
-        Re-reading a follower's fetch may move a leader's HW (a change of its own), so this repeats
-        until nothing new changed; each round answers or re-parks every fetch it took."""
+        """Re-read the parked fetches whose partitions changed in this call (a follower's: not by a
+        HW move alone, delayed_fetch.py), or whose time is up. Re-reading a follower's fetch may move
+        a leader's HW (a change of its own), so this repeats until nothing new changed; each round
+        answers or re-parks every fetch it took."""
         for _ in range(len(self.purgatory) + 2):
             changed, out.changed = out.changed, set()
+            changed_for_followers, out.changed_for_followers = out.changed_for_followers, set()
             self.replica_sessions.mark_changed(changed)
-            taken = self.purgatory.take(changed, self.now_ms)
+            taken = self.purgatory.take(changed, changed_for_followers, self.now_ms)
             if not taken:
                 return
             for item in taken:

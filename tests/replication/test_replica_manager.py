@@ -189,6 +189,58 @@ def test_acks_all_produce_costs_one_fetch_answer_per_follower(cluster: CoreClust
     assert [cluster.partition(b, P0).log.high_watermark for b in (1, 2, 3)] == [1, 1, 1], "learnt at the deadline"
 
 
+def test_acks_all_produce_costs_the_leader_one_core_step_per_follower_fetch(cluster: CoreCluster) -> None:
+    """Goal: an acks=all send costs the leader as few partition-core steps as Kafka's reads (issue 15:
+    each step is ~60-100 us of Python). Method: with both followers' session fetches parked, one
+    produce and its replication cost the produce, each parked fetch answered with the record and
+    each follower's next fetch: 5 steps, none re-reading a parked follower fetch for the HW move.
+    (The first produce after a quiet spell also reads the partition for the sessions that did not,
+    replica_sessions.py.)"""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    _idle_rounds(cluster, 2)
+    produce(cluster, 1, batch(b"a"))
+    cluster.pump()
+    for _ in range(2):
+        first = len(cluster.brokers[1].readies)
+        request_id = produce(cluster, 1, batch(b"a"))
+        cluster.pump()
+        assert only_result(cluster.brokers[1].answers[request_id]).error == ErrorCode.NONE
+        steps = [step for ready in cluster.brokers[1].readies[first:] for step in ready.steps]
+        assert [type(step.event) for step in steps] == [ProduceRequest] + [FollowerFetch] * 4
+        log_end_offset = cluster.partition(1, P0).log.log_end_offset
+        offsets = sorted(step.event.fetch_offset for step in steps[1:])  # type: ignore[union-attr]
+        assert offsets == [log_end_offset - 1] * 2 + [log_end_offset] * 2
+
+
+def test_a_hw_move_answers_a_parked_consumer_fetch_and_leaves_a_parked_follower_fetch(cluster: CoreCluster) -> None:
+    """Goal: a parked follower fetch is not re-read for a HW move (it could only park again) and its
+    fetch counts as made when it came (Kafka's DelayedFetch does not update the follower's fetch
+    state either), while a consumer's is answered by it. Method: follower 2 fetches at the LEO
+    (parked) and a consumer waits on the HW; 100 ms later follower 3's fetch moves the HW: the
+    consumer is answered, follower 2's fetch is neither read nor answered, and the leader still
+    has follower 2's fetch time as 0."""
+    cluster.create_topic(TOPIC, {0: (1, 2, 3)})
+    produce(cluster, 1, batch(b"a"), acks=1)
+    follower_request, answer = follower_fetch(cluster, 2, fetch_offset=1)
+    assert answer is None
+    consumer_request, answer = consume(cluster, 1, {P0: 0}, min_bytes=1, max_wait_ms=10_000)
+    assert answer is None, "nothing below the HW yet"
+    cluster.now_ms += 100
+    _, answer = follower_fetch(cluster, 3, fetch_offset=1)
+    assert answer is None
+    ready = cluster.brokers[1].readies[-1]
+    assert [type(step.event) for step in ready.steps] == [FollowerFetch, ConsumerFetch]
+    assert cluster.partition(1, P0).log.high_watermark == 1
+    result = only_result(cluster.brokers[1].answers[consumer_request])
+    assert isinstance(result, FetchResult) and offsets_of(result.records) == [0]
+    assert follower_request not in cluster.brokers[1].answers
+    leader = cluster.partition(1, P0).state
+    assert (leader.remote[2].last_fetch_time_ms, leader.remote[3].last_fetch_time_ms) == (0, 100)
+    produce(cluster, 1, batch(b"b"), acks=1)
+    result = only_result(cluster.brokers[1].answers[follower_request])
+    assert isinstance(result, FetchResult) and (result.high_watermark, offsets_of(result.records)) == (1, [1])
+
+
 def test_follower_fetch_with_a_diverging_epoch_is_answered_at_once(cluster: CoreCluster) -> None:
     cluster.create_topic(TOPIC, {0: (1, 2)})
     produce(cluster, 1, batch(b"a"), acks=1)
