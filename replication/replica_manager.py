@@ -661,9 +661,8 @@ class ReplicaManager:
             self._back_off_all(session, fetch)
             return
         session.answered(answer.session_id)
-        positions = dict(fetch.positions) if answer.results else {}
         for topic_partition, result in answer.results:
-            position = positions.get(topic_partition)
+            position = fetch.positions.get(topic_partition)
             if position is None or self.fetchers.leader_of.get(topic_partition) != session.leader_id:
                 continue  # not fetched, or moved to another leader meanwhile
             self._step(topic_partition, FetchResponseFromLeader.from_result(position, result), out)
@@ -675,7 +674,7 @@ class ReplicaManager:
     def _back_off_all(self, session: FetchSession, fetch: InFlightFetch) -> None:
         """The leader did not answer: every partition of the fetch waits `replica.fetch.backoff.ms`."""
         until_ms = self.now_ms + self.config.replica_fetch_backoff_ms
-        for topic_partition, _ in fetch.positions:
+        for topic_partition in fetch.positions:
             if self.fetchers.leader_of.get(topic_partition) == session.leader_id:
                 self.fetchers.back_off(topic_partition, until_ms)
 
