@@ -91,6 +91,8 @@ class FetchSession:
         """When this session next has something to do: its deadline, or the first backoff's end."""
         if self.in_flight is not None:
             return self.in_flight.deadline_ms
+        if not self.backing_off:
+            return None
         ends = [self.backoff_until_ms[tp] for tp in self.backing_off if self.backoff_until_ms[tp] > now_ms]
         return min(ends, default=None)
 
@@ -205,8 +207,12 @@ class ReplicaFetchers:
             self._drop_if_idle(session)
 
     def next_time_ms(self, now_ms: int) -> int | None:
-        times = [session.next_time_ms(now_ms) for session in self.sessions.values()]
-        return min((time for time in times if time is not None), default=None)
+        earliest = None
+        for session in self.sessions.values():
+            time = session.next_time_ms(now_ms)
+            if time is not None and (earliest is None or time < earliest):
+                earliest = time
+        return earliest
 
     def clear(self) -> None:
         self.sessions.clear()

@@ -269,12 +269,11 @@ class ReplicaManager:
             if hosted is not None and hosted.tick_at_ms == at_ms:
                 break
             heapq.heappop(self._ticks)
-        times = [
-            self._ticks[0][0] if self._ticks else None,
-            self.purgatory.next_deadline_ms(),
-            self.fetchers.next_time_ms(self.now_ms),
-        ]
-        return min((time for time in times if time is not None), default=None)
+        earliest = self._ticks[0][0] if self._ticks else None
+        for time in (self.purgatory.next_deadline_ms(), self.fetchers.next_time_ms(self.now_ms)):
+            if time is not None and (earliest is None or time < earliest):
+                earliest = time
+        return earliest
 
     # -- metadata ----------------------------------------------------------------------------------
 
