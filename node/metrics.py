@@ -127,6 +127,9 @@ class NodeMetrics:
                                  ["api", "error"], registry=self.registry)
         self._latency = Histogram("tributary_request_latency_seconds", "Time to answer a request, by API",
                                   ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        # The labelled children per (api, error), looked up once: `labels()` validates and locks on
+        # every call. Bounded by the APIs times the error codes.
+        self._request_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self.registry.register(_StateCollector(replicas, quorum))
         self._loop_lag = Histogram("tributary_event_loop_lag_seconds",
                                    "How late the loop-lag probe woke (time the loop ran without yielding)",
@@ -135,8 +138,13 @@ class NodeMetrics:
         self.registry.register(_LoopLagCollector(self._loop_lag_recent))
 
     def observe_request(self, api: str, error: str, seconds: float) -> None:
-        self._requests.labels(api, error).inc()
-        self._latency.labels(api).observe(seconds)
+        children = self._request_children.get((api, error))
+        if children is None:
+            children = self._requests.labels(api, error), self._latency.labels(api)
+            self._request_children[api, error] = children
+        requests, latency = children
+        requests.inc()
+        latency.observe(seconds)
 
     def observe_loop_lag(self, seconds: float) -> None:
         self._loop_lag.observe(seconds)

@@ -125,4 +125,6 @@ class FetchPurgatory:
         return taken
 
     def next_deadline_ms(self) -> int | None:
-        return min((item.deadline_ms for item in self.parked), default=None)
+        if not self.parked:
+            return None
+        return min(item.deadline_ms for item in self.parked)

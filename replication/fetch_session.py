@@ -23,7 +23,7 @@ the simulator, whatever the transport does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from replication.ready import FollowerFetchPosition
@@ -45,24 +45,27 @@ def next_epoch(epoch: int) -> int:
 @dataclass(frozen=True, slots=True)
 class InFlightFetch:
     """A fetch sent to a leader: its id, its deadline and the position each partition of the
-    leader's session fetches at (all of them, listed in the request or not); `full` for epoch 0."""
+    leader's session fetches at (all of them, listed in the request or not; a map, as the answer
+    looks its partitions up in it); `full` for epoch 0."""
 
     request_id: int
     deadline_ms: int
-    positions: tuple[tuple[TopicPartition, FollowerFetchPosition], ...]
+    positions: Mapping[TopicPartition, FollowerFetchPosition]
     full: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class SessionFetch:
     """What one fetch of a session sends: its session id and epoch, the partitions it lists (all on
-    a full fetch, else the added and changed ones) and those it forgets."""
+    a full fetch, else the added and changed ones) and those it forgets; `positions` is a copy of
+    `FetchSession.sent` (a dict copy: this runs on every fetch, over every partition of the
+    session)."""
 
     session_id: int
     epoch: int
     listed: tuple[tuple[TopicPartition, FollowerFetchPosition], ...]
     forgotten: tuple[TopicPartition, ...]
-    positions: tuple[tuple[TopicPartition, FollowerFetchPosition], ...]
+    positions: Mapping[TopicPartition, FollowerFetchPosition]
 
 
 @dataclass(slots=True)
@@ -88,6 +91,8 @@ class FetchSession:
         """When this session next has something to do: its deadline, or the first backoff's end."""
         if self.in_flight is not None:
             return self.in_flight.deadline_ms
+        if not self.backing_off:
+            return None
         ends = [self.backoff_until_ms[tp] for tp in self.backing_off if self.backoff_until_ms[tp] > now_ms]
         return min(ends, default=None)
 
@@ -116,7 +121,7 @@ class FetchSession:
                 self.sent[topic_partition] = position
                 listed.append((topic_partition, position))
         self.stale.clear()
-        return SessionFetch(self.session_id, self.epoch, tuple(listed), tuple(forgotten), tuple(self.sent.items()))
+        return SessionFetch(self.session_id, self.epoch, tuple(listed), tuple(forgotten), dict(self.sent))
 
     def answered(self, session_id: int) -> None:
         """The leader answered the fetch in flight: a full fetch's answer names the new session
@@ -202,8 +207,12 @@ class ReplicaFetchers:
             self._drop_if_idle(session)
 
     def next_time_ms(self, now_ms: int) -> int | None:
-        times = [session.next_time_ms(now_ms) for session in self.sessions.values()]
-        return min((time for time in times if time is not None), default=None)
+        earliest = None
+        for session in self.sessions.values():
+            time = session.next_time_ms(now_ms)
+            if time is not None and (earliest is None or time < earliest):
+                earliest = time
+        return earliest
 
     def clear(self) -> None:
         self.sessions.clear()

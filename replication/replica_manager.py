@@ -269,12 +269,11 @@ class ReplicaManager:
             if hosted is not None and hosted.tick_at_ms == at_ms:
                 break
             heapq.heappop(self._ticks)
-        times = [
-            self._ticks[0][0] if self._ticks else None,
-            self.purgatory.next_deadline_ms(),
-            self.fetchers.next_time_ms(self.now_ms),
-        ]
-        return min((time for time in times if time is not None), default=None)
+        earliest = self._ticks[0][0] if self._ticks else None
+        for time in (self.purgatory.next_deadline_ms(), self.fetchers.next_time_ms(self.now_ms)):
+            if time is not None and (earliest is None or time < earliest):
+                earliest = time
+        return earliest
 
     # -- metadata ----------------------------------------------------------------------------------
 
@@ -661,9 +660,8 @@ class ReplicaManager:
             self._back_off_all(session, fetch)
             return
         session.answered(answer.session_id)
-        positions = dict(fetch.positions) if answer.results else {}
         for topic_partition, result in answer.results:
-            position = positions.get(topic_partition)
+            position = fetch.positions.get(topic_partition)
             if position is None or self.fetchers.leader_of.get(topic_partition) != session.leader_id:
                 continue  # not fetched, or moved to another leader meanwhile
             self._step(topic_partition, FetchResponseFromLeader.from_result(position, result), out)
@@ -675,7 +673,7 @@ class ReplicaManager:
     def _back_off_all(self, session: FetchSession, fetch: InFlightFetch) -> None:
         """The leader did not answer: every partition of the fetch waits `replica.fetch.backoff.ms`."""
         until_ms = self.now_ms + self.config.replica_fetch_backoff_ms
-        for topic_partition, _ in fetch.positions:
+        for topic_partition in fetch.positions:
             if self.fetchers.leader_of.get(topic_partition) == session.leader_id:
                 self.fetchers.back_off(topic_partition, until_ms)
 

@@ -307,7 +307,7 @@ def test_error_answer_backs_off_that_partition_only(cluster: CoreCluster) -> Non
                                                                                        0)))
     cluster.step(2, ReplicaFetchAnswer(in_flight.request_id, results))
     assert session.backoff_until_ms == {P0: cluster.now_ms + 50, P1: 0}
-    assert session.in_flight is not None and [tp for tp, _ in session.in_flight.positions] == [P1]
+    assert session.in_flight is not None and list(session.in_flight.positions) == [P1]
 
 
 def test_follower_that_cannot_append_backs_off_then_catches_up(cluster: CoreCluster,
