@@ -3,7 +3,8 @@
 Run `python -m bench.create_bench [--topics T] [--partitions P] [--failover] [--profile DIR]`. It
 starts a 3-node `DevCluster`, creates T topics of P partitions RF=3 one after another (every node
 hosts every partition: 2,000 per node with the defaults) and prints, per creation, the time the
-CreateTopics request took, the time until every partition had a leader and a full ISR, and each
+CreateTopics request took, the time until every node hosted all its partitions (DescribeReplicas:
+each a leader or a follower; the controller's metadata alone says so at once), and each
 node's event-loop lag maximum over the creation (`tributary_event_loop_lag_max_seconds`, the
 largest over the node's last 1,000 probes: the bench waits `SETTLE_S` before each step so that the
 window holds only that step). `--failover` then kills node 3 (SIGKILL) and prints the lag of nodes
@@ -30,12 +31,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cluster_bench import NODE_COUNT, ProfiledCluster, free_base_port, print_profiles
 from client.admin import Admin, NewTopic
+from client.connection import Connections
 from client.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from node.dev import DevCluster
+from wire.api import Api
+from wire.metadata import DescribeReplicasRequest, DescribeReplicasResponse
 
 SETTLE_S = 12.0  # > the 1,000 probes (10 ms apart) the max gauge covers
 POLL_S = 0.2
-STEP_TIMEOUT_S = 180.0
+STEP_TIMEOUT_S = 300.0
 
 
 def loop_lag_max_ms(cluster: DevCluster, node_ids: Sequence[int]) -> dict[int, float]:
@@ -69,6 +73,23 @@ async def wait_partitions(admin: Admin, topics: Sequence[str], partitions: int, 
     raise TimeoutError(f"partitions of {len(topics)} topics not settled after {STEP_TIMEOUT_S} s")
 
 
+async def wait_hosted(cluster: DevCluster, connections: Connections, topic: str, partitions: int) -> None:
+    """Until every node hosts the topic's `partitions` replicas, each a leader or a follower
+    (DescribeReplicas: the brokers' own view, not the controller's)."""
+    deadline = time.perf_counter() + STEP_TIMEOUT_S
+    waiting = sorted(cluster.nodes)
+    while waiting and time.perf_counter() < deadline:
+        for node_id in list(waiting):
+            response = await connections.call(cluster.nodes[node_id].address, Api.DESCRIBE_REPLICAS,
+                                              DescribeReplicasRequest((topic,)), DescribeReplicasResponse, 60_000)
+            if sum(replica.role in ("leader", "follower") for replica in response.replicas) == partitions:
+                waiting.remove(node_id)
+        if waiting:
+            await asyncio.sleep(POLL_S)
+    if waiting:
+        raise TimeoutError(f"{topic} not hosted on nodes {waiting} after {STEP_TIMEOUT_S} s")
+
+
 def line(label: str, lag_ms: dict[int, float], *times: str) -> str:
     lags = "  ".join(f"node {node_id} {value:7.1f} ms" for node_id, value in sorted(lag_ms.items()))
     return f"{label:<22} {'  '.join(times)}  loop-lag max: {lags}"
@@ -77,7 +98,8 @@ def line(label: str, lag_ms: dict[int, float], *times: str) -> str:
 async def create_topics(cluster: DevCluster, topics: int, partitions: int) -> list[str]:
     names = []
     all_nodes = sorted(cluster.nodes)
-    async with Admin(cluster.bootstrap, request_timeout_ms=120_000) as admin:
+    connections = Connections()
+    async with Admin(cluster.bootstrap, request_timeout_ms=120_000, connections=connections) as admin:
         for index in range(topics):
             await asyncio.sleep(SETTLE_S)
             name = f"create-{index}"
@@ -86,10 +108,12 @@ async def create_topics(cluster: DevCluster, topics: int, partitions: int) -> li
                 await admin.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"})])
             answered_s = time.perf_counter() - started
             await wait_partitions(admin, [name], partitions, 3)
-            settled_s = time.perf_counter() - started
+            await wait_hosted(cluster, connections, name, partitions)
+            hosted_s = time.perf_counter() - started
             names.append(name)
             print(line(f"create {name}", loop_lag_max_ms(cluster, all_nodes),
-                       f"CreateTopics {answered_s * 1000:6.0f} ms", f"all ISR full {settled_s:5.1f} s"), flush=True)
+                       f"CreateTopics {answered_s * 1000:6.0f} ms", f"hosted on all {hosted_s:5.1f} s"), flush=True)
+    await connections.close()
     return names
 
 

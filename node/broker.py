@@ -132,6 +132,7 @@ class Broker:
         self._stopped = False
         self._caught_up = asyncio.Event()
         self._reported_caught_up = False  # what the lifecycle last heard (`_report_metadata`)
+        self._metadata_applied = asyncio.Event()  # the last metadata is applied to every partition
         self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
         self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, self._on_lease, directory_ids,
                                                 log_manager.previous_broker_epoch, clock)
@@ -165,6 +166,11 @@ class Broker:
 
     async def wait_caught_up(self) -> None:
         await self._caught_up.wait()
+
+    async def wait_metadata_applied(self) -> None:
+        """Until the core has applied the last metadata to every partition (a large change is
+        applied over several Ticks): for tests and tools that act on a change they just made."""
+        await self._metadata_applied.wait()
 
     @property
     def is_unfenced(self) -> bool:
@@ -211,6 +217,9 @@ class Broker:
         self._reported_caught_up = caught_up
         if caught_up:
             self._caught_up.set()
+            self._metadata_applied.set()
+        else:
+            self._metadata_applied.clear()
         self.lifecycle.on_metadata(self.quorum.metadata_offset, caught_up, self.core.offline_log_ends())
 
     def _on_lease(self, until_ms: int) -> None:

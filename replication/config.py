@@ -78,7 +78,7 @@ class ReplicaManagerConfig:
     replica_fetch_backoff_ms: int = 1_000
     replica_socket_timeout_ms: int = 30_000
     metadata_partitions_per_call: int = 200
-    metadata_changes_per_call: int = 8
+    metadata_changes_per_call: int = 2
 
     def __post_init__(self) -> None:
         assert self.broker_id >= 0, f"broker_id={self.broker_id}"

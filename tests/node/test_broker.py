@@ -36,6 +36,7 @@ from wire.log_offsets import (
 from wire.metadata import DescribeReplicasRequest
 from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from wire.topic_partition import TopicPartition
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
@@ -326,7 +327,8 @@ async def test_a_large_creation_is_applied_between_other_callbacks_and_reported_
         on_metadata(metadata_offset, is_caught_up, offline_log_ends)  # type: ignore[arg-type]
 
     broker.lifecycle.on_metadata = spy  # type: ignore[method-assign]
-    await cluster.create_topic(TOPIC, {index: (0, 1, 2) for index in range(40)})
+    creation = CreatableTopic(TOPIC, assignments={index: (0, 1, 2) for index in range(40)})
+    await cluster.quorum.controller_request(CreateTopicsRequest((creation,)), 1_000)  # applied in part, at once
     served: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     asyncio.get_running_loop().call_soon(lambda: served.set_result(len(broker.hosts)))
     async with asyncio.timeout(TIMEOUT_S):

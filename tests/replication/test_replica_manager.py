@@ -503,7 +503,7 @@ def test_a_large_metadata_change_is_applied_a_bounded_number_of_partitions_per_c
     cluster = CoreCluster(tmp_path, broker_ids=(1,), metadata_changes_per_call=3)
     try:
         broker = cluster.brokers[1]
-        cluster.create_topic(TOPIC, {index: (1,) for index in range(10)})
+        cluster.create_topic(TOPIC, {index: (1,) for index in range(10)}, apply_fully=False)
         ready = broker.readies[-1]
         assert len(broker.core.hosted) == 3, sorted(broker.core.hosted)
         assert not ready.caught_up
@@ -526,9 +526,9 @@ def test_newer_metadata_during_a_chunked_pass_applies_its_own_state(tmp_path: Pa
     cluster = CoreCluster(tmp_path, broker_ids=(1,), metadata_changes_per_call=1)
     try:
         broker = cluster.brokers[1]
-        cluster.create_topic(TOPIC, {index: (1,) for index in range(3)})
+        cluster.create_topic(TOPIC, {index: (1,) for index in range(3)}, apply_fully=False)
         assert len(broker.core.hosted) == 1
-        cluster.create_topic("payments", {0: (1,)})
+        cluster.create_topic("payments", {0: (1,)}, apply_fully=False)
         ready = broker.readies[-1]
         while not ready.caught_up:
             ready = cluster.step(1, Tick())
