@@ -131,6 +131,8 @@ class Broker:
         self._changed = asyncio.Event()
         self._stopped = False
         self._caught_up = asyncio.Event()
+        self._reported_caught_up = False  # what the lifecycle last heard (`_report_metadata`)
+        self._metadata_applied = asyncio.Event()  # the last metadata is applied to every partition
         self.core = ReplicaManager(settings.replica_manager_config(), log_manager, clock())
         self.lifecycle = BrokerLifecycleManager(settings, quorum, self._on_metadata, self._on_lease, directory_ids,
                                                 log_manager.previous_broker_epoch, clock)
@@ -164,6 +166,11 @@ class Broker:
 
     async def wait_caught_up(self) -> None:
         await self._caught_up.wait()
+
+    async def wait_metadata_applied(self) -> None:
+        """Until the core has applied the last metadata to every partition (a large change is
+        applied over several Ticks): for tests and tools that act on a change they just made."""
+        await self._metadata_applied.wait()
 
     @property
     def is_unfenced(self) -> bool:
@@ -202,8 +209,17 @@ class Broker:
         except Exception:
             log.exception("broker %s: applying metadata at offset %s failed", self.settings.node_id,
                           self.quorum.metadata_offset)
+        self._report_metadata(caught_up)
+
+    def _report_metadata(self, caught_up: bool) -> None:
+        """Tell the lifecycle how far the core applied the metadata (a large change is caught up only
+        at the Tick that applies its last partitions)."""
+        self._reported_caught_up = caught_up
         if caught_up:
             self._caught_up.set()
+            self._metadata_applied.set()
+        else:
+            self._metadata_applied.clear()
         self.lifecycle.on_metadata(self.quorum.metadata_offset, caught_up, self.core.offline_log_ends())
 
     def _on_lease(self, until_ms: int) -> None:
@@ -286,8 +302,8 @@ class Broker:
     def _on_tick_timer(self) -> None:
         self._tick_handle = None
         self._tick_at_ms = None
-        if not self._stopped:
-            self._step(Tick())
+        if not self._stopped and self._step(Tick()).caught_up and not self._reported_caught_up:
+            self._report_metadata(True)
 
     async def _submit(self, parts: tuple[tuple[TopicPartition, PartitionRequest], ...],
                       wait: FetchWait | None = None) -> ClientAnswer:

@@ -133,8 +133,10 @@ class BrokerReady:
     3. sends each `fetches` request to its leader;
     4. asks for a `Tick` no later than `next_tick_ms` (None: no timer; ticking earlier is harmless).
 
-    `caught_up`: the last metadata given was applied: it includes this broker's current registration
-    (a broker serves clients only once it has been, and asks to be unfenced each time it is).
+    `caught_up`: the last metadata given was applied to every partition (a large change takes several
+    calls, ending in Ticks) and it includes this broker's current registration (a broker serves
+    clients only once it has been, and asks to be unfenced each time it is): the owner tells its
+    lifecycle when a Tick's Ready is the first caught up since the last metadata.
     `deleted_logs`: logs this call deleted, and why (strays, replicas moved away), to be logged.
     `steps`: every partition step of this call, for observers; the owner need not read them."""
 

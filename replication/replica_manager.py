@@ -17,6 +17,13 @@ belongs to an older topic of the same name is stopped and its log deleted; so is
 no partition here owns (a stray, left by a deletion while the broker was down), and one whose
 `partition.metadata` names another topic id (KIP-516). Strays go before any partition is applied,
 so a new topic never opens an old topic's log. Topic config changes reach the open logs.
+The partitions are then applied in name order, a bounded number per call
+(`metadata_partitions_per_call`, of which `metadata_changes_per_call` create a log or step a
+core): the rest waits for the Tick the broker asks for at once, so that its owner serves other
+events in between (creating a log and its first leader epoch fsync files; 250 new partitions at
+once held a node's event loop for seconds). Newer metadata restarts the pass from the first
+partition. The broker is caught up once a pass over metadata that includes its registration is
+complete; until then a partition not applied yet is refused as not hosted here.
 
 Requests (`ClientRequest`): each part goes to its partition's core with a fresh partition request
 id; the request is answered once every part is (an acks=all produce when the HW passes it). A part
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections import deque
 from collections.abc import Callable, Iterator
 
 from replication.broker_events import (
@@ -163,6 +171,9 @@ class ReplicaManager:
         self._part_of: dict[int, tuple[int, int]] = {}  # partition request id -> (request id, part index)
         self._alter_in_flight: dict[int, tuple[TopicPartition, HostedPartition, AlterPartitionProposal, int]] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
+        # The partitions the last metadata assigns here, and those of them not applied yet, in order.
+        self._wanted: dict[TopicPartition, tuple[str, PartitionStateView]] = {}
+        self._unapplied: deque[TopicPartition] = deque()
         self._ticks: list[tuple[int, TopicPartition]] = []  # heap; stale entries skipped
         self._next_id = 0
 
@@ -190,6 +201,8 @@ class ReplicaManager:
             self._on_shutdown(out)
         else:
             assert isinstance(event, Tick), f"not a broker event: {event!r}"
+            if self._unapplied and not self.stopped:
+                self._apply_metadata_chunk(out)
         if not self.stopped and out.log_dir_failure is None:
             # An ISR may have changed: follower sessions read the partition at their next fetch
             # (waking parked fetches for it would turn each refused ISR expansion into a loop).
@@ -270,7 +283,8 @@ class ReplicaManager:
                 break
             heapq.heappop(self._ticks)
         earliest = self._ticks[0][0] if self._ticks else None
-        for time in (self.purgatory.next_deadline_ms(), self.fetchers.next_time_ms(self.now_ms)):
+        for time in (self.purgatory.next_deadline_ms(), self.fetchers.next_time_ms(self.now_ms),
+                     self.now_ms if self._unapplied else None):
             if time is not None and (earliest is None or time < earliest):
                 earliest = time
         return earliest
@@ -283,17 +297,35 @@ class ReplicaManager:
         metadata = event.metadata
         if self.stopped or event.broker_epoch < 0 or metadata.metadata_offset < event.broker_epoch:
             self.caught_up = False
+            self._wanted = {}
+            self._unapplied.clear()
             return
-        wanted = self._wanted(metadata)
+        wanted = self._wanted_partitions(metadata)
         for topic_partition, hosted in sorted(self.hosted.items()):
             entry = wanted.get(topic_partition)
             if entry is None or entry[0] != hosted.topic_id:
                 self._stop_and_delete(topic_partition, out)
         self._delete_stray_logs(wanted, out)
         self._apply_topic_configs(metadata, {topic_partition.topic for topic_partition in wanted})
-        for topic_partition, (topic_id, state) in sorted(wanted.items()):
-            self._apply_partition(topic_partition, topic_id, state, metadata, out)
-        self.caught_up = True
+        self._wanted = wanted
+        self._unapplied = deque(sorted(wanted))
+        self._apply_metadata_chunk(out)
+
+    def _apply_metadata_chunk(self, out: _Outbox) -> None:
+        """Apply the last metadata to the next partitions in line: at most
+        `metadata_partitions_per_call` of them, of which at most `metadata_changes_per_call` change.
+        Caught up once none is left."""
+        metadata = self.metadata
+        assert metadata is not None, f"metadata pass without metadata on broker {self.broker_id}"
+        examined = changes = 0
+        while (self._unapplied and examined < self.config.metadata_partitions_per_call
+               and changes < self.config.metadata_changes_per_call):
+            topic_partition = self._unapplied.popleft()
+            topic_id, state = self._wanted[topic_partition]
+            examined += 1
+            if self._apply_partition(topic_partition, topic_id, state, metadata, out):
+                changes += 1
+        self.caught_up = not self._unapplied
 
     def offline_log_ends(self) -> tuple[ReplicaLogEnd, ...]:
         """The log end of each hosted replica whose partition has no leader and an empty ISR and ELR,
@@ -314,7 +346,7 @@ class ReplicaManager:
             ends.append(_log_end(hosted.topic_id, topic_partition.partition, state.leader_epoch, partition))
         return tuple(ends)
 
-    def _wanted(self, metadata: MetadataView) -> dict[TopicPartition, tuple[str, PartitionStateView]]:
+    def _wanted_partitions(self, metadata: MetadataView) -> dict[TopicPartition, tuple[str, PartitionStateView]]:
         """Every partition with a replica on this broker, with its topic id and state."""
         wanted = {}
         for topic_id, index, state in metadata.all_partitions():
@@ -358,7 +390,9 @@ class ReplicaManager:
             del self._topic_configs[topic]
 
     def _apply_partition(self, topic_partition: TopicPartition, topic_id: str, state: PartitionStateView,
-                         metadata: MetadataView, out: _Outbox) -> None:
+                         metadata: MetadataView, out: _Outbox) -> bool:
+        """Host the partition and step its core into the metadata's state; whether anything changed."""
+        changed = False
         hosted = self.hosted.get(topic_partition)
         if hosted is None:
             # Open or create the log under its topic id first (partition.metadata is written if
@@ -367,6 +401,7 @@ class ReplicaManager:
             partition = Partition(topic_partition, self.log_manager, self.broker_id, self.config.replication,
                                   self.lease, self.now_ms, self.wall_clock_ms)
             hosted = self.hosted[topic_partition] = HostedPartition(partition, topic_id)
+            changed = True
         # The replicas' broker epochs first (KIP-903): a leader forgets what the older process of a
         # re-registered follower reported before it counts the ISR of the same metadata.
         broker_epochs = tuple((replica, NO_BROKER_EPOCH if (broker := metadata.broker(replica)) is None
@@ -374,9 +409,10 @@ class ReplicaManager:
         if hosted.broker_epochs != broker_epochs:
             hosted.broker_epochs = broker_epochs
             self._step(topic_partition, UpdateBrokerEpochs(broker_epochs), out)
+            changed = True
         version = (state.leader_epoch, state.partition_epoch)
         if hosted.applied == version:
-            return
+            return changed
         hosted.applied = version
         out.isr_changed.add(topic_partition)
         event: Event
@@ -386,6 +422,7 @@ class ReplicaManager:
         else:
             event = MakeFollower(state.leader, state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
         self._step(topic_partition, event, out)
+        return True
 
     def _stop_and_delete(self, topic_partition: TopicPartition, out: _Outbox) -> None:
         self._step(topic_partition, StopReplica(), out)
@@ -721,6 +758,7 @@ class ReplicaManager:
             else:
                 out.answers.append(ClientAnswer(item.request.request_id, tuple(self._read(item.request, out))))
         self.stopped = True
+        self._unapplied.clear()
         self.replica_sessions.clear()
         for topic_partition in sorted(self.hosted):
             self._step(topic_partition, StopReplica(), out)

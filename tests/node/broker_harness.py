@@ -270,6 +270,14 @@ class Cluster:
         topic = CreatableTopic(name, assignments=assignments, configs=configs or {})
         response = await self.quorum.controller_request(CreateTopicsRequest((topic,)), 1_000)
         assert response.topics[0].error_code == ErrorCode.NONE, response
+        await self.metadata_applied()
+
+    async def metadata_applied(self) -> None:
+        """Until every running broker has applied the last metadata to all its partitions."""
+        async with asyncio.timeout(TIMEOUT_S):
+            for node in self.nodes:
+                if node.broker is not None and not node.broker.is_stopped:
+                    await node.broker.wait_metadata_applied()
 
     async def delete_topic(self, name: str) -> None:
         response = await self.quorum.controller_request(DeleteTopicsRequest(topic_names=(name,)), 1_000)

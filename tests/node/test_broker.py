@@ -36,6 +36,7 @@ from wire.log_offsets import (
 from wire.metadata import DescribeReplicasRequest
 from wire.sentinels import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from wire.topic_partition import TopicPartition
+from wire.topics import CreatableTopic, CreateTopicsRequest
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
@@ -306,3 +307,36 @@ async def test_corrupt_batch_is_refused_and_leaves_the_log_unchanged(cluster: Cl
     assert answer.error_code == ErrorCode.CORRUPT_MESSAGE
     assert cluster.broker(0).hosts[TP].partition.log.log_end_offset == 0
     assert (await cluster.produce(0, TP, good)).base_offset == 0
+
+
+async def test_a_large_creation_is_applied_between_other_callbacks_and_reported_caught_up_at_its_end(
+        cluster: Cluster) -> None:
+    """Goal: a creation of many partitions does not hold the event loop for all of them, and the
+    lifecycle hears that the broker caught up once the last one is applied. Method: create 40
+    partitions; a callback queued right after the (synchronous) publication runs before the core
+    applied them all; then await the lifecycle's caught-up report and check every partition."""
+    broker = cluster.broker(0)
+    reports: list[bool] = []
+    caught_up = asyncio.Event()
+    on_metadata = broker.lifecycle.on_metadata
+
+    def spy(metadata_offset: int, is_caught_up: bool, offline_log_ends: tuple[object, ...]) -> None:
+        reports.append(is_caught_up)
+        if is_caught_up:
+            caught_up.set()
+        on_metadata(metadata_offset, is_caught_up, offline_log_ends)  # type: ignore[arg-type]
+
+    broker.lifecycle.on_metadata = spy  # type: ignore[method-assign]
+    creation = CreatableTopic(TOPIC, assignments={index: (0, 1, 2) for index in range(40)})
+    await cluster.quorum.controller_request(CreateTopicsRequest((creation,)), 1_000)  # applied in part, at once
+    served: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(lambda: served.set_result(len(broker.hosts)))
+    async with asyncio.timeout(TIMEOUT_S):
+        hosted_when_served = await served
+        await caught_up.wait()
+    assert hosted_when_served < 40, "the loop ran another callback before the last partition was applied"
+    assert reports[0] is False and reports[-1] is True, reports
+    assert sorted(broker.hosts) == [TopicPartition(TOPIC, index) for index in range(40)]
+    assert all(host.partition.role == Role.LEADER for host in broker.hosts.values())
+    produced = await cluster.produce(0, TopicPartition(TOPIC, 39), batch(b"a"), acks=1)
+    assert produced.error_code == ErrorCode.NONE, produced

@@ -116,9 +116,13 @@ class CoreCluster:
             self.queue.append((broker_id, fetch))
         return ready
 
-    def publish(self) -> None:
+    def publish(self, apply_fully: bool = True) -> None:
+        """Give every broker the metadata; `apply_fully`: then the Ticks each asks for at once (a
+        node's timer), until it has applied every partition."""
         for broker in self.brokers.values():
-            self.step(broker.broker_id, MetadataChanged(self.metadata, broker.broker_epoch))
+            ready = self.step(broker.broker_id, MetadataChanged(self.metadata, broker.broker_epoch))
+            while apply_fully and not ready.caught_up and ready.next_tick_ms == self.now_ms:
+                ready = self.step(broker.broker_id, Tick())
 
     def request(self, broker_id: int, request: ClientRequest) -> ClientAnswer | None:
         """Step a client request; its answer if it came at once."""
@@ -171,11 +175,12 @@ class CoreCluster:
 
     # -- admin ------------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, assignments: dict[int, tuple[int, ...]], **configs: str) -> None:
+    def create_topic(self, name: str, assignments: dict[int, tuple[int, ...]], apply_fully: bool = True,
+                     **configs: str) -> None:
         response = self.controller.handle(CreateTopicsRequest((CreatableTopic(name, assignments=assignments,
                                                                               configs=configs),)), self.now_ms)
         assert response.response.topics[0].error_code == ErrorCode.NONE, response
-        self.publish()
+        self.publish(apply_fully)
 
     def partition(self, broker_id: int, topic_partition: TopicPartition) -> Any:
         return self.brokers[broker_id].core.hosted[topic_partition].partition

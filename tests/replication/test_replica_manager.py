@@ -24,7 +24,7 @@ from replication.broker_events import (
 )
 from replication.broker_ready import ClientAnswer, ReplicaLogEnd
 from replication.delayed_fetch import FetchPurgatory
-from replication.events import ConsumerFetch, DeleteRecords, FollowerFetch, ListOffsets, ProduceRequest
+from replication.events import ConsumerFetch, DeleteRecords, FollowerFetch, ListOffsets, ProduceRequest, Tick
 from replication.ready import FetchResult, ProduceResult, Role
 from storage import log_segment
 from storage.records import build_batch_from_values, iter_headers
@@ -546,3 +546,46 @@ def test_a_leader_without_the_session_makes_the_follower_fetch_in_full_again(clu
     request_id = produce(cluster, 1, batch(b"a"))
     cluster.pump()
     assert cluster.brokers[1].answers[request_id].parts[0].result.error == ErrorCode.NONE
+
+
+def test_a_large_metadata_change_is_applied_a_bounded_number_of_partitions_per_call(tmp_path: Path) -> None:
+    """Goal: a creation of many partitions does not hold the broker's owner for all of them at once.
+    Method: 3 changes per call; create 10 partitions on broker 1 and count what each call applied:
+    the rest waits for Ticks the core asks for at once, and it is caught up only after the last."""
+    cluster = CoreCluster(tmp_path, broker_ids=(1,), metadata_changes_per_call=3)
+    try:
+        broker = cluster.brokers[1]
+        cluster.create_topic(TOPIC, {index: (1,) for index in range(10)}, apply_fully=False)
+        ready = broker.readies[-1]
+        assert len(broker.core.hosted) == 3, sorted(broker.core.hosted)
+        assert not ready.caught_up
+        assert ready.next_tick_ms == cluster.now_ms, "the rest is asked for at once"
+        hosted_counts = []
+        while not ready.caught_up:
+            ready = cluster.step(1, Tick())
+            hosted_counts.append(len(broker.core.hosted))
+        assert hosted_counts == [6, 9, 10]
+        assert all(partition.role == Role.LEADER for _, partition in broker.core.partitions())
+        assert ready.next_tick_ms != cluster.now_ms, "nothing left to apply"
+    finally:
+        cluster.close()
+
+
+def test_newer_metadata_during_a_chunked_pass_applies_its_own_state(tmp_path: Path) -> None:
+    """Goal: partitions still waiting in a pass get the newest metadata, and partitions already
+    applied that the newer metadata changes are stepped again. Method: one change per call; create
+    3 partitions, then a second topic before the pass ends; tick until caught up."""
+    cluster = CoreCluster(tmp_path, broker_ids=(1,), metadata_changes_per_call=1)
+    try:
+        broker = cluster.brokers[1]
+        cluster.create_topic(TOPIC, {index: (1,) for index in range(3)}, apply_fully=False)
+        assert len(broker.core.hosted) == 1
+        cluster.create_topic("payments", {0: (1,)}, apply_fully=False)
+        ready = broker.readies[-1]
+        while not ready.caught_up:
+            ready = cluster.step(1, Tick())
+        assert sorted(broker.core.hosted) == [TopicPartition("orders", index) for index in range(3)] + [
+            TopicPartition("payments", 0)]
+        assert all(partition.role == Role.LEADER for _, partition in broker.core.partitions())
+    finally:
+        cluster.close()

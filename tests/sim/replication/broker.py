@@ -164,6 +164,8 @@ class SimBroker:
             replica_fetch_min_bytes=1,
             replica_fetch_backoff_ms=options.fetch_backoff_ms,
             replica_socket_timeout_ms=options.request_timeout_ms,
+            metadata_partitions_per_call=options.metadata_partitions_per_call,
+            metadata_changes_per_call=options.metadata_changes_per_call,
         )
         self.core = ReplicaManager(config, self.manager, now_ms)
         self.coordinator = GroupCoordinator()
@@ -174,6 +176,7 @@ class SimBroker:
         self.controller_hint = CONTROLLER_IDS[self.broker_id % len(CONTROLLER_IDS)]
         self.lifecycle_correlation_id = -1
         self.metadata_offset = -1
+        self.reported_caught_up = False
         self.metadata_correlation_id = -1
         self.metadata_sent_ms = -1
         self.next_checkpoint_ms = now_ms
@@ -292,7 +295,9 @@ class SimBroker:
     def tick(self, at_ms: int) -> None:
         if self.tick_at_ms == at_ms:
             self.tick_at_ms = None
-            self.step(Tick())
+            ready = self.step(Tick())
+            if ready.caught_up and not self.reported_caught_up and self.up and self.metadata is not None:
+                self._report_metadata(self.metadata, True)  # the last partitions of a large change
 
     def _answer(self, answer: ClientAnswer) -> None:
         pending = self.pending.pop(answer.request_id)
@@ -424,9 +429,15 @@ class SimBroker:
         ready = self.step(MetadataChanged(metadata, self.broker_epoch))
         if not self.up:
             return  # halted
-        if ready.caught_up:
+        self._report_metadata(metadata, ready.caught_up)
+
+    def _report_metadata(self, metadata: ClusterMetadata, caught_up: bool) -> None:
+        """As node/broker.py: the lifecycle hears how far the core applied the metadata."""
+        assert self.core is not None
+        self.reported_caught_up = caught_up
+        if caught_up:
             self.metadata_offset = metadata.metadata_offset
-        self.lifecycle_step(MetadataApplied(metadata.metadata_offset, ready.caught_up,
+        self.lifecycle_step(MetadataApplied(metadata.metadata_offset, caught_up,
                                             replica_log_info(self.core.offline_log_ends())))
 
     # -- replica fetching --------------------------------------------------------------------------

@@ -73,6 +73,8 @@ class ReplicationSimOptions(FaultOptions):
     slow_fsync_max_ms: int = 0
     idempotent_producer: bool = False
     broker_probe_interval_ms: int = 0
+    metadata_partitions_per_call: int = 200
+    metadata_changes_per_call: int = 8
 
     FAULTS_AFTER: ClassVar[str] = "checkpoint_interval_ms"
 
@@ -98,6 +100,7 @@ class ReplicationSimOptions(FaultOptions):
         rot_probability = disks.choice((0.0, 0.02, 0.05))
         slow_disk_probability = disks.choice((0.0, 0.02, 0.05))
         slow_fsync_max_ms = disks.choice((20, 100, 400))
+        chunks = random.Random(f"metadata-chunks-{seed}")
         return cls(
             seed=seed,
             partitions=rng.choice((1, 1, 2)),
@@ -161,4 +164,8 @@ class ReplicationSimOptions(FaultOptions):
             # Fast fencing of dead brokers (README, "Failover after kill -9"): the active controller probes every
             # unfenced broker's listener this often (0: never, the session timeout alone fences).
             broker_probe_interval_ms=random.Random(f"probe-{seed}").choice((0, 5, 10, 20)),
+            # A metadata change applied a partition or a change at a time (the rest at the Ticks the
+            # broker core asks for), as a change of thousands of partitions is on a node.
+            metadata_partitions_per_call=chunks.choice((1, 2, 200)),
+            metadata_changes_per_call=chunks.choice((1, 8)),
         )
