@@ -100,6 +100,21 @@ class ProfiledCluster(DevCluster):
             self.wait_healthy([node_id])
 
 
+def bench_cluster(prefix: str, profile: Path | None) -> tuple[Path, DevCluster]:
+    """A 3-node cluster (not started) in a new temporary directory, under cProfile with `profile`
+    (the profiles' directory); says where it is and the machine's load."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        cluster: DevCluster = ProfiledCluster(root, NODE_COUNT, free_base_port())
+        cluster.profile_dir = profile.resolve()
+    else:
+        cluster = DevCluster(root, NODE_COUNT, free_base_port())
+    print(f"{NODE_COUNT} nodes on {cluster.bootstrap}, data in {root}; {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    return root, cluster
+
+
 def free_base_port() -> int:
     """A port P with P, P+1 and P+2 free on 127.0.0.1 (the OS picks P; the next two are checked)."""
     for _ in range(PORT_TRIES_MAX):
@@ -275,15 +290,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     records = 200_000 if arguments.quick else arguments.records
-    root = Path(tempfile.mkdtemp(prefix="tributary-cluster-bench-"))
-    if arguments.profile is not None:
-        arguments.profile.mkdir(parents=True, exist_ok=True)
-        cluster: DevCluster = ProfiledCluster(root, NODE_COUNT, free_base_port())
-        cluster.profile_dir = arguments.profile.resolve()
-    else:
-        cluster = DevCluster(root, NODE_COUNT, free_base_port())
-    print(f"{NODE_COUNT} nodes on {cluster.bootstrap}, data in {root}; {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+    root, cluster = bench_cluster("tributary-cluster-bench-", arguments.profile)
     started = time.perf_counter()
     try:
         cluster.start()

@@ -21,7 +21,6 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.cluster_bench import NODE_COUNT, ProfiledCluster, free_base_port, print_profiles
+from bench.cluster_bench import bench_cluster, print_profiles
 from client.admin import Admin, NewTopic
 from client.connection import Connections
 from client.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
@@ -145,15 +144,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = parse_arguments(argv)
-    root = Path(tempfile.mkdtemp(prefix="tributary-create-bench-"))
-    if arguments.profile is not None:
-        arguments.profile.mkdir(parents=True, exist_ok=True)
-        cluster: DevCluster = ProfiledCluster(root, NODE_COUNT, free_base_port())
-        cluster.profile_dir = arguments.profile.resolve()
-    else:
-        cluster = DevCluster(root, NODE_COUNT, free_base_port())
-    print(f"{NODE_COUNT} nodes on {cluster.bootstrap}, data in {root}; {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+    root, cluster = bench_cluster("tributary-create-bench-", arguments.profile)
     try:
         cluster.start()
         names = asyncio.run(create_topics(cluster, arguments.topics, arguments.partitions))
