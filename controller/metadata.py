@@ -54,10 +54,11 @@ from controller.metadata_records import (
 )
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
+from wire.alter_partition import EpochLineage
 from wire.sentinels import NO_LEADER
 
-SNAPSHOT_VERSION = 4  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset;
-# 3: brokers: fenced_offset; 4: the next producer id
+SNAPSHOT_VERSION = 5  # 1: brokers: log_dirs (KIP-858), partitions: elr, last_known_elr (KIP-966); 2: log_start_offset;
+# 3: brokers: fenced_offset; 4: the next producer id; 5: partitions: epoch_lineage
 TOPIC_NAME_LENGTH_MAX = 249
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -126,7 +127,11 @@ class PartitionRegistration:
     after they were committed, so that leader raises its own log start to it and never serves those
     offsets again (`QuorumController._recovery_leader`). It holds for that leader epoch only: the
     next leader change clears it, so a later history (every disk wiped, offsets used again) is
-    never cut by an old election's offset.
+    never cut by an old election's offset. `epoch_lineage` (ours) is the newest leader epoch's
+    lineage the controller recorded (None before any): a leader moves its HW only once its own is
+    recorded (`replication.leader.Leader`), so every committed record lies on the history that
+    epoch's leader continued, and the recovery election reads it (`QuorumController._recovery_leader`).
+    It stays through leader changes until the next leader's is recorded.
     """
 
     replicas: tuple[int, ...]
@@ -137,6 +142,7 @@ class PartitionRegistration:
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
     log_start_offset: int = 0
+    epoch_lineage: EpochLineage | None = None
 
     def merge(self, change: PartitionChange) -> PartitionRegistration:
         """The registration after `change`: a present leader bumps leader_epoch, any change partition_epoch."""
@@ -153,6 +159,7 @@ class PartitionRegistration:
             # For the leader elected with it only: any other leader change clears it.
             log_start_offset=(self.log_start_offset if change.leader is None
                               else change.log_start_offset or 0),
+            epoch_lineage=self.epoch_lineage if change.epoch_lineage is None else _lineage(change.epoch_lineage),
         )
 
 
@@ -228,7 +235,8 @@ class ClusterMetadata:
         for topic_id, name in sorted(self._topic_names.items()):
             partitions = [
                 [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch, list(p.elr),
-                 list(p.last_known_elr), p.log_start_offset]
+                 list(p.last_known_elr), p.log_start_offset,
+                 [] if p.epoch_lineage is None else list(p.epoch_lineage.as_record())]
                 for _, p in sorted(self._partitions[topic_id].items())
             ]
             topics.append([topic_id, name, to_wire(self._configs[name]), partitions])
@@ -402,7 +410,7 @@ class ClusterMetadata:
             raise MetadataApplyError(f"partition {record.partition} of {record.topic_id}: next index is {len(parts)}")
         state = PartitionRegistration(
             record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch, record.elr,
-            record.last_known_elr, record.log_start_offset,
+            record.last_known_elr, record.log_start_offset, _lineage(record.epoch_lineage),
         )
         self._check_partition(state, f"{record.topic_id}-{record.partition}")
         if state.leader_epoch < 0 or state.partition_epoch < 0:
@@ -432,6 +440,10 @@ class ClusterMetadata:
             raise MetadataApplyError(
                 f"{where}: ISR {state.isr}, ELR {state.elr} and last known ELR {state.last_known_elr} overlap"
             )
+        lineage = state.epoch_lineage
+        if lineage is not None and not (-1 <= lineage.previous_epoch < lineage.leader_epoch <= state.leader_epoch
+                                        and lineage.start_offset >= 0):
+            raise MetadataApplyError(f"{where}: {lineage} is not an earlier or the current leader epoch's")
         if state.leader != NO_LEADER and state.leader not in state.isr:
             raise MetadataApplyError(f"{where}: leader {state.leader} is not in ISR {state.isr}")
         if state.leader != NO_LEADER and state.leader not in self._brokers:
@@ -476,6 +488,15 @@ _APPLY = {
     RemoveTopic: ClusterMetadata._apply_remove_topic,
     ProducerIds: ClusterMetadata._apply_producer_ids,
 }
+
+
+def _lineage(values: tuple[int, ...]) -> EpochLineage | None:
+    """A record's `epoch_lineage` (`EpochLineage.as_record()`, () for none) as the registration keeps it."""
+    if not values:
+        return None
+    if len(values) != 3:
+        raise MetadataApplyError(f"epoch_lineage {values} is not (leader epoch, previous epoch, start offset)")
+    return EpochLineage(*values)
 
 
 def _load_snapshot(data: bytes) -> ClusterMetadata:
@@ -528,10 +549,10 @@ _PARTITION_FIELDS: list[tuple[str, Any]] = [
     ("elr", tuple[int, ...]),
     ("last_known_elr", tuple[int, ...]),
     ("log_start_offset", int),
+    ("epoch_lineage", tuple[int, ...]),
 ]
-_SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (8, 7), 2: (8, len(_PARTITION_FIELDS)),
-                          3: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS)),
-                          4: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
+_SNAPSHOT_FIELD_COUNTS = {0: (7, 5), 1: (8, 7), 2: (8, 8), 3: (len(_BROKER_FIELDS), 8), 4: (len(_BROKER_FIELDS), 8),
+                          5: (len(_BROKER_FIELDS), len(_PARTITION_FIELDS))}
 """Per snapshot version, how many broker and partition fields it has (later fields take defaults)."""
 
 

@@ -15,7 +15,8 @@ Versions, as Kafka's record schemas grow: a version adds fields at the end, each
 (`_FIELD_COUNTS`). A log written before a field existed still decodes, the field taking its
 default: version 1 of `RegisterBroker` adds `log_dirs` (KIP-858), version 1 of `Partition` and
 `PartitionChange` add `elr` and `last_known_elr` (KIP-966), version 2 of both `log_start_offset`
-(ours: the log start a recovery election found, see `PartitionRegistration`).
+(ours: the log start a recovery election found, see `PartitionRegistration`), version 3 of both
+`epoch_lineage` (ours: `EpochLineage.as_record()`, see `PartitionRegistration`).
 
 Conventions shared by all records:
 - Broker epochs are the metadata-log offset of the broker's `RegisterBroker` record (KRaft's rule),
@@ -134,6 +135,7 @@ class Partition:
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
     log_start_offset: int = 0
+    epoch_lineage: tuple[int, ...] = ()  # () for none
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +152,12 @@ class PartitionChange:
     elr: tuple[int, ...] | None = None
     last_known_elr: tuple[int, ...] | None = None
     log_start_offset: int | None = None
+    epoch_lineage: tuple[int, ...] | None = None
 
     @property
     def is_empty(self) -> bool:
         return (self.isr is None and self.leader is None and self.elr is None and self.last_known_elr is None
-                and self.log_start_offset is None)
+                and self.log_start_offset is None and self.epoch_lineage is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +206,8 @@ _FIELD_COUNTS: dict[type, tuple[int, ...]] = {
     cls: (len(dataclasses.fields(cls)),) for cls in RECORD_CLASSES.values()
 } | {
     RegisterBroker: (4, 5),  # v1: log_dirs (KIP-858)
-    Partition: (7, 9, 10),  # v1: elr, last_known_elr (KIP-966); v2: log_start_offset
-    PartitionChange: (4, 6, 7),  # v1: elr, last_known_elr (KIP-966); v2: log_start_offset
+    Partition: (7, 9, 10, 11),  # v1: elr, last_known_elr (KIP-966); v2: log_start_offset; v3: epoch_lineage
+    PartitionChange: (4, 6, 7, 8),  # v1: elr, last_known_elr (KIP-966); v2: log_start_offset; v3: epoch_lineage
 }
 """Per record class, its field count in each version (index = version); the last is written."""
 

@@ -110,7 +110,13 @@ from controller.partition_change import partition_change
 from controller.replica_assignment import RandomSource, UsableBroker, assign_replicas
 from storage.config import LogConfig
 from storage.errors import InvalidConfigError
-from wire.alter_partition import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionResult
+from wire.alter_partition import (
+    AlterPartitionData,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionResult,
+    EpochLineage,
+)
 from wire.broker_lifecycle import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
@@ -413,7 +419,9 @@ class QuorumController:
         for index, replicas in enumerate(assignment, first_index):
             isr = tuple(replica for replica in replicas if self._is_active(replica))
             assert isr, f"{topic_id}-{index}: no active replica in {replicas}"
-            batch.append(Partition(topic_id, index, replicas, isr, isr[0], 0, 0))
+            # Every replica's log starts empty: epoch 0 begins at offset 0 with nothing before it.
+            batch.append(Partition(topic_id, index, replicas, isr, isr[0], 0, 0,
+                                   epoch_lineage=EpochLineage(0, -1, 0).as_record()))
 
     def _new_topic_id(self) -> str:
         """A Kafka-style topic id from the injected generator: 16 random bytes, url-safe base64
@@ -810,7 +818,9 @@ class QuorumController:
             return NO_LEADER
         # Every offset below a log start offset was used, by records deleted there (committed).
         used_below = max(info.log_start_offset for info in reports.values())
-        ends = {replica: replace(info, log_start_offset=used_below) for replica, info in reports.items()}
+        lineage = state.epoch_lineage
+        ends = {replica: _on_lineage(replace(info, log_start_offset=used_below), lineage)
+                for replica, info in reports.items()}
         shared = {replica: _may_be_committed(info) for replica, info in ends.items()}
         _, best = _most_complete(shared, last_known_elr or state.replicas)
         if _holds_records(shared[best]):
@@ -929,6 +939,14 @@ class QuorumController:
             raise _Rejected(
                 ErrorCode.INVALID_REQUEST, f"{where}: ISR {list(data.new_isr)} must include leader {state.leader}"
             )
+        lineage = _lineage_to_record(data, state, where)
+        if lineage is not None:
+            if new_isr != state.isr:
+                raise _Rejected(ErrorCode.INVALID_REQUEST, f"{where}: an epoch lineage comes with the ISR unchanged")
+            batch.append(PartitionChange(data.topic_id, data.partition_index, epoch_lineage=lineage.as_record()))
+            after = self._metadata.partition(data.topic_id, data.partition_index)
+            assert after is not None
+            return after
         try:
             self._check_isr_eligible(data, where)
         except _Rejected as refused:
@@ -1138,7 +1156,31 @@ def _most_complete(ends: Mapping[int, ReplicaLogInfo], candidates: tuple[int, ..
 def _may_be_committed(info: ReplicaLogInfo) -> ReplicaLogInfo:
     """The report cut where its records stop being possibly committed: past that end only this
     replica ever held them (`ReplicaLogInfo.may_be_committed_end_offset`)."""
-    end = info.may_be_committed_end_offset
+    return _cut(info, info.may_be_committed_end_offset)
+
+
+def _on_lineage(info: ReplicaLogInfo, lineage: EpochLineage | None) -> ReplicaLogInfo:
+    """The report cut at its first record off the history `lineage` continues: a record of an epoch
+    above the lineage's (a later leader's, who never moved its HW), of an epoch between the lineage's
+    previous epoch and its own (no such epoch is in that history), or of an earlier epoch at or above
+    the lineage's start offset (the lineage's leader wrote its own epoch there). No leader committed
+    such a record (`QuorumController._recovery_leader`), and every later record of the same log is
+    off that history too: a log matches each leader's whose records it holds up to their end."""
+    if lineage is None:
+        return info
+    for epoch, first, end in _epoch_ranges(info):
+        if epoch == lineage.leader_epoch:
+            continue
+        if epoch > lineage.previous_epoch:  # and not the lineage's own epoch
+            return _cut(info, first)
+        if end > lineage.start_offset:
+            return _cut(info, max(first, lineage.start_offset))
+    return info
+
+
+def _cut(info: ReplicaLogInfo, end: int) -> ReplicaLogInfo:
+    """The report as if its log ended at `end` (not below its log start; unchanged when `end` is
+    negative or not below its log end)."""
     if end < 0 or end >= info.log_end_offset or info.log_start_offset >= info.log_end_offset:
         return info
     end = max(end, info.log_start_offset)
@@ -1182,6 +1224,25 @@ def _surely_extends(log: ReplicaLogInfo, other: ReplicaLogInfo) -> bool:
         return not _holds_records(other)
     last_epoch, _, other_end = other_ranges[-1]
     return any(epoch == last_epoch and end >= other_end for epoch, _, end in _epoch_ranges(log))
+
+
+def _lineage_to_record(data: AlterPartitionData, state: PartitionRegistration, where: str) -> EpochLineage | None:
+    """The leader's epoch lineage if the controller has yet to record it; `_Rejected` if it cannot be
+    the current leader's (the epochs were checked already). A copy of an answered request finds it
+    recorded and changes nothing more than a repeated ISR does."""
+    lineage = data.epoch_lineage
+    if lineage is None:
+        return None
+    if (lineage.leader_epoch != state.leader_epoch or not -1 <= lineage.previous_epoch < lineage.leader_epoch
+            or lineage.start_offset < 0):
+        raise _Rejected(ErrorCode.INVALID_REQUEST, f"{where}: {lineage} is not a lineage of leader epoch "
+                        f"{state.leader_epoch}: it names that epoch, an earlier one and an offset >= 0")
+    if state.epoch_lineage is not None and state.epoch_lineage.leader_epoch == lineage.leader_epoch:
+        if state.epoch_lineage != lineage:
+            raise _Rejected(ErrorCode.INVALID_REQUEST,
+                            f"{where}: leader epoch {lineage.leader_epoch} already has lineage {state.epoch_lineage}")
+        return None
+    return lineage
 
 
 def _registration_error(request: BrokerRegistrationRequest) -> _Rejected | None:

@@ -65,7 +65,7 @@ from replication.ready import (
 from replication.replica_manager import HostedPartition, ReplicaManager
 from replication.replica_sessions import SessionFetchRef
 from storage.log_manager import LogManager
-from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.alter_partition import AlterPartitionRequest
 from wire.alter_partition import AlterPartitionResponse as ControllerAlterPartitionResponse
 from wire.api import Api
 from wire.error_codes import ErrorCode
@@ -324,9 +324,7 @@ class Broker:
     # -- I/O the core asked for ---------------------------------------------------------------------
 
     async def _alter_partition(self, send: AlterPartitionSend) -> None:
-        proposal = send.proposal
-        data = AlterPartitionData(send.topic_id, send.topic_partition.partition, proposal.leader_epoch,
-                                  proposal.partition_epoch, proposal.new_isr, proposal.new_isr_broker_epochs)
+        data = send.proposal.as_data(send.topic_id, send.topic_partition.partition)
         request = AlterPartitionRequest(self.settings.node_id, send.broker_epoch, (data,))
         response = await self.quorum.controller_request(request, self.settings.request_timeout_ms)
         assert isinstance(response, ControllerAlterPartitionResponse), response

@@ -38,13 +38,15 @@ class MakeLeader:
     """The controller's metadata names this broker leader: `leader_epoch` (a new epoch, or the
     current one with a newer `partition_epoch`, i.e. an ISR change), the ISR and the replicas.
     An event older than the core's state (lower leader epoch, or same epoch and no newer partition
-    epoch) is ignored, as Kafka's makeLeader ignores stale LeaderAndIsr."""
+    epoch) is ignored, as Kafka's makeLeader ignores stale LeaderAndIsr. `lineage_recorded`: the
+    metadata records this leader epoch's lineage (`Leader`; the leader proposes it otherwise)."""
 
     leader_epoch: int
     partition_epoch: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     log_start_offset: int = 0  # the partition's, from a recovery election (PartitionRegistration)
+    lineage_recorded: bool = True
 
 
 @dataclass(frozen=True, slots=True)

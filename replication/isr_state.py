@@ -74,4 +74,25 @@ class PendingShrinkIsr:
         return True
 
 
-IsrState = CommittedIsr | PendingExpandIsr | PendingShrinkIsr
+@dataclass(frozen=True, slots=True)
+class PendingLineage:
+    """The ISR unchanged, proposed with this leader epoch's lineage for the controller to record
+    (`Leader`): the first proposal of every leadership the metadata does not yet record."""
+
+    proposal: AlterPartitionProposal
+    last_committed: CommittedIsr
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self.last_committed.isr
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        return self.last_committed.isr
+
+    @property
+    def is_inflight(self) -> bool:
+        return True
+
+
+IsrState = CommittedIsr | PendingExpandIsr | PendingShrinkIsr | PendingLineage

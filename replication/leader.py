@@ -25,18 +25,26 @@ epoch. It decides; `Partition` reads and writes the log and answers requests.
   ISR is below `min.insync.replicas`, as Kafka does since KIP-966). acks=all also checks the ISR size
   itself (NOT_ENOUGH_REPLICAS before the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the HW passes
   but the maximal ISR is too small).
+- Lineage (ours): the HW does not move until the controller has recorded this epoch's lineage
+  (`EpochLineage`: the LEO and latest epoch when this epoch began), asked for by the first proposal
+  of the leadership (`PendingLineage`, the ISR unchanged) unless the metadata records it already. So
+  every record ever committed lies on the history of the newest recorded epoch, and the recovery
+  election can tell a deposed leader's records, which no leader committed, from committed ones that
+  carry an older epoch (replication sim seed 2026113664).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from replication.config import ReplicationConfig
 from replication.events import AlterPartitionResponse, FollowerFetch
-from replication.isr_state import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
+from replication.isr_state import CommittedIsr, IsrState, PendingExpandIsr, PendingLineage, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, EpochEndOffset, FetchResult
 from replication.replica_state import NO_BROKER_EPOCH, UNKNOWN_OFFSET, ReplicaState
 from storage.log import Log
+from wire.alter_partition import EpochLineage
 from wire.error_codes import ErrorCode
 from wire.sentinels import NO_EPOCH, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
@@ -72,12 +80,12 @@ class Leader:
 
     Invariants: the leader is in every ISR view; `remote` holds exactly the other replicas; the
     maximal ISR contains the committed ISR; no follower's state comes from a process older than its
-    registered broker epoch.
+    registered broker epoch; while `lineage_recorded` is False the ISR state is `PendingLineage`.
     """
 
     def __init__(self, broker_id: int, log: Log, config: ReplicationConfig, leader_epoch: int,
                  partition_epoch: int, isr: tuple[int, ...], replicas: tuple[int, ...], now_ms: int,
-                 broker_epochs: Iterable[tuple[int, int]] = ()) -> None:
+                 broker_epochs: Iterable[tuple[int, int]] = (), lineage_recorded: bool = True) -> None:
         assert broker_id in isr, f"leader {broker_id} not in ISR {isr} of {log.name}"
         latest_epoch = log.leader_epoch_cache.latest_epoch()
         assert latest_epoch is None or latest_epoch <= leader_epoch, (
@@ -93,6 +101,8 @@ class Leader:
         # Kafka's makeLeader: the new epoch starts at the LEO, in the cache at once, so that a
         # follower's epoch check finds where this leader's records begin before any is appended.
         self.leader_epoch_start_offset = log.log_end_offset
+        previous_epoch = -1 if latest_epoch is None or latest_epoch == leader_epoch else latest_epoch
+        self.epoch_lineage = EpochLineage(leader_epoch, previous_epoch, log.log_end_offset)
         log.leader_epoch_cache.assign(leader_epoch, log.log_end_offset)
         self.remote = {
             replica: ReplicaState.for_new_leadership(now_ms, replica in isr)
@@ -103,10 +113,13 @@ class Leader:
         self.ineligible_until_ms: dict[int, int] = {}
         self.broker_epochs: dict[int, int] = {}
         self.update_broker_epochs(broker_epochs)
+        self.lineage_recorded = lineage_recorded
+        self._maybe_propose_lineage(now_ms)
 
     # -- metadata -----------------------------------------------------------------------------
 
-    def update(self, partition_epoch: int, isr: tuple[int, ...], replicas: tuple[int, ...], now_ms: int) -> None:
+    def update(self, partition_epoch: int, isr: tuple[int, ...], replicas: tuple[int, ...], now_ms: int,
+               lineage_recorded: bool = True) -> None:
         """Newer metadata in this epoch (an ISR change, ours or the controller's): it replaces the
         ISR view, including any change in flight (Kafka's makeLeader without a new epoch)."""
         assert partition_epoch > self.partition_epoch, f"partition_epoch={partition_epoch} <= {self.partition_epoch}"
@@ -122,6 +135,18 @@ class Leader:
             for replica in replicas
             if replica != self.broker_id
         }
+        self.lineage_recorded = self.lineage_recorded or lineage_recorded
+        self._maybe_propose_lineage(now_ms)
+
+    def _maybe_propose_lineage(self, now_ms: int) -> None:
+        """Until the lineage is recorded, the committed ISR is proposed again with it (sent by the
+        next `maybe_resend`, at once)."""
+        if self.lineage_recorded or self.isr_state.is_inflight:
+            return
+        proposal = self._proposal(self.isr_state.isr)
+        self.isr_state = PendingLineage(replace(proposal, epoch_lineage=self.epoch_lineage),
+                                        CommittedIsr(self.isr_state.isr))
+        self.resend_ms = now_ms
 
     def update_broker_epochs(self, broker_epochs: Iterable[tuple[int, int]]) -> None:
         """The replicas' registered broker epochs from the metadata (KIP-903). A follower whose broker
@@ -252,7 +277,7 @@ class Leader:
         state = self.isr_state
         if not state.is_inflight or self.resend_ms is None or self.resend_ms > now_ms:
             return None
-        assert isinstance(state, PendingExpandIsr | PendingShrinkIsr), state
+        assert isinstance(state, PendingExpandIsr | PendingShrinkIsr | PendingLineage), state
         self.resend_ms = now_ms + self.config.alter_partition_timeout_ms
         return state.proposal
 
@@ -261,7 +286,7 @@ class Leader:
         Answers to other proposals (duplicates, late replies) are ignored (Kafka's
         handleAlterPartitionUpdate / handleAlterPartitionError)."""
         state = self.isr_state
-        if not isinstance(state, PendingExpandIsr | PendingShrinkIsr) or state.proposal != response.proposal:
+        if isinstance(state, CommittedIsr) or state.proposal != response.proposal:
             return False
         if response.error == ErrorCode.NONE:
             if response.leader_epoch != self.leader_epoch or response.partition_epoch < self.partition_epoch:
@@ -270,6 +295,7 @@ class Leader:
             self.isr_state = CommittedIsr(response.isr)
             self.partition_epoch = response.partition_epoch
             self.resend_ms = None
+            self.lineage_recorded = self.lineage_recorded or isinstance(state, PendingLineage)
             return True
         if response.error in _REVERT_ERRORS:
             if isinstance(state, PendingExpandIsr) and response.error == ErrorCode.INELIGIBLE_REPLICA:
@@ -281,6 +307,7 @@ class Leader:
             assert self.broker_id in response.isr, f"controller ISR {response.isr} lacks leader {self.broker_id}"
             self.isr_state = CommittedIsr(response.isr)
             self.partition_epoch = response.partition_epoch
+            self._maybe_propose_lineage(now_ms)
             return True
         self.resend_ms = None if response.error in _GIVE_UP_ERRORS else now_ms
         return False

@@ -233,13 +233,13 @@ class Partition:
         if self._is_stale(event.leader_epoch, event.partition_epoch):
             return
         if isinstance(self.state, Leader) and self.state.leader_epoch == event.leader_epoch:
-            self.state.update(event.partition_epoch, event.isr, event.replicas, now_ms)
+            self.state.update(event.partition_epoch, event.isr, event.replicas, now_ms, event.lineage_recorded)
             return
         assert not isinstance(self.state, Follower) or self.state.leader_epoch < event.leader_epoch, (
             f"{self.topic_partition}: epoch {event.leader_epoch} has leader {self.leader_id}, not {self.broker_id}"
         )
         self.state = Leader(self.broker_id, self.log, self.config, event.leader_epoch, event.partition_epoch,
-                            event.isr, event.replicas, now_ms, self.broker_epochs)
+                            event.isr, event.replicas, now_ms, self.broker_epochs, event.lineage_recorded)
         self._adopt_log_start(event.log_start_offset, now_ms, out)
 
     def _adopt_log_start(self, log_start_offset: int, now_ms: int, out: Outbox) -> None:
@@ -556,10 +556,11 @@ class Partition:
     def _maybe_increment_leader_high_watermark(self) -> None:
         """The HW holds while the committed ISR is below min.insync.replicas (Kafka's KIP-966): records
         then reach no consumer until enough replicas hold them, so acks=1 writes to a shrunken ISR
-        cannot be read and then lost with the leader."""
+        cannot be read and then lost with the leader. It holds too until the controller has recorded
+        this epoch's lineage (`Leader`)."""
         assert isinstance(self.state, Leader)
         log = self.log
-        if log.high_watermark == log.log_end_offset:
+        if log.high_watermark == log.log_end_offset or not self.state.lineage_recorded:
             return  # the target is never above the LEO: nothing to do (every event of an idle leader)
         if len(self.state.isr_state.isr) < self.min_insync_replicas():
             return

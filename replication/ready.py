@@ -11,6 +11,7 @@ from enum import Enum
 
 from storage.log import LogStartOffsetIncrementReason
 from storage.retention import SegmentDeletionReason
+from wire.alter_partition import AlterPartitionData, EpochLineage
 from wire.error_codes import ErrorCode
 
 
@@ -111,12 +112,18 @@ class AlterPartitionProposal:
     """An ISR change for the controller (Kafka's AlterPartition), at the leader and partition
     epochs this leader knows. `new_isr_broker_epochs` pairs each member with the broker epoch the
     leader saw it fetch with (KIP-903; -1: unknown, not checked). The owner sends it and hands the
-    answer back as `AlterPartitionResponse(proposal=this, ...)`."""
+    answer back as `AlterPartitionResponse(proposal=this, ...)`. A proposal with `epoch_lineage`
+    keeps the ISR and asks the controller to record where this leader epoch begins (`Leader`)."""
 
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
     new_isr_broker_epochs: tuple[int, ...]
+    epoch_lineage: EpochLineage | None = None
+
+    def as_data(self, topic_id: str, partition_index: int) -> AlterPartitionData:
+        return AlterPartitionData(topic_id, partition_index, self.leader_epoch, self.partition_epoch, self.new_isr,
+                                  self.new_isr_broker_epochs, self.epoch_lineage)
 
 
 @dataclass(frozen=True, slots=True)

@@ -417,8 +417,10 @@ class ReplicaManager:
         out.isr_changed.add(topic_partition)
         event: Event
         if state.leader == self.broker_id:
+            lineage = state.epoch_lineage
+            recorded = lineage is not None and lineage.leader_epoch == state.leader_epoch
             event = MakeLeader(state.leader_epoch, state.partition_epoch, state.isr, state.replicas,
-                               state.log_start_offset)
+                               state.log_start_offset, recorded)
         else:
             event = MakeFollower(state.leader, state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
         self._step(topic_partition, event, out)

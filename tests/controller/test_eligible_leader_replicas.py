@@ -9,6 +9,8 @@ through the codec, the metadata invariants checked after every step).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +21,7 @@ from controller.partition_change import partition_change
 from controller.quorum_controller import ControllerConfig
 from storage.config import LogConfig
 from tests.controller.metadata_harness import Harness
-from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest, EpochLineage
 from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, ReplicaLogInfo
 from wire.configs import (
     AlterableConfig,
@@ -242,11 +244,22 @@ def test_a_missing_log_dir_makes_a_registration_unclean_whatever_its_marker_says
 # ---- the controller: recovery of a partition with an empty ISR and ELR --------------------------------
 
 
-def emptied(min_isr: str = "3") -> Harness:
+def emptied(min_isr: str = "3", lineages: dict[int, tuple[int, int]] | None = None) -> Harness:
     """Every replica restarted uncleanly after the ISR emptied: the ISR and ELR are empty. With
-    min.insync.replicas 3 every replica went through the ELR, so all are in the last known ELR."""
+    min.insync.replicas 3 every replica went through the ELR, so all are in the last known ELR.
+    Brokers 1, 2 and 3 lead epochs 0, 1 and 2 in turn; `lineages` maps epoch 1 or 2 to the
+    (previous epoch, start offset) its leader recorded (epoch 0's is (-1, 0), from the creation)."""
     harness = three_brokers(min_isr)
-    fence(harness, 1, 2, 3)
+    for broker_id in (1, 2, 3):
+        state_ = harness.partition("t")
+        if state_.leader_epoch in (lineages or {}):
+            previous_epoch, start_offset = (lineages or {})[state_.leader_epoch]
+            lineage = EpochLineage(state_.leader_epoch, previous_epoch, start_offset)
+            data = replace(isr_data(harness, "t", state_.isr), epoch_lineage=lineage)
+            response = harness.run(AlterPartitionRequest(broker_id, harness.broker_epochs[broker_id], (data,)))
+            assert response.partitions[0].error_code == ErrorCode.NONE, response
+            assert harness.partition("t").epoch_lineage == lineage
+        fence(harness, broker_id)
     for broker_id in (1, 2, 3):
         register(harness, broker_id)
         harness.heartbeat(broker_id)
@@ -333,6 +346,31 @@ def test_recovery_passes_over_a_later_epoch_that_begins_below_the_members_log_en
     assert (harness.partition("t").leader, harness.partition("t").isr) == (2, (2,))
 
 
+def test_recovery_passes_over_a_deposed_leaders_records_off_the_recorded_lineage() -> None:
+    """Replication sim seed 2026113664's shape: broker 2, leader of epoch 1 while paused, woke up and
+    appended epoch-1 records [0, 4) that no follower ever fetched; broker 3, leader of epoch 2 (its log
+    epoch 0 up to 20 when it began), committed the epoch-0 records, which broker 1 also held ([0, 17)
+    after a crash), and was wiped. Broker 2 restarted, so its report counts [0, 4) as maybe committed,
+    and by epoch it outranks broker 1. Epoch 2's recorded lineage says epoch 1 is on no committed
+    history: broker 1 leads."""
+    harness = emptied(lineages={2: (0, 20)})
+    report(harness, 1, 0, 17)
+    report(harness, 2, 1, 4, epochs=((1, 0),), may_be_committed_end=4)
+    report(harness, 3, -1, 0)
+    assert (harness.partition("t").leader, harness.partition("t").isr) == (1, (1,))
+
+
+def test_recovery_cuts_reports_where_they_leave_the_recorded_lineage() -> None:
+    """Epoch 2 began at 10 after epoch 0 (lineage (2, 0, 10)): broker 3's epoch-1 records (from 5)
+    and broker 1's epoch-0 records from 10 on are on no committed history. Cut there, broker 1's
+    log, epoch 0 up to 10, is the most complete; uncut, broker 3's epoch 1 would outrank it."""
+    harness = emptied(lineages={2: (0, 10)})
+    report(harness, 1, 0, 30)
+    report(harness, 2, 0, 8)
+    report(harness, 3, 1, 25, epochs=((0, 0), (1, 5)))
+    assert harness.partition("t").leader == 1
+
+
 def test_recovery_prefers_the_candidate_whose_log_extends_every_other_candidate() -> None:
     """Both broker 1 and broker 3 extend the member's log (2: [0, 10) of epoch 0); broker 1's also
     extends broker 3's (epoch 0 to 30 against 20, then epoch 1), so it leads; an entry a leader
@@ -361,7 +399,7 @@ def test_recovery_does_not_let_records_no_other_broker_held_outrank_ones_another
 def test_recovery_keeps_unshared_records_that_conflict_with_none() -> None:
     """Records only the deposed leader held are kept when its log extends every other (acks=1
     records, say): nothing anyone else holds gives way to them."""
-    harness = emptied(min_isr="2")
+    harness = emptied(min_isr="2", lineages={1: (0, 4)})
     report(harness, 2, 1, 6, epochs=((0, 0), (1, 4)), may_be_committed_end=4)
     report(harness, 3, 0, 4)
     report(harness, 1, 0, 4)
@@ -452,10 +490,10 @@ def test_recovery_prefers_an_empty_log_to_a_member_that_ends_below_it() -> None:
 
 
 def test_recovery_prefers_the_later_epoch_then_the_longer_log_then_replica_order() -> None:
-    harness = emptied()
-    report(harness, 1, 3, 5)
-    report(harness, 2, 4, 2)
-    report(harness, 3, 4, 2)
+    harness = emptied(lineages={2: (1, 5)})
+    report(harness, 1, 0, 5)
+    report(harness, 2, 1, 2)
+    report(harness, 3, 1, 2)
     assert harness.partition("t").leader == 2
 
 
@@ -555,6 +593,44 @@ def test_a_refused_expansion_bumps_the_partition_epoch_so_its_late_copy_is_refus
     (copy,) = harness.run(request).partitions
     assert copy.error_code == ErrorCode.INVALID_UPDATE_VERSION
     assert harness.partition("t").isr == (1, 3)
+
+
+def test_a_leader_records_its_epoch_lineage_once_with_the_isr_unchanged() -> None:
+    harness = three_brokers()
+    fence(harness, 1)
+    before = harness.partition("t")
+    lineage = EpochLineage(before.leader_epoch, 0, 7)
+    data = replace(isr_data(harness, "t", before.isr), epoch_lineage=lineage)
+    (result,) = harness.run(AlterPartitionRequest(2, harness.broker_epochs[2], (data,))).partitions
+    after = harness.partition("t")
+    assert result.error_code == ErrorCode.NONE and result.partition_epoch == after.partition_epoch
+    assert after == replace(before, partition_epoch=before.partition_epoch + 1, epoch_lineage=lineage)
+    (copy,) = harness.run(AlterPartitionRequest(2, harness.broker_epochs[2], (data,))).partitions
+    assert copy.error_code == ErrorCode.INVALID_UPDATE_VERSION
+    other = replace(isr_data(harness, "t", before.isr), epoch_lineage=replace(lineage, start_offset=8))
+    (again,) = harness.run(AlterPartitionRequest(2, harness.broker_epochs[2], (other,))).partitions
+    assert again.error_code == ErrorCode.INVALID_REQUEST and harness.partition("t") == after
+
+
+@pytest.mark.parametrize("lineage", [EpochLineage(0, -1, 0), EpochLineage(1, 1, 0), EpochLineage(1, -2, 0),
+                                     EpochLineage(1, 0, -1)])
+def test_a_lineage_of_another_epoch_or_out_of_range_is_invalid_request(lineage: EpochLineage) -> None:
+    harness = three_brokers()
+    fence(harness, 1)
+    before = harness.partition("t")
+    assert before.leader_epoch == 1
+    data = replace(isr_data(harness, "t", before.isr), epoch_lineage=lineage)
+    (result,) = harness.run(AlterPartitionRequest(2, harness.broker_epochs[2], (data,))).partitions
+    assert result.error_code == ErrorCode.INVALID_REQUEST and harness.partition("t") == before
+
+
+def test_a_lineage_with_an_isr_change_is_invalid_request() -> None:
+    harness = three_brokers()
+    fence(harness, 1)
+    before = harness.partition("t")
+    data = replace(isr_data(harness, "t", (2,)), epoch_lineage=EpochLineage(1, 0, 0))
+    (result,) = harness.run(AlterPartitionRequest(2, harness.broker_epochs[2], (data,))).partitions
+    assert result.error_code == ErrorCode.INVALID_REQUEST and harness.partition("t") == before
 
 
 @pytest.mark.parametrize("new_isr", [(1, 2, 3), (1, 3)])

@@ -267,7 +267,7 @@ def test_copy_is_independent() -> None:
 @pytest.mark.parametrize(
     "snapshot",
     [
-        msgpack.packb([5, [], [], 0]),  # unknown version
+        msgpack.packb([6, [], [], 0]),  # unknown version
         msgpack.packb([4, [], []]),  # version 4 without the next producer id
         msgpack.packb([4, [], [], -1]),  # a negative next producer id
         msgpack.packb([3, [[1, "i", 0, {}, None, True, False, []]], []]),  # version 3 broker without fenced_offset

@@ -28,7 +28,7 @@ from controller.metadata_records import (
 )
 from controller.quorum_controller import ControllerConfig, QuorumController
 from tests.controller.metadata_harness import Harness
-from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.alter_partition import AlterPartitionData, AlterPartitionRequest, EpochLineage
 from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest, ControlledShutdownRequest
 from wire.configs import (
     AlterableConfig,
@@ -258,7 +258,8 @@ def test_manual_assignment_is_used_and_fenced_replicas_start_outside_the_isr() -
     harness = cluster(3)
     harness.heartbeat(1, want_fence=True)
     harness.create_topic("t", -1, -1, assignments={0: (1, 2), 1: (3, 1)})
-    assert harness.partition("t", 0) == PartitionRegistration((1, 2), (2,), 2, 0, 0)
+    lineage = EpochLineage(0, -1, 0)  # every log starts empty
+    assert harness.partition("t", 0) == PartitionRegistration((1, 2), (2,), 2, 0, 0, epoch_lineage=lineage)
     assert harness.partition("t", 1).replicas == (3, 1)
     assert harness.partition("t", 1).isr == (3,)
     assert harness.partition("t", 1).leader == 3

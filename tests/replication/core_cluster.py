@@ -31,7 +31,7 @@ from replication.events import Tick
 from replication.replica_manager import ReplicaManager
 from storage.config import LogConfig
 from storage.log_manager import LogManager
-from wire.alter_partition import AlterPartitionData, AlterPartitionRequest
+from wire.alter_partition import AlterPartitionRequest
 from wire.broker_lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from wire.error_codes import ErrorCode
 from wire.topic_partition import TopicPartition
@@ -146,9 +146,7 @@ class CoreCluster:
 
     def _deliver(self, source: int, item: Any) -> None:
         if isinstance(item, AlterPartitionSend):
-            data = AlterPartitionData(item.topic_id, item.topic_partition.partition, item.proposal.leader_epoch,
-                                      item.proposal.partition_epoch, item.proposal.new_isr,
-                                      item.proposal.new_isr_broker_epochs)
+            data = item.proposal.as_data(item.topic_id, item.topic_partition.partition)
             before = self.metadata.metadata_offset
             response = self.controller.handle(AlterPartitionRequest(source, item.broker_epoch, (data,)),
                                               self.now_ms).response

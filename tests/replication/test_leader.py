@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,7 @@ from replication.events import (
     Tick,
     UpdateBrokerEpochs,
 )
-from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
+from replication.isr_state import CommittedIsr, PendingExpandIsr, PendingLineage, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, FetchResult, LogStartOffsetRaised, ProduceResult, Role
 from storage import log_segment
 from storage.log import LogStartOffsetIncrementReason
@@ -35,6 +36,7 @@ from tests.replication.harness import (
     only,
     produce_results,
 )
+from wire.alter_partition import EpochLineage
 from wire.error_codes import ErrorCode
 from wire.sentinels import NO_EPOCH
 
@@ -544,3 +546,44 @@ def test_a_leader_from_a_recovery_election_starts_its_log_at_the_partitions_log_
     assert (leader.log.log_start_offset, leader.log.high_watermark) == (4, high_watermark)
     assert [(c.old, c.new, c.reason) for c in ready.log_changes if isinstance(c, LogStartOffsetRaised)] == [
         (0, 4, LogStartOffsetIncrementReason.RECOVERY_ELECTION)]
+
+
+def test_a_leader_whose_lineage_is_not_recorded_proposes_it_and_holds_the_hw_until_it_is(brokers: Brokers) -> None:
+    """Ours: the HW moves only once the controller has recorded where this epoch begins, so every
+    committed record lies on the newest recorded lineage (the recovery election relies on it)."""
+    leader, one, two = brokers()
+    make_leader(leader, 1)
+    produce(leader, batch(b"old"), acks=1)  # epoch 1's record: epoch 2 starts at 1
+    ready = leader.handle(MakeLeader(2, 0, REPLICAS, REPLICAS, lineage_recorded=False), now_ms=0)
+    proposal = only(ready.messages, AlterPartitionProposal)
+    assert proposal.new_isr == REPLICAS and proposal.epoch_lineage == EpochLineage(2, 1, 1)
+    assert isinstance(leader.partition.state.isr_state, PendingLineage)
+    for follower in (one, two):
+        make_follower(follower, 1, 2)
+    request_id, _ = produce(leader, batch(b"a"), acks=-1, now_ms=1)
+    for now_ms in (2, 3):
+        for follower in (one, two):
+            leader_ready, _ = fetch_round(leader, follower, now_ms=now_ms)
+            assert produce_results(leader_ready) == []
+    assert leader.log.high_watermark == 0, "every follower holds [0, 2), but the lineage is not recorded"
+    assert only(leader.handle(Tick(), now_ms=500).messages, AlterPartitionProposal) == proposal, "resent"
+    ready = leader.handle(AlterPartitionResponse(proposal, ErrorCode.NONE, 1, 2, 1, REPLICAS), now_ms=501)
+    assert produce_results(ready) == [ProduceResult(request_id, ErrorCode.NONE, 1, -1, 0)]
+    assert leader.log.high_watermark == 2 and leader.partition.state.isr_state == CommittedIsr(REPLICAS)
+
+
+def test_metadata_that_records_the_lineage_releases_the_hw_and_newer_metadata_repeats_the_proposal(
+        brokers: Brokers) -> None:
+    leader, one, _ = brokers()
+    ready = leader.handle(MakeLeader(1, 0, (1, 2), REPLICAS, lineage_recorded=False), now_ms=0)
+    first = only(ready.messages, AlterPartitionProposal)
+    leader.handle(AlterPartitionResponse(first, ErrorCode.INVALID_UPDATE_VERSION), now_ms=1)
+    ready = leader.handle(MakeLeader(1, 1, (1, 2), REPLICAS, lineage_recorded=False), now_ms=2)
+    assert only(ready.messages, AlterPartitionProposal) == replace(first, partition_epoch=1)
+    make_follower(one, 1, 1, (1, 2), partition_epoch=1)
+    produce(leader, batch(b"a"), acks=1, now_ms=3)
+    fetch_round(leader, one, now_ms=4)
+    fetch_round(leader, one, now_ms=5)
+    assert leader.log.high_watermark == 0
+    leader.handle(MakeLeader(1, 2, (1, 2), REPLICAS), now_ms=6)  # the controller recorded it
+    assert leader.log.high_watermark == 1

@@ -86,7 +86,7 @@ from tests.sim.replication.messages import (
 )
 from tests.sim.replication.options import ReplicationSimOptions
 from tests.sim.replication.quorum import CONTROLLER_IDS
-from wire.alter_partition import AlterPartitionData, AlterPartitionRequest, AlterPartitionResponse
+from wire.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from wire.error_codes import ErrorCode
 from wire.sentinels import LATEST_TIMESTAMP
 from wire.topic_partition import TopicPartition
@@ -275,9 +275,7 @@ class SimBroker:
             self.services.halted(self, ready.log_dir_failure)
             return ready
         for send in ready.alter_partitions:
-            proposal = send.proposal
-            data = AlterPartitionData(send.topic_id, send.topic_partition.partition, proposal.leader_epoch,
-                                      proposal.partition_epoch, proposal.new_isr, proposal.new_isr_broker_epochs)
+            data = send.proposal.as_data(send.topic_id, send.topic_partition.partition)
             self._send_controller(AlterPartitionRequest(self.broker_id, send.broker_epoch, (data,)), send.request_id)
         for answer in ready.answers:
             if not self.up:

@@ -73,7 +73,11 @@ class Scenario(Simulation):
             if isinstance(change, Truncated | TruncatedFully):
                 self._tell(f"{name}: {type(change).__name__}({change})")
         for proposal in ready.messages:
-            self._tell(f"{name}: proposes ISR {list(proposal.new_isr)}")
+            if (lineage := proposal.epoch_lineage) is not None:
+                self._tell(f"{name}: proposes lineage of epoch {lineage.leader_epoch}: after epoch "
+                           f"{lineage.previous_epoch}, from offset {lineage.start_offset}")
+            else:
+                self._tell(f"{name}: proposes ISR {list(proposal.new_isr)}")
         if isinstance(event, AlterPartitionResponse):
             self._tell(f"{name}: AlterPartition answer {event.error.name} ISR {list(event.isr)}")
         for completion in ready.completions:

@@ -31,18 +31,23 @@ broker 2: follower of -1 in epoch 1, ISR []
 links healed
 broker 1: follower of -1 in epoch 1, ISR []
 broker 1: leader in epoch 2, ISR [1]
+broker 1: proposes lineage of epoch 2: after epoch 0, from offset 2
 broker 3: follower of 1 in epoch 2, ISR [1]
+broker 2: follower of 1 in epoch 2, ISR [1]
+broker 1: leader in epoch 2, ISR [1]
+broker 3: follower of 1 in epoch 2, ISR [1]
+broker 1: AlterPartition answer NONE ISR [1]
 broker 2: follower of 1 in epoch 2, ISR [1]
 broker 1: proposes ISR [1, 2]
 broker 3: follower of 1 in epoch 2, ISR [1, 2]
+broker 1: leader in epoch 2, ISR [1, 2]
 broker 2: follower of 1 in epoch 2, ISR [1, 2]
 broker 1: AlterPartition answer NONE ISR [1, 2]
-broker 1: leader in epoch 2, ISR [1, 2]
 broker 1: proposes ISR [1, 2, 3]
-broker 2: follower of 1 in epoch 2, ISR [1, 2, 3]
-broker 3: follower of 1 in epoch 2, ISR [1, 2, 3]
-broker 1: leader in epoch 2, ISR [1, 2, 3]
 broker 1: AlterPartition answer NONE ISR [1, 2, 3]
+broker 3: follower of 1 in epoch 2, ISR [1, 2, 3]
+broker 2: follower of 1 in epoch 2, ISR [1, 2, 3]
+broker 1: leader in epoch 2, ISR [1, 2, 3]
 """.splitlines()
 
 
