@@ -941,7 +941,7 @@ class QuorumController:
             )
         lineage = _lineage_to_record(data, state, where)
         if lineage is not None:
-            if new_isr != state.isr:
+            if set(new_isr) != set(state.isr):
                 raise _Rejected(ErrorCode.INVALID_REQUEST, f"{where}: an epoch lineage comes with the ISR unchanged")
             batch.append(PartitionChange(data.topic_id, data.partition_index, epoch_lineage=lineage.as_record()))
             after = self._metadata.partition(data.topic_id, data.partition_index)
