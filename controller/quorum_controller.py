@@ -810,6 +810,15 @@ class QuorumController:
         its epoch-0 records [4, 6), which broker 1 also held, and lost its log; by its later epoch
         broker 2 led and broker 1 truncated the committed records).
 
+        Before any of this, each report is cut at its first record off the newest recorded epoch
+        lineage (`_on_lineage`): a leader moves its HW only once its epoch's lineage is recorded
+        (`replication.leader.Leader`), so every committed record lies on the history that lineage's
+        leader continued, and a record off it was committed by no leader (replication sim seed
+        2026113664: broker 2, deposed leader of epoch 1, appended epoch-1 records [0, 4) no follower
+        fetched; broker 3 led epoch 2 from offset 20 after epoch 0, committed the epoch-0 records
+        [0, 20), which broker 1 also held up to 17, and was wiped; broker 2 restarted, so it counted
+        [0, 4) as maybe committed, and by its epoch it outranked broker 1).
+
         Waiting for every replica, not only the last known ELR as Kafka's Balanced mode does: the
         members' reports cannot say whether they lost anything, and a replica that is down may hold
         the only copies. When one never comes back, `unclean.leader.election.enable` elects anyway."""
