@@ -8,8 +8,10 @@ each a leader or a follower; the controller's metadata alone says so at once), a
 node's event-loop lag maximum over the creation (`tributary_event_loop_lag_max_seconds`, the
 largest over the node's last 1,000 probes: the bench waits `SETTLE_S` before each step so that the
 window holds only that step). `--failover` then kills node 3 (SIGKILL) and prints the lag of nodes
-1 and 2 until every partition has a leader other than 3, then starts node 3 again and prints every
-node's lag until every ISR is full again. `--profile DIR` runs the nodes under
+1 and 2 until every partition has a leader other than 3, and the time until an acks=all record sent
+to every partition at the kill is acknowledged on each (a new leader first has its epoch's lineage
+recorded by the controller), then starts node 3 again and prints every node's lag until every ISR is
+full again. `--profile DIR` runs the nodes under
 `bench.profile_node` and prints each node's top functions by own CPU time.
 """
 
@@ -32,6 +34,7 @@ from bench.cluster_bench import bench_cluster, print_profiles
 from client.admin import Admin, NewTopic
 from client.connection import Connections
 from client.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from client.producer import Producer
 from node.dev import DevCluster
 from wire.api import Api
 from wire.metadata import DescribeReplicasRequest, DescribeReplicasResponse
@@ -116,14 +119,26 @@ async def create_topics(cluster: DevCluster, topics: int, partitions: int) -> li
     return names
 
 
+async def write_everywhere(bootstrap: str, names: list[str], partitions: int) -> float:
+    """Seconds until one acks=all record sent to each partition at once is acknowledged on all."""
+    started = time.perf_counter()
+    async with Producer(bootstrap, acks="all", linger_ms=0, request_timeout_ms=30_000) as producer:
+        futures = [await producer.send(name, b"x", partition=index) for name in names for index in range(partitions)]
+        await asyncio.gather(*futures)
+    return time.perf_counter() - started
+
+
 async def failover(cluster: DevCluster, names: list[str], partitions: int) -> None:
     async with Admin(cluster.nodes[1].address, request_timeout_ms=120_000) as admin:
         await asyncio.sleep(SETTLE_S)
         started = time.perf_counter()
         cluster.kill_node(3)
+        written = asyncio.create_task(write_everywhere(cluster.nodes[1].address, names, partitions))
         await wait_partitions(admin, names, partitions, 2, not_leader=3)
-        print(line("kill node 3", loop_lag_max_ms(cluster, [1, 2]),
-                   f"leaders moved {time.perf_counter() - started:5.1f} s"), flush=True)
+        moved_s = time.perf_counter() - started
+        written_s = await written
+        print(line("kill node 3", loop_lag_max_ms(cluster, [1, 2]), f"leaders moved {moved_s:5.1f} s",
+                   f"written to all {written_s:5.1f} s"), flush=True)
         await asyncio.sleep(SETTLE_S)
         started = time.perf_counter()
         cluster.start_node(3, wait=False)

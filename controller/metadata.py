@@ -424,6 +424,8 @@ class ClusterMetadata:
             raise MetadataApplyError(f"change of unknown partition {where}")
         if record.is_empty:
             raise MetadataApplyError(f"change of {where} changes nothing")
+        if record.epoch_lineage == ():
+            raise MetadataApplyError(f"change of {where} removes its epoch lineage; a change only records a newer one")
         state = current.merge(record)
         self._check_partition(state, where)
         self._set_partition(record.topic_id, record.partition, state)

@@ -152,7 +152,7 @@ class PartitionChange:
     elr: tuple[int, ...] | None = None
     last_known_elr: tuple[int, ...] | None = None
     log_start_offset: int | None = None
-    epoch_lineage: tuple[int, ...] | None = None
+    epoch_lineage: tuple[int, ...] | None = None  # a newer lineage; never ()
 
     @property
     def is_empty(self) -> bool:

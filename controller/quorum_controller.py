@@ -1174,8 +1174,9 @@ def _on_lineage(info: ReplicaLogInfo, lineage: EpochLineage | None) -> ReplicaLo
     previous epoch and its own (no such epoch is in that history), or of an earlier epoch at or above
     the lineage's start offset (the lineage's leader wrote its own epoch there). No leader committed
     such a record (`QuorumController._recovery_leader`), and every later record of the same log is
-    off that history too: a log matches each leader's whose records it holds up to their end."""
-    if lineage is None:
+    off that history too: a log matches each leader's whose records it holds up to their end. A
+    report without its leader-epoch cache (an older broker) names no epoch per offset: left whole."""
+    if lineage is None or not info.epoch_start_offsets:
         return info
     for epoch, first, end in _epoch_ranges(info):
         if epoch == lineage.leader_epoch:

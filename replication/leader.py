@@ -101,7 +101,11 @@ class Leader:
         # Kafka's makeLeader: the new epoch starts at the LEO, in the cache at once, so that a
         # follower's epoch check finds where this leader's records begin before any is appended.
         self.leader_epoch_start_offset = log.log_end_offset
-        previous_epoch = -1 if latest_epoch is None or latest_epoch == leader_epoch else latest_epoch
+        # The epochs below the LEO are at most the cache's latest. An empty cache says nothing about
+        # them (a follower truncated fully to a leader's log start holds no record, but the offsets
+        # below were used), nor does one ending in this epoch: any earlier epoch may be below.
+        known = latest_epoch is not None and latest_epoch < leader_epoch
+        previous_epoch = latest_epoch if known else leader_epoch - 1
         self.epoch_lineage = EpochLineage(leader_epoch, previous_epoch, log.log_end_offset)
         log.leader_epoch_cache.assign(leader_epoch, log.log_end_offset)
         self.remote = {

@@ -641,3 +641,18 @@ def test_requests_refused_for_other_reasons_change_nothing(new_isr: tuple[int, .
     (result,) = harness.run(AlterPartitionRequest(1, harness.broker_epochs[1], (data,))).partitions
     assert result.error_code == ErrorCode.INVALID_REQUEST
     assert harness.partition("t") == before
+
+
+@pytest.mark.parametrize("broker_1", [(-1, 0, None), (0, 50, ((0, 0),))])
+def test_recovery_keeps_records_below_a_lineage_whose_leader_knew_no_epoch_there(
+        broker_1: tuple[int, int, tuple[tuple[int, int], ...] | None]) -> None:
+    """Review of the epoch lineage: broker 2, truncated fully to the log start 50 that DeleteRecords
+    set (an empty leader-epoch cache), led epoch 1 from 50 and committed epoch-1 records [50, 60)
+    with broker 3, whose log-start checkpoint lagged its crash. Its lineage says only that older
+    epochs end by 50 (`Leader` records previous epoch 0 for an empty cache): broker 3 leads."""
+    harness = emptied(lineages={1: (0, 50)})
+    last_epoch, log_end_offset, epochs = broker_1
+    report(harness, 1, last_epoch, log_end_offset, epochs=epochs, log_start_offset=0)
+    report(harness, 2, -1, 0)
+    report(harness, 3, 1, 60, epochs=((0, 0), (1, 50)), log_start_offset=0)
+    assert harness.partition("t").leader == 3

@@ -587,3 +587,21 @@ def test_metadata_that_records_the_lineage_releases_the_hw_and_newer_metadata_re
     assert leader.log.high_watermark == 0
     leader.handle(MakeLeader(1, 2, (1, 2), REPLICAS), now_ms=6)  # the controller recorded it
     assert leader.log.high_watermark == 1
+
+
+def test_a_leader_with_an_empty_epoch_cache_records_every_earlier_epoch_as_possibly_below(brokers: Brokers) -> None:
+    """A follower truncated fully to the leader's log start holds no record and no epoch entry, but
+    the offsets below were used, by records of epochs it cannot name: its lineage must not say that
+    no epoch precedes its own (the recovery election would cut committed records of epoch 0)."""
+    leader, one, late = brokers()
+    make_leader(leader, 0, isr=(1, 2))
+    make_follower(one, 1, 0, (1, 2))
+    for _ in range(5):
+        produce(leader, batch(b"x"), acks=1)
+    catch_up(leader, [one], now_ms=1)
+    leader.log.maybe_increment_log_start_offset(5, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
+    make_follower(late, 1, 0, (1, 2))
+    catch_up(leader, [late], now_ms=2)
+    assert (late.log.log_start_offset, late.log.leader_epoch_cache.entries()) == (5, [])
+    ready = late.handle(MakeLeader(1, 1, REPLICAS, REPLICAS, lineage_recorded=False), now_ms=3)
+    assert only(ready.messages, AlterPartitionProposal).epoch_lineage == EpochLineage(1, 0, 5)
