@@ -93,11 +93,17 @@ class Node:
         self.clock = clock
         self.monotonic_clock = monotonic_clock
         self.rng = rng or random.Random()
+        # Streams to other nodes, one set per channel as Kafka keeps one network client per purpose:
+        # a call that times out closes its stream with every call on it (client/connection.py), so a
+        # slow controller must not cut the replica fetches (one 2,000-partition failover stalled
+        # writes for 30 s that way). `connections`: replica fetches and group requests;
+        # `controller_connections`: requests forwarded to the active controller (Raft has its own).
         self.connections = Connections()
+        self.controller_connections = Connections()
         # Raft and the controller time elections, fetch and session timeouts: the monotonic clock,
         # so a wall-clock step neither fences every broker at once nor freezes an election. (The
         # metadata log's batch timestamps then count from the host's boot; nothing reads them.)
-        self.quorum = QuorumService(config, self.connections, monotonic_clock, self.rng)
+        self.quorum = QuorumService(config, self.controller_connections, monotonic_clock, self.rng)
         self.metrics = NodeMetrics(self._replica_metrics if config.is_broker else None, self._quorum_metrics)
         self.loop_lag = LoopLagProbe(self.metrics.observe_loop_lag)
         self.log_manager: LogManager | None = None
@@ -185,6 +191,7 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.connections.close()
+        await self.controller_connections.close()
         await self.loop_lag.stop()
         self._release_dir_locks()
 

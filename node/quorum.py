@@ -78,7 +78,11 @@ class QuorumService:
         self._connections = connections
         self._clock = clock
         self._rng = rng
-        self._transport = RaftTransport(config, connections, self._on_unreachable)
+        # Raft's own streams: a Raft call that times out closes its stream with every call on it
+        # (client/connection.py), which must not take forwarded controller requests along (Kafka's
+        # KRaft client and broker-to-controller channel are separate network clients too).
+        self._raft_connections = Connections()
+        self._transport = RaftTransport(config, self._raft_connections, self._on_unreachable)
         self._source_address = config.advertised_address(config.inter_broker_listener_name)
         self._events: asyncio.Queue[Message | Unreachable | _ControllerCall] = asyncio.Queue(maxsize=EVENTS_MAX)
         self._driver: ControllerDriver | None = None
@@ -165,6 +169,7 @@ class QuorumService:
                 await self._owner
             self._owner = None
         await self._transport.close()
+        await self._raft_connections.close()
         if self._driver is not None:
             now_ms = self._now()
             self._log_changes(self._driver.stop(now_ms))
