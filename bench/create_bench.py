@@ -11,7 +11,7 @@ window holds only that step). `--failover` then kills node 3 (SIGKILL) and print
 1 and 2 until every partition has a leader other than 3, and the time until an acks=all record sent
 to every partition at the kill is acknowledged on each (a new leader first has its epoch's lineage
 recorded by the controller), then starts node 3 again and prints every node's lag until every ISR is
-full again. `--profile DIR` runs the nodes under
+full again. The same writes are timed first with every node up, for reference. `--profile DIR` runs the nodes under
 `bench.profile_node` and prints each node's top functions by own CPU time.
 """
 
@@ -132,8 +132,17 @@ async def write_everywhere(bootstrap: str, names: list[str], partitions: int) ->
         return sorted(await asyncio.gather(*map(acknowledged, futures)))
 
 
+def percentiles(label: str, seconds: list[float]) -> str:
+    p50, p99 = (seconds[int(len(seconds) * q)] for q in (0.5, 0.99))
+    return f"{label} p50 {p50:4.1f} s p99 {p99:4.1f} s max {seconds[-1]:4.1f} s"
+
+
 async def failover(cluster: DevCluster, names: list[str], partitions: int) -> None:
     async with Admin(cluster.nodes[1].address, request_timeout_ms=120_000) as admin:
+        await asyncio.sleep(SETTLE_S)
+        # The same writes with every node up: what sending them costs without a failover.
+        print(line("no failure", loop_lag_max_ms(cluster, sorted(cluster.nodes)), percentiles(
+            "acks=all written", await write_everywhere(cluster.nodes[1].address, names, partitions))), flush=True)
         await asyncio.sleep(SETTLE_S)
         started = time.perf_counter()
         cluster.kill_node(3)
@@ -141,9 +150,8 @@ async def failover(cluster: DevCluster, names: list[str], partitions: int) -> No
         await wait_partitions(admin, names, partitions, 2, not_leader=3)
         moved_s = time.perf_counter() - started
         written_s = await written
-        p50, p99 = (written_s[int(len(written_s) * q)] for q in (0.5, 0.99))
         print(line("kill node 3", loop_lag_max_ms(cluster, [1, 2]), f"leaders moved {moved_s:5.1f} s",
-                   f"acks=all written p50 {p50:4.1f} s p99 {p99:4.1f} s max {written_s[-1]:4.1f} s"), flush=True)
+                   percentiles("acks=all written", written_s)), flush=True)
         await asyncio.sleep(SETTLE_S)
         started = time.perf_counter()
         cluster.start_node(3, wait=False)
