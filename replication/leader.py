@@ -107,7 +107,7 @@ class Leader:
         known = latest_epoch is not None and latest_epoch < leader_epoch
         previous_epoch = latest_epoch if known else leader_epoch - 1
         self.epoch_lineage = EpochLineage(leader_epoch, previous_epoch, log.log_end_offset)
-        log.leader_epoch_cache.assign(leader_epoch, log.log_end_offset)
+        log.assign_epoch(leader_epoch, log.log_end_offset)
         self.remote = {
             replica: ReplicaState.for_new_leadership(now_ms, replica in isr)
             for replica in replicas

@@ -8,6 +8,9 @@ replication, scheduling or metrics). Key offsets, with the invariant
 - `high_watermark`: owned by replication, which sets it; reads by consumers stop there;
 - `log_end_offset` (LEO): one past the last appended offset;
 - `recovery_point`: everything below it is fsynced; recovery re-validates only above it.
+  A leader-epoch entry whose checkpoint write was deferred (leader_epoch_cache.py) lies at or
+  above it, in the active segment, which a reload after a crash always recovers, finding its epoch
+  in the batches again: a roll or a flush writes such entries first.
 
 Time is passed in as `now_ms`; the log reads no clock. Files deleted by retention or
 truncation leave the segment map at once, are renamed `*.deleted` and removed by
@@ -122,6 +125,11 @@ class Log:
     def name(self) -> str:
         return self.directory.name
 
+    def assign_epoch(self, epoch: int, start_offset: int) -> bool:
+        """The leader-epoch cache's `assign`, a new latest entry's checkpoint write deferred: it is at
+        or past the active segment's base, which an unclean reload recovers."""
+        return self.leader_epoch_cache.assign(epoch, start_offset, defer_write=True)
+
     def size_in_bytes(self) -> int:
         return self.segments.size_in_bytes()
 
@@ -134,6 +142,11 @@ class Log:
         )
         assert self.recovery_point <= self.log_end_offset, (
             f"recovery_point={self.recovery_point} log_end_offset={self.log_end_offset} {self.name}"
+        )
+        pending_since = self.leader_epoch_cache.write_pending_since
+        unwritten_floor = max(self.recovery_point, self.segments.active_segment.base_offset)
+        assert pending_since is None or pending_since >= unwritten_floor, (
+            f"epoch entry from {pending_since} unwritten below the recovery point or the active segment {self.name}"
         )
 
     def update_high_watermark(self, offset: int) -> int:
@@ -291,7 +304,7 @@ class Log:
                 if epoch >= 0 and (latest is None or latest.epoch != epoch or latest.start_offset > header.base_offset):
                     if epochs_before is None:
                         epochs_before = epoch_cache.entries()
-                    epoch_cache.assign(epoch, header.base_offset)
+                    self.assign_epoch(epoch, header.base_offset)
                 max_timestamp = max(max_timestamp, header.max_timestamp)
                 records_count += header.records_count
                 valid_bytes += size
@@ -376,6 +389,7 @@ class Log:
         new_base = max(expected_next_offset or 0, self.log_end_offset)
         if active.size == 0 and active.base_offset == new_base:
             return active
+        self.leader_epoch_cache.write_pending()  # the deferred entries leave the active segment
         if active.size == 0:
             # An empty active segment at a lower base (a follower jumping ahead) is replaced.
             self.segments.remove(active.base_offset)
@@ -575,7 +589,9 @@ class Log:
     # -- durability ---------------------------------------------------------------------
 
     def flush(self, now_ms: int) -> None:
-        """fsync every segment at or above the recovery point; move the recovery point to LEO."""
+        """fsync every segment at or above the recovery point; move the recovery point to LEO (past
+        the leader-epoch entries whose write was deferred: written first)."""
+        self.leader_epoch_cache.write_pending()
         for segment in self.segments.values_from(self.recovery_point):
             segment.flush()
         self.recovery_point = self.log_end_offset
@@ -590,7 +606,9 @@ class Log:
 
     def close(self) -> None:
         """Flush-free close: trims indexes and snapshots the producers' state at the log end (the
-        next load replays nothing). The owner flushes first for a clean shutdown."""
+        next load replays nothing) and writes deferred leader-epoch entries (a clean shutdown's next
+        load recovers nothing). The owner flushes first for a clean shutdown."""
+        self.leader_epoch_cache.write_pending()
         self.producer_state.take_snapshot()
         for segment in self.segments:
             segment.close()

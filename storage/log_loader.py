@@ -74,16 +74,17 @@ class LogLoader:
         self._remove_temporary_files()
         self._complete_swaps()
         segments, suspect_offset = self._open_segments()
-        if not had_clean_shutdown:
-            self._recover_from(segments, min(recovery_point, suspect_offset))
-        elif suspect_offset < 2**63:
-            self._recover_from(segments, suspect_offset)
+        recovered_from = min(recovery_point, suspect_offset) if not had_clean_shutdown else suspect_offset
+        if recovered_from < 2**63:
+            self._recover_from(segments, recovered_from)
         if not len(segments):
             segments.add(self._segment(log_start_offset, writable=True))
         log_end_offset = segments.active_segment.next_offset
         start = min(max(log_start_offset, segments.first_segment.base_offset), log_end_offset)
         epoch_cache = self._leader_epoch_cache(segments)
         epoch_cache.truncate_from_end(log_end_offset)
+        if recovered_from < 2**63:
+            self._assign_recovered_epochs(epoch_cache, segments, recovered_from)
         earliest = epoch_cache.earliest_entry()
         if start < log_end_offset and (earliest is None or earliest.start_offset > start):
             # The checkpoint forgot epochs of offsets the log still holds: a raised logStartOffset
@@ -122,6 +123,18 @@ class LogLoader:
         cache = LeaderEpochCache(path)
         self._rebuild_leader_epoch_cache(cache, segments)
         return cache
+
+    @staticmethod
+    def _assign_recovered_epochs(cache: LeaderEpochCache, segments: LogSegments, recovered_from: int) -> None:
+        """The epochs of the recovered batches newer than the cache's latest, as Kafka's segment
+        recovery assigns them: the entries whose checkpoint write a crash cut off (their batches are
+        in the active segment, always recovered: leader_epoch_cache.py). One write, if any was missing."""
+        for segment in segments.values_from(recovered_from):
+            for _, header in segment.iter_headers():
+                latest = cache.latest_epoch()
+                if header.partition_leader_epoch > (-1 if latest is None else latest):
+                    cache.assign(header.partition_leader_epoch, header.base_offset, defer_write=True)
+        cache.write_pending()
 
     @staticmethod
     def _rebuild_leader_epoch_cache(cache: LeaderEpochCache, segments: LogSegments) -> None:

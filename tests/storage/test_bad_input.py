@@ -6,8 +6,9 @@ magic, truncated, wrong record count, too large, empty, one bad batch among good
 offsets going back) is applied, the exception checked, and a full snapshot compared with the one
 taken before. A good append afterwards must still land at the old log end offset. Also: a write
 that fails part-way through a request (an injected ENOSPC, before or after a roll) appends nothing:
-the epoch entries and the leader-epoch-checkpoint are exactly as before, the undo fsyncs what a
-roll had fsynced, and an undo that fails itself reports the write's error as its cause.
+the epoch entries are exactly as before and the leader-epoch-checkpoint holds a prefix of them at
+least as long as before (a roll writes the deferred ones), the undo fsyncs what a roll had
+fsynced, and an undo that fails itself reports the write's error as its cause.
 """
 
 from __future__ import annotations
@@ -252,6 +253,7 @@ def assert_failed_write_appends_nothing(log: Log, failing_call: int, append_requ
     readable. Returns what the second attempt did."""
     first = log.log_end_offset if first_offset is None else first_offset
     before, before_state, epochs_on_disk = snapshot(log), append_state(log), checkpoint_entries(log)
+    epochs = log.leader_epoch_cache.entries()
     with pytest.MonkeyPatch.context() as monkeypatch:
         calls = fail_write(monkeypatch, failing_call)
         with pytest.raises(KafkaStorageError, match=r"injected.*nothing was appended") as raised:
@@ -259,13 +261,15 @@ def assert_failed_write_appends_nothing(log: Log, failing_call: int, append_requ
     assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == errno.ENOSPC
     assert len(calls) == failing_call, "the request stopped at the failed write"
     after = snapshot(log)
-    if LEADER_EPOCH_CHECKPOINT not in before.files and LEADER_EPOCH_CHECKPOINT in after.files:
-        # The request's epoch entry was written, then removed: an empty file reads as a missing one.
-        assert LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT).read() == []
-        del after.files[LEADER_EPOCH_CHECKPOINT]
+    # The file is checked below: a roll within the request writes the entries whose write was
+    # deferred (leader_epoch_cache.py), then the undo writes the entries before the request.
+    before.files.pop(LEADER_EPOCH_CHECKPOINT, None)
+    after.files.pop(LEADER_EPOCH_CHECKPOINT, None)
     assert after == before
     assert append_state(log) == before_state
-    assert checkpoint_entries(log) == epochs_on_disk
+    assert log.leader_epoch_cache.entries() == epochs
+    on_disk = checkpoint_entries(log)
+    assert len(epochs_on_disk) <= len(on_disk) and on_disk == epochs[:len(on_disk)]
     info = append_request()
     assert info.first_offset == first
     offsets = [record.offset for segment, position, header in log.iter_batches(first)
@@ -328,14 +332,18 @@ def test_failed_write_keeps_an_epoch_entry_starting_at_the_log_end(log: Log) -> 
 
 def test_failed_follower_write_restores_the_epoch_entries_a_lower_epoch_removed(log: Log) -> None:
     # A follower batch whose epoch is below the latest cached one makes assign remove the later
-    # entry; the failed write of the request's next batch must bring that entry back, in memory
-    # and in the checkpoint file.
+    # entry (a removal is written at once, leader_epoch_cache.py); the failed write of the
+    # request's next batch must bring that entry back, in memory and in the checkpoint file.
     leo = log.log_end_offset
     log.append_as_follower(good(2, base_offset=leo, epoch=3), NOW_MS)
     before = [EpochEntry(1, 0), EpochEntry(3, leo)]
     assert log.leader_epoch_cache.entries() == before
-    assert checkpoint_entries(log) == before
     request = good(2, base_offset=leo + 2, epoch=2) + good(2, base_offset=leo + 4, epoch=2)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fail_write(monkeypatch, 2)
+        with pytest.raises(KafkaStorageError, match="injected"):
+            log.append_as_follower(request, NOW_MS)
+    assert log.leader_epoch_cache.entries() == checkpoint_entries(log) == before
     assert_failed_write_appends_nothing(log, 2, lambda: log.append_as_follower(request, NOW_MS))
     assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0), EpochEntry(2, leo + 2)]
 
@@ -384,8 +392,10 @@ def test_failed_write_after_a_roll_fsyncs_the_cut_segment_and_the_directory(make
     # The roll fsynced the first segment with the request's first batch: after the undo cuts it
     # and deletes the rolled-to segment, the segment file (at its old size) and the directory
     # (without the rolled-to files) must be fsynced, or a power loss could bring the batch back.
-    # The request stays in epoch 1, so no leader-epoch-checkpoint write fsyncs the directory.
+    # The request stays in epoch 1, so no leader-epoch-checkpoint write fsyncs the directory once
+    # the entries whose write was deferred are written (a roll would write them first).
     log, request = rolling_request(make_log)
+    log.leader_epoch_cache.write_pending()
     size, files = log.segments.active_segment.size, sorted(os.listdir(log.directory))
     log_path = str(log.segments.active_segment.log_path)
     synced: list[tuple[str, object]] = []
@@ -452,9 +462,11 @@ def test_any_failed_write_leaves_the_log_as_before(tmp_path: Path, properties: d
 
 
 def test_failed_leader_epoch_checkpoint_write_appends_nothing(log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A new epoch's entry is written to the leader-epoch-checkpoint after the request's first batch;
-    # if that write fails (its rename here), the batch is taken back with the entry.
+    # A follower batch of an epoch below the latest entry (a new leader's, no batch yet) removes
+    # that entry, which is written at once (only a new latest entry's write waits); if the write
+    # fails (its rename here), the batch is taken back and the entry stays.
     leo = log.log_end_offset
+    log.assign_epoch(3, leo)
     before = snapshot(log)
     real_replace = os.replace
 
@@ -464,13 +476,11 @@ def test_failed_leader_epoch_checkpoint_write_appends_nothing(log: Log, monkeypa
 
     monkeypatch.setattr(os, "replace", replace_once)
     with pytest.raises(KafkaStorageError, match="injected"):
-        log.append_as_leader(good(2, b"a") + good(2, b"b"), 2, NOW_MS)
+        log.append_as_follower(good(2, base_offset=leo, epoch=2), NOW_MS)
     assert os.replace is real_replace, "the checkpoint write was attempted"
     assert snapshot(log) == before
-    assert LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT).read() == [EpochEntry(1, 0)]
-    info = log.append_as_leader(good(2, b"a"), 2, NOW_MS)
+    assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0), EpochEntry(3, leo)]
+    assert checkpoint_entries(log) == [EpochEntry(1, 0)]
+    info = log.append_as_follower(good(2, base_offset=leo, epoch=2), NOW_MS)
     assert info.first_offset == leo
-    assert log.leader_epoch_cache.entries() == [EpochEntry(1, 0), EpochEntry(2, leo)]
-    # Had the undo kept the epoch-2 entry in memory, this append would assign nothing and the
-    # file would still lack it.
-    assert checkpoint_entries(log) == [EpochEntry(1, 0), EpochEntry(2, leo)]
+    assert log.leader_epoch_cache.entries() == checkpoint_entries(log) == [EpochEntry(1, 0), EpochEntry(2, leo)]
