@@ -135,7 +135,12 @@ class LeaderEpochCache:
             return []
         index = bisect.bisect_left(self._entries, end_offset, key=_start_offset_of)
         removed = self._entries[index:]
-        if removed:
+        if removed and self.write_pending_since is not None and removed[0].start_offset >= self.write_pending_since:
+            # Only entries the file never had (a new leader's epoch, say): it is still a prefix.
+            self._entries = self._entries[:index]
+            if not self._entries or self._entries[-1].start_offset < self.write_pending_since:
+                self.write_pending_since = None
+        elif removed:
             self._replace(self._entries[:index])
         return removed
 

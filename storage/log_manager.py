@@ -28,6 +28,7 @@ from storage.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
+    fsync_directory,
     write_atomically,
 )
 from storage.cleaner import CleanBuild, Cleaner, CleanPlan, CleanResult, DiscardReason
@@ -146,8 +147,12 @@ class LogManager:
             self._topic_ids[topic_partition] = None if stored is None else stored.topic_id
             if not had_clean_shutdown:
                 self.recovered.append(topic_partition)
-        # The marker means "nothing since has been written": remove it before any append.
-        log_dir.clean_shutdown_marker.unlink(missing_ok=True)
+        # The marker means "nothing since has been written": remove it before any append, durably
+        # (a power loss must not bring it back: the next start would skip recovery, which finds the
+        # epochs of the active segments' batches whose leader-epoch-checkpoint write was deferred).
+        if log_dir.clean_shutdown_marker.exists():
+            log_dir.clean_shutdown_marker.unlink()
+            fsync_directory(log_dir.path)
         return previous_broker_epoch
 
     def get_log(self, topic_partition: TopicPartition) -> Log | None:

@@ -56,15 +56,47 @@ def test_a_new_epoch_is_written_before_the_recovery_point_passes_it_and_at_close
 
 
 def test_a_removal_is_written_at_once(tmp_path: Path) -> None:
-    """A truncation, or an epoch below the latest, rewrites the entries: the file stays a prefix."""
+    """A truncation of written entries, or an epoch below the latest, rewrites the entries: the file
+    stays a prefix."""
     log = LogLoader(tmp_path / "t-0", CONFIG, 0).load()
     append(log, 1)
     append(log, 2)
+    log.flush(0)
     log.truncate_to(2, 0)
     assert on_disk(log) == log.leader_epoch_cache.entries() == [EpochEntry(1, 0)]
     log.assign_epoch(4, 2)
     log.append_as_follower(build_batch([(b"k", b"v")], base_offset=2, partition_leader_epoch=3), 0)
     assert on_disk(log) == log.leader_epoch_cache.entries() == [EpochEntry(1, 0), EpochEntry(3, 2)]
+
+
+def test_a_roll_writes_the_entries_of_the_segment_it_leaves(tmp_path: Path) -> None:
+    """Once rolled, the entry's segment is no longer the active one: a reload after a crash, from the
+    recovery point the roll set, re-reads only the new segment, so the entry must be on disk."""
+    directory = tmp_path / "t-0"
+    log = LogLoader(directory, CONFIG, 0).load()
+    append(log, 0)
+    log.flush(0)
+    while len(log.segments) == 1:
+        append(log, 1)
+    assert on_disk(log) == [EpochEntry(0, 0), EpochEntry(1, 2)]
+    for segment in log.segments:  # a crash
+        segment.close_handlers()
+    reloaded = LogLoader(directory, CONFIG, 0).load(recovery_point=log.recovery_point, had_clean_shutdown=False)
+    assert reloaded.leader_epoch_cache.entries() == [EpochEntry(0, 0), EpochEntry(1, 2)]
+
+
+def test_removing_only_unwritten_entries_writes_nothing(tmp_path: Path) -> None:
+    """A new leader's entry that a follower's truncation removes (it became follower before any
+    batch) never reached the file: the file is still a prefix, with no write."""
+    log = LogLoader(tmp_path / "t-0", CONFIG, 0).load()
+    append(log, 1)
+    log.flush(0)
+    log.assign_epoch(2, log.log_end_offset)
+    written = (log.directory / LEADER_EPOCH_CHECKPOINT).stat().st_mtime_ns
+    assert log.leader_epoch_cache.truncate_from_end(log.log_end_offset) == [EpochEntry(2, 2)]
+    assert log.leader_epoch_cache.write_pending_since is None
+    assert (log.directory / LEADER_EPOCH_CHECKPOINT).stat().st_mtime_ns == written
+    assert on_disk(log) == log.leader_epoch_cache.entries() == [EpochEntry(1, 0)]
 
 
 operations = st.lists(st.one_of(

@@ -50,8 +50,13 @@ def test_clean_shutdown_writes_checkpoints_and_marker_and_reopen_keeps_offsets(t
     assert OffsetCheckpointFile(tmp_path / REPLICATION_OFFSET_CHECKPOINT).read() == {ORDERS: 15}
     assert OffsetCheckpointFile(tmp_path / LOG_START_OFFSET_CHECKPOINT).read() == {ORDERS: 4}
 
-    reopened = manager_for(tmp_path)
+    synced: list[Path] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr("storage.log_manager.fsync_directory", synced.append)
+        reopened = manager_for(tmp_path)
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists(), "the marker must go before anything is written"
+    # durably: brought back by a power loss, it would skip the next recovery (leader_epoch_cache.py)
+    assert synced == [tmp_path]
     assert reopened.recovered == []
     log = reopened.get_log(ORDERS)
     assert log is not None

@@ -217,6 +217,7 @@ def test_truncation_is_fsynced_before_the_leader_epoch_cache_forgets(make_log: O
     for epoch in (1, 2, 3):
         append(log, [b"a%d" % epoch, b"b%d" % epoch], epoch=epoch)
     assert len(log.segments) > 2, "some cuts must remove segments too"
+    log.leader_epoch_cache.write_pending()  # on disk, so the cut must rewrite the file (an unwritten one: no write)
     events: list[str] = []
     real_fsync = os.fsync
 
