@@ -21,9 +21,12 @@ The partitions are then applied in name order, a bounded number per call
 (`metadata_partitions_per_call`, of which `metadata_changes_per_call` create a log or step a
 core): the rest waits for the Tick the broker asks for at once, so that its owner serves other
 events in between (creating a log and its first leader epoch fsync files; 250 new partitions at
-once held a node's event loop for seconds). Newer metadata restarts the pass from the first
-partition. The broker is caught up once a pass over metadata that includes its registration is
-complete; until then a partition not applied yet is refused as not hosted here.
+once held a node's event loop for seconds). Newer metadata queues, after those still waiting, only
+the partitions whose state it changed (as Kafka applies a delta), unless a replica's broker epoch
+changed, which restarts the pass from the first partition: a failover's many small changes (each
+new leader's epoch lineage) would otherwise keep restarting it, and the partitions last in name
+order would wait for the metadata to go quiet. The broker is caught up once no partition of the
+last metadata waits; until then a partition not applied yet is refused as not hosted here.
 
 Requests (`ClientRequest`): each part goes to its partition's core with a fresh partition request
 id; the request is answered once every part is (an acks=all produce when the HW passes it). A part
@@ -171,9 +174,12 @@ class ReplicaManager:
         self._part_of: dict[int, tuple[int, int]] = {}  # partition request id -> (request id, part index)
         self._alter_in_flight: dict[int, tuple[TopicPartition, HostedPartition, AlterPartitionProposal, int]] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
-        # The partitions the last metadata assigns here, and those of them not applied yet, in order.
+        # The partitions the last metadata assigns here, and those of them not applied yet, in order;
+        # the broker epoch of each of their replicas.
         self._wanted: dict[TopicPartition, tuple[str, PartitionStateView]] = {}
         self._unapplied: deque[TopicPartition] = deque()
+        self._replica_broker_epochs: dict[int, int] = {}
+        self._names: dict[tuple[str, int], TopicPartition] = {}
         self._ticks: list[tuple[int, TopicPartition]] = []  # heap; stale entries skipped
         self._next_id = 0
 
@@ -300,16 +306,35 @@ class ReplicaManager:
             self._wanted = {}
             self._unapplied.clear()
             return
-        wanted = self._wanted_partitions(metadata)
-        for topic_partition, hosted in sorted(self.hosted.items()):
-            entry = wanted.get(topic_partition)
-            if entry is None or entry[0] != hosted.topic_id:
-                self._stop_and_delete(topic_partition, out)
-        self._delete_stray_logs(wanted, out)
+        previous, wanted = self._wanted, self._wanted_partitions(metadata)
+        changed = [topic_partition for topic_partition, entry in wanted.items()
+                   if _entry_changed(previous.get(topic_partition), entry)]
+        if len(wanted) != len(previous) or any(topic_partition not in previous or previous[topic_partition][0]
+                                               != wanted[topic_partition][0] for topic_partition in changed):
+            for topic_partition, hosted in sorted(self.hosted.items()):
+                entry = wanted.get(topic_partition)
+                if entry is None or entry[0] != hosted.topic_id:
+                    self._stop_and_delete(topic_partition, out)
+            self._delete_stray_logs(wanted, out)
         self._apply_topic_configs(metadata, {topic_partition.topic for topic_partition in wanted})
         self._wanted = wanted
-        self._unapplied = deque(sorted(wanted))
+        replica_broker_epochs = self._replica_broker_epochs_of(metadata, wanted)
+        if replica_broker_epochs != self._replica_broker_epochs:
+            self._replica_broker_epochs = replica_broker_epochs
+            self._unapplied = deque(sorted(wanted))
+        else:
+            waiting = set(self._unapplied)
+            self._unapplied.extend(sorted(tp for tp in changed if tp not in waiting))
         self._apply_metadata_chunk(out)
+
+    def _replica_broker_epochs_of(self, metadata: MetadataView,
+                                  wanted: dict[TopicPartition, tuple[str, PartitionStateView]]) -> dict[int, int]:
+        """The broker epoch of every replica of the wanted partitions (NO_BROKER_EPOCH: unregistered)."""
+        replicas = set(self._replica_broker_epochs)
+        for _, state in wanted.values():
+            replicas.update(state.replicas)
+        return {replica: NO_BROKER_EPOCH if (broker := metadata.broker(replica)) is None else broker.broker_epoch
+                for replica in replicas}
 
     def _apply_metadata_chunk(self, out: _Outbox) -> None:
         """Apply the last metadata to the next partitions in line: at most
@@ -320,11 +345,13 @@ class ReplicaManager:
         examined = changes = 0
         while (self._unapplied and examined < self.config.metadata_partitions_per_call
                and changes < self.config.metadata_changes_per_call):
-            topic_partition = self._unapplied.popleft()
-            topic_id, state = self._wanted[topic_partition]
+            topic_partition = self._unapplied[0]
+            entry = self._wanted.get(topic_partition)
             examined += 1
-            if self._apply_partition(topic_partition, topic_id, state, metadata, out):
+            # Taken off the queue once applied: one that raises (a log dir failing) is tried again.
+            if entry is not None and self._apply_partition(topic_partition, entry[0], entry[1], metadata, out):
                 changes += 1
+            self._unapplied.popleft()
         self.caught_up = not self._unapplied
 
     def offline_log_ends(self) -> tuple[ReplicaLogEnd, ...]:
@@ -349,11 +376,17 @@ class ReplicaManager:
     def _wanted_partitions(self, metadata: MetadataView) -> dict[TopicPartition, tuple[str, PartitionStateView]]:
         """Every partition with a replica on this broker, with its topic id and state."""
         wanted = {}
+        names = self._names
         for topic_id, index, state in metadata.all_partitions():
             if self.broker_id in state.replicas:
                 name = metadata.topic_name(topic_id)
                 assert name is not None, f"partition {index} of unknown topic id {topic_id}"
-                wanted[TopicPartition(name, index)] = (topic_id, state)
+                topic_partition = names.get((name, index))
+                if topic_partition is None:
+                    topic_partition = names[(name, index)] = TopicPartition(name, index)
+                wanted[topic_partition] = (topic_id, state)
+        if len(names) > 2 * len(wanted) + 1_000:  # topics deleted: forget their names
+            self._names = {(tp.topic, tp.partition): tp for tp in wanted}
         return wanted
 
     def _delete_stray_logs(self, wanted: dict[TopicPartition, tuple[str, PartitionStateView]],
@@ -784,3 +817,9 @@ def _log_end(topic_id: str, index: int, leader_epoch: int, partition: Partition)
                          log.log_end_offset, log.log_start_offset,
                          tuple((entry.epoch, entry.start_offset) for entry in log.leader_epoch_cache.entries()),
                          partition.replica_log.may_be_committed_end())
+
+
+def _entry_changed(previous: tuple[str, PartitionStateView] | None, entry: tuple[str, PartitionStateView]) -> bool:
+    """Whether a partition's (topic id, state) differs from the last metadata's (states are immutable:
+    an unchanged one is usually the very same object)."""
+    return previous is None or previous[0] != entry[0] or (previous[1] is not entry[1] and previous[1] != entry[1])

@@ -571,6 +571,28 @@ def test_a_large_metadata_change_is_applied_a_bounded_number_of_partitions_per_c
         cluster.close()
 
 
+def test_newer_metadata_queues_only_what_it_changed_so_frequent_changes_do_not_starve_a_pass(
+        tmp_path: Path) -> None:
+    """Goal: metadata that changes on every call (a failover: each new leader's epoch lineage is a
+    change of its own) still lets every waiting partition be applied. Before, each newer metadata
+    restarted the pass from the first partition in name order, a bounded number examined per call,
+    so the last ones waited for the metadata to go quiet. Method: 3 partitions examined per call,
+    one change; 10 partitions applied, then a topic whose name sorts last, then on each call a new
+    topic whose name sorts first."""
+    cluster = CoreCluster(tmp_path, broker_ids=(1,), metadata_partitions_per_call=3, metadata_changes_per_call=1)
+    try:
+        broker = cluster.brokers[1]
+        cluster.create_topic(TOPIC, {index: (1,) for index in range(10)})
+        cluster.create_topic("zeta", {0: (1,)}, apply_fully=False)
+        for number in range(6):
+            cluster.create_topic(f"a{number}", {0: (1,)}, apply_fully=False)
+        assert TopicPartition("zeta", 0) in broker.core.hosted
+        assert all(TopicPartition(f"a{number}", 0) in broker.core.hosted for number in range(6))
+        assert broker.readies[-1].caught_up
+    finally:
+        cluster.close()
+
+
 def test_newer_metadata_during_a_chunked_pass_applies_its_own_state(tmp_path: Path) -> None:
     """Goal: partitions still waiting in a pass get the newest metadata, and partitions already
     applied that the newer metadata changes are stepped again. Method: one change per call; create
