@@ -178,6 +178,7 @@ class ReplicaManager:
         # the broker epoch of each of their replicas.
         self._wanted: dict[TopicPartition, tuple[str, PartitionStateView]] = {}
         self._unapplied: deque[TopicPartition] = deque()
+        self._strays_removed = False  # by a pass over the current registration's metadata
         self._replica_broker_epochs: dict[int, int] = {}
         self._names: dict[tuple[str, int], TopicPartition] = {}
         self._ticks: list[tuple[int, TopicPartition]] = []  # heap; stale entries skipped
@@ -305,17 +306,20 @@ class ReplicaManager:
             self.caught_up = False
             self._wanted = {}
             self._unapplied.clear()
+            self._strays_removed = False
             return
         previous, wanted = self._wanted, self._wanted_partitions(metadata)
         changed = [topic_partition for topic_partition, entry in wanted.items()
                    if _entry_changed(previous.get(topic_partition), entry)]
-        if len(wanted) != len(previous) or any(topic_partition not in previous or previous[topic_partition][0]
-                                               != wanted[topic_partition][0] for topic_partition in changed):
+        if not self._strays_removed or len(wanted) != len(previous) or any(
+                topic_partition not in previous or previous[topic_partition][0] != wanted[topic_partition][0]
+                for topic_partition in changed):
             for topic_partition, hosted in sorted(self.hosted.items()):
                 entry = wanted.get(topic_partition)
                 if entry is None or entry[0] != hosted.topic_id:
                     self._stop_and_delete(topic_partition, out)
             self._delete_stray_logs(wanted, out)
+            self._strays_removed = True
         self._apply_topic_configs(metadata, {topic_partition.topic for topic_partition in wanted})
         self._wanted = wanted
         replica_broker_epochs = self._replica_broker_epochs_of(metadata, wanted)
