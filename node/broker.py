@@ -523,6 +523,7 @@ def _fetch_result(answer: FetchPartitionResponse) -> FetchResult:
         log_end_offset=answer.log_end_offset,
         diverging_epoch=None if diverging is None else EpochEndOffset(diverging.epoch, diverging.end_offset),
         error_message=answer.error_message,
+        producer_snapshot=answer.producer_snapshot,
     )
 
 
@@ -543,4 +544,5 @@ def _fetch_partition_response(part: PartAnswer) -> FetchPartitionResponse:
         diverging_epoch=None if diverging is None else WireEpochEndOffset(diverging.epoch, diverging.end_offset),
         current_leader=None if leader is None else LeaderIdAndEpoch(leader.leader_id, leader.leader_epoch),
         preferred_read_replica=part.preferred_read_replica,
+        producer_snapshot=result.producer_snapshot,
     )

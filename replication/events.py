@@ -202,6 +202,7 @@ class FetchResponseFromLeader:
     log_start_offset: int = -1
     log_end_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
+    producer_snapshot: bytes = b""
 
     @staticmethod
     def from_result(position: FollowerFetchPosition, result: FetchResult) -> FetchResponseFromLeader:
@@ -217,6 +218,7 @@ class FetchResponseFromLeader:
             log_start_offset=result.log_start_offset,
             log_end_offset=result.log_end_offset,
             diverging_epoch=result.diverging_epoch,
+            producer_snapshot=result.producer_snapshot,
         )
 
 

@@ -17,7 +17,10 @@ says where to fetch (`position`), the owner's fetcher sends the fetch and hands 
 - logStartOffset follows the leader's (raised, never lowered), and whole segments below it are
   deleted at once; a follower runs no retention of its own (DESIGN §4).
 - OFFSET_OUT_OF_RANGE (Kafka's fetchOffsetAndTruncate): behind the leader's logStartOffset, start
-  empty there; ahead of the leader's LEO (possible only after an unclean election), cut to it.
+  empty there, with the leader's producers' state there (Kafka's follower starts with none, and as
+  leader would write an idempotent producer's retry a second time); ahead of the leader's LEO
+  (possible only after an unclean election), cut to it. A state that does not parse is refused
+  like records that do not append: the same fetch again after the backoff.
 - FENCED_LEADER_EPOCH: the leader is in a newer epoch than this follower knows: stop fetching until
   newer metadata arrives. Other errors leave the state alone; the Ready asks the fetcher to back
   off (`fetch_backoff`) and retry, as it does when the records could not be appended here.
@@ -31,6 +34,7 @@ from replication.ready import EpochEndOffset, FollowerFetchPosition
 from replication.replica_log import ReplicaLog
 from storage.errors import StorageError
 from storage.log import LogStartOffsetIncrementReason
+from storage.producer_state import CorruptSnapshotError
 from storage.records import BATCH_HEADER_SIZE, read_header
 from wire.error_codes import ErrorCode
 from wire.sentinels import NO_LEADER, UNDEFINED_EPOCH_OFFSET
@@ -132,7 +136,9 @@ def _start_at_first_batch(records: bytes, log: ReplicaLog, now_ms: int, out: Out
         return  # the append refuses it and the fetch is retried
     end = log.log.log_end_offset
     if end == log.log.log_start_offset and first.base_offset < end <= first.last_offset:
-        log.truncate_fully_and_start_at(first.base_offset, now_ms, out)
+        # The producers' state it started with stays: it covers the batches that end below `end`,
+        # so those below this batch, which the append adds.
+        log.truncate_fully_and_start_at(first.base_offset, now_ms, out, log.log.producer_state.encode())
 
 
 def _truncate_to_diverging_epoch(diverging: EpochEndOffset, log: ReplicaLog, now_ms: int, out: Outbox) -> None:
@@ -154,4 +160,7 @@ def _on_out_of_range(response: FetchResponseFromLeader, log: ReplicaLog, now_ms:
     if 0 <= response.log_end_offset < log_end_offset:
         log.truncate_to(response.log_end_offset, now_ms, out)
     elif response.log_start_offset > log_end_offset:
-        log.truncate_fully_and_start_at(response.log_start_offset, now_ms, out)
+        try:
+            log.truncate_fully_and_start_at(response.log_start_offset, now_ms, out, response.producer_snapshot)
+        except CorruptSnapshotError:
+            out.fetch_backoff = True

@@ -213,9 +213,12 @@ class Leader:
         return None
 
     def _fetch_error(self, request: FollowerFetch, error: ErrorCode, message: str) -> FetchResult:
+        """A refusal; a follower behind logStartOffset, which starts empty there, also gets the
+        producers' state there (replication/follower.py)."""
         log = self.log
+        behind = error == ErrorCode.OFFSET_OUT_OF_RANGE and request.fetch_offset < log.log_start_offset
         return FetchResult(request.request_id, error, b"", log.high_watermark, log.log_start_offset,
-                           log.log_end_offset, None, message)
+                           log.log_end_offset, None, message, log.producer_state_at_start() if behind else b"")
 
     def record_follower_fetch(self, request: FollowerFetch, now_ms: int) -> None:
         """Note an accepted fetch: the follower's LEO, logStartOffset, caught-up time, broker epoch."""

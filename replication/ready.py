@@ -163,7 +163,9 @@ class ProduceResult:
 class FetchResult:
     """A fetch's outcome (consumer or follower): raw batch bytes from the batch holding the fetch
     offset, the replica's HW, logStartOffset and LEO; for a follower maybe `diverging_epoch`
-    instead of records (KIP-320). On OFFSET_OUT_OF_RANGE the offsets still say where the log is."""
+    instead of records (KIP-320). On OFFSET_OUT_OF_RANGE the offsets still say where the log is, and
+    a follower behind logStartOffset gets `producer_snapshot`, the leader's producers' state there
+    (`Log.producer_state_at_start`: not in Kafka, whose follower starts with none)."""
 
     request_id: int
     error: ErrorCode
@@ -173,6 +175,7 @@ class FetchResult:
     log_end_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
     error_message: str = ""
+    producer_snapshot: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

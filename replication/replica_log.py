@@ -93,8 +93,10 @@ class ReplicaLog:
         self.replicated_end = min(self.replicated_end, self.log.log_end_offset)
         out.log_changes.append(TruncatedDamaged(self.log.log_end_offset, high_watermark_before, reason))
 
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int, out: Outbox) -> None:
-        self.log.truncate_fully_and_start_at(offset, now_ms)
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int, out: Outbox,
+                                    producer_snapshot: bytes = b"") -> None:
+        """`Log.truncate_fully_and_start_at`; raises CorruptSnapshotError, changing nothing."""
+        self.log.truncate_fully_and_start_at(offset, now_ms, producer_snapshot)
         self.replicated_end = offset
         out.log_changes.append(TruncatedFully(offset))
 

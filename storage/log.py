@@ -508,9 +508,19 @@ class Log:
         self._check_offsets()
         return True
 
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int, producer_snapshot: bytes = b"") -> None:
         """Delete every segment and start empty at `offset` (a follower behind the leader's
-        logStartOffset, or a replica wiped by the leader)."""
+        logStartOffset, or a replica wiped by the leader), with the producers' state the leader had
+        there (`producer_snapshot`, from its `producer_state_at_start`; none: no producers).
+
+        Kafka starts such a follower with no producers, so the next leader takes an idempotent
+        producer's retry of a batch that retention removed below `offset` as new (replication sim
+        seed 659147698: written twice). The snapshot is written first, at `offset`, above the old
+        log's end: a crash before the new segment exists leaves the old log, whose load deletes it.
+        Raises CorruptSnapshotError (a ValueError), changing nothing, for a snapshot that does not
+        parse."""
+        if producer_snapshot:
+            self.producer_state.write_snapshot(offset, producer_snapshot)
         for segment in list(self.segments):
             self._remove_segment(segment, now_ms)
         self.segments.add(self.new_segment(offset, now_ms))
@@ -519,9 +529,16 @@ class Log:
         self.log_start_offset = offset
         self.recovery_point = offset
         self.high_watermark = offset
-        self.producer_state.delete_snapshots_below(2**63)
+        self.producer_state.delete_snapshots_below(offset if producer_snapshot else 2**63)  # all but the one written
         self.reload_producer_state()
         self._check_offsets()
+
+    def producer_state_at_start(self) -> bytes:
+        """The producers' state after every batch that ends below logStartOffset, as snapshot bytes:
+        what a follower that starts empty there takes (`truncate_fully_and_start_at`)."""
+        first_offset = min(self.log_start_offset, self.segments.first_segment.base_offset)
+        return self.producer_state.state_at(first_offset, self.log_start_offset,
+                                            lambda start: (header for _, _, header in self.iter_batches(start)))
 
     def reload_producer_state(self) -> None:
         """Rebuild the producers' state for the log as it is now (load, truncation), from its first

@@ -22,7 +22,9 @@ reader keeps the last entry of a producer id: the newest batch). Loading (`load`
 `truncate_and_reload` after a truncation) starts from the latest snapshot at or below the log end
 and replays the batch headers after it; a damaged snapshot is deleted and an older one (or the
 first batch on disk, which may lie below the log start: `Log.reload_producer_state`) used.
-Snapshots below the log start are deleted with the segments they describe.
+Snapshots below the log start are deleted with the segments they describe. A follower that starts
+empty at its leader's logStartOffset writes the leader's state there (`state_at`, `write_snapshot`)
+as its snapshot at that offset.
 
 Bounds: a producer idle for `producer.id.expiration.ms` (by its last batch's max timestamp, as
 Kafka judges it) is forgotten (`remove_expired`, on the broker's periodic check), so producer ids
@@ -196,38 +198,34 @@ class ProducerStateManager:
                 offsets.append(int(stem))
         return sorted(offsets)
 
-    def take_snapshot(self) -> None:
-        """Write `<map_end_offset>.snapshot` (atomically, fsynced)."""
+    def encode(self) -> bytes:
+        """The state as a snapshot file's bytes."""
         entries = [_ENTRY.pack(entry.producer_id, entry.producer_epoch, batch.last_seq, batch.last_offset,
                                batch.offset_delta, batch.timestamp, _NO_COORDINATOR_EPOCH, _NO_TXN_OFFSET)
                    for entry in self.producers.values() for batch in entry.batches]
         body = _COUNT.pack(len(entries)) + b"".join(entries)
-        write_atomically(self.directory / snapshot_file_name(self.map_end_offset),
-                         _HEAD.pack(SNAPSHOT_VERSION, crc32c(body)) + body)
+        return _HEAD.pack(SNAPSHOT_VERSION, crc32c(body)) + body
+
+    def take_snapshot(self) -> None:
+        """Write `<map_end_offset>.snapshot` (atomically, fsynced)."""
+        write_atomically(self.directory / snapshot_file_name(self.map_end_offset), self.encode())
+
+    def write_snapshot(self, offset: int, data: bytes) -> None:
+        """Write `data`, another replica's state after every batch below `offset` (`state_at`), as
+        the snapshot at `offset` (atomically, fsynced). Raises CorruptSnapshotError, writing
+        nothing, unless it parses and every batch in it lies below `offset`."""
+        producers = decode_snapshot(data, f"a snapshot for {self.name} at {offset}")
+        for entry in producers.values():
+            if entry.batches and entry.batches[-1].last_offset >= offset:
+                raise CorruptSnapshotError(
+                    f"a snapshot for {self.name} at {offset} has producer {entry.producer_id}'s batch at "
+                    f"{entry.batches[-1].last_offset}")
+        write_atomically(self.directory / snapshot_file_name(offset), data)
 
     def delete_snapshots_below(self, offset: int) -> None:
         for snapshot in self.snapshot_offsets():
             if snapshot < offset:
                 (self.directory / snapshot_file_name(snapshot)).unlink(missing_ok=True)
-
-    def _read_snapshot(self, offset: int) -> dict[int, ProducerStateEntry]:
-        data = (self.directory / snapshot_file_name(offset)).read_bytes()
-        if len(data) < _HEAD.size + _COUNT.size:
-            raise CorruptSnapshotError(f"{snapshot_file_name(offset)} has {len(data)} bytes")
-        version, crc = _HEAD.unpack_from(data)
-        body = data[_HEAD.size:]
-        if version != SNAPSHOT_VERSION or crc32c(body) != crc:
-            raise CorruptSnapshotError(f"{snapshot_file_name(offset)}: version {version}, or a CRC mismatch")
-        (count,) = _COUNT.unpack_from(body)
-        if count < 0 or len(body) != _COUNT.size + count * _ENTRY.size:
-            raise CorruptSnapshotError(f"{snapshot_file_name(offset)}: {count} entries in {len(body)} bytes")
-        producers: dict[int, ProducerStateEntry] = {}
-        for producer_id, epoch, last_seq, last_offset, delta, timestamp, _, _ in _ENTRY.iter_unpack(body[_COUNT.size:]):
-            entry = producers.get(producer_id)
-            if entry is None:
-                entry = producers[producer_id] = ProducerStateEntry(producer_id, epoch)
-            entry.add(epoch, BatchMetadata(last_seq, last_offset, delta, timestamp))
-        return producers
 
     # -- loading ------------------------------------------------------------------------------------
 
@@ -235,20 +233,57 @@ class ProducerStateManager:
         """Rebuild from the latest sound snapshot in [first offset, log end] and the batches after
         it; snapshots outside that range are deleted (above the end: written before a truncation or
         an unclean shutdown cut the log). `first_offset`: where the log's batches on disk start."""
-        self.producers = {}
-        self.map_end_offset = first_offset
-        for snapshot in reversed(self.snapshot_offsets()):
-            if snapshot > log_end_offset or snapshot < first_offset:
-                (self.directory / snapshot_file_name(snapshot)).unlink(missing_ok=True)
-                continue
-            try:
-                self.producers = self._read_snapshot(snapshot)
-            except CorruptSnapshotError:
-                (self.directory / snapshot_file_name(snapshot)).unlink(missing_ok=True)
-                continue
-            self.map_end_offset = snapshot
-            break
+        self.map_end_offset, self.producers = self._latest_snapshot(first_offset, log_end_offset, discard=True)
         for header in headers_from(self.map_end_offset):
             if header.base_offset >= self.map_end_offset:
                 self.update(header)
         self.map_end_offset = log_end_offset
+
+    def state_at(self, first_offset: int, offset: int, headers_from: HeadersFrom) -> bytes:
+        """The snapshot bytes of the state after every batch that ends below `offset`, built like
+        `load` (from `first_offset`) without changing any file or this state: what a follower that
+        starts empty at this replica's logStartOffset must know (`Log.truncate_fully_and_start_at`)."""
+        state = ProducerStateManager(self.directory, self.name)
+        state.map_end_offset, state.producers = self._latest_snapshot(first_offset, offset, discard=False)
+        for header in headers_from(state.map_end_offset):
+            if header.base_offset < state.map_end_offset:
+                continue
+            if header.next_offset > offset:
+                break
+            state.update(header)
+        return state.encode()
+
+    def _latest_snapshot(self, first_offset: int, last_offset: int,
+                         discard: bool) -> tuple[int, dict[int, ProducerStateEntry]]:
+        """The latest sound snapshot in [first_offset, last_offset] (else `first_offset` and no
+        producers); with `discard`, the later and the damaged snapshots are deleted on the way."""
+        for snapshot in reversed(self.snapshot_offsets()):
+            path = self.directory / snapshot_file_name(snapshot)
+            if first_offset <= snapshot <= last_offset:
+                try:
+                    return snapshot, decode_snapshot(path.read_bytes(), path.name)
+                except CorruptSnapshotError:
+                    pass
+            if discard:
+                path.unlink(missing_ok=True)
+        return first_offset, {}
+
+
+def decode_snapshot(data: bytes, label: str) -> dict[int, ProducerStateEntry]:
+    """A snapshot's producers; CorruptSnapshotError unless it parses and its CRC matches."""
+    if len(data) < _HEAD.size + _COUNT.size:
+        raise CorruptSnapshotError(f"{label} has {len(data)} bytes")
+    version, crc = _HEAD.unpack_from(data)
+    body = data[_HEAD.size:]
+    if version != SNAPSHOT_VERSION or crc32c(body) != crc:
+        raise CorruptSnapshotError(f"{label}: version {version}, or a CRC mismatch")
+    (count,) = _COUNT.unpack_from(body)
+    if count < 0 or len(body) != _COUNT.size + count * _ENTRY.size:
+        raise CorruptSnapshotError(f"{label}: {count} entries in {len(body)} bytes")
+    producers: dict[int, ProducerStateEntry] = {}
+    for producer_id, epoch, last_seq, last_offset, delta, timestamp, _, _ in _ENTRY.iter_unpack(body[_COUNT.size:]):
+        entry = producers.get(producer_id)
+        if entry is None:
+            entry = producers[producer_id] = ProducerStateEntry(producer_id, epoch)
+        entry.add(epoch, BatchMetadata(last_seq, last_offset, delta, timestamp))
+    return producers

@@ -79,6 +79,7 @@ class FetchPartitionResponse:
     diverging_epoch: EpochEndOffset | None = None
     current_leader: LeaderIdAndEpoch | None = None
     preferred_read_replica: int = -1
+    producer_snapshot: bytes = b""  # to a follower behind logStartOffset (replication/ready.py FetchResult)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,14 +11,25 @@ from collections.abc import Callable
 from replication.events import FetchResponseFromLeader, ProduceRequest, RunRetention
 from replication.ready import (
     EpochEndOffset,
+    FetchResult,
     LogStartOffsetRaised,
     SegmentsDeleted,
     Truncated,
     TruncatedFully,
 )
 from storage.log import LogStartOffsetIncrementReason
-from storage.records import iter_headers
-from tests.replication.harness import Broker, batch, catch_up, fetch_round, make_follower, make_leader
+from storage.producer_state import ProducerStateManager
+from storage.records import build_batch, iter_headers
+from tests.replication.harness import (
+    Broker,
+    batch,
+    catch_up,
+    fetch_round,
+    make_follower,
+    make_leader,
+    only,
+    produce_results,
+)
 from wire.error_codes import ErrorCode
 
 Brokers = Callable[..., list[Broker]]
@@ -230,6 +241,49 @@ def test_follower_behind_leader_log_start_starts_over_there(brokers: Brokers) ->
     catch_up(one, [two], now_ms=2_011)
     assert batches(two) == batches(one)
     assert two.log.log_start_offset == start
+
+
+def idempotent(value: bytes, sequence: int) -> bytes:
+    return build_batch([(None, value)], base_timestamp=1_000, producer_id=9, producer_epoch=0,
+                       base_sequence=sequence)
+
+
+def test_follower_behind_leader_log_start_takes_the_leaders_producers_there(brokers: Brokers) -> None:
+    """Replication sim seed 659147698's shape: retention removed an idempotent producer's batch on
+    the leader; a follower that starts over above it and becomes leader must still answer that
+    batch's retry as a retry, not write it a second time (Kafka's follower starts with no producers)."""
+    one, two, _ = brokers(**{"segment.bytes": "200", "retention.ms": "1000"})
+    make_leader(one, 1, isr=(1,))
+    for sequence in range(8):
+        one.handle(ProduceRequest(one.request_id(), idempotent(b"record-%d" % sequence, sequence), 1, 1000), 0)
+    one.handle(RunRetention(), now_ms=2_010)
+    start = one.log.log_start_offset
+    assert start == 8, "retention removed every batch"
+    make_follower(two, 1, 1, isr=(1,))
+    leader_ready, ready = fetch_round(one, two, now_ms=2_010)
+    assert only(leader_ready.completions, FetchResult).producer_snapshot
+    assert ready.log_changes == (TruncatedFully(start),)
+    catch_up(one, [two], now_ms=2_011)
+    make_leader(two, 2, isr=(2,), partition_epoch=1, now_ms=2_012)
+    retry = two.handle(ProduceRequest(two.request_id(), idempotent(b"record-6", 6), 1, 1000), now_ms=2_012)
+    assert [(result.error, result.base_offset) for result in produce_results(retry)] == [(ErrorCode.NONE, 6)]
+    assert two.log.log_end_offset == 8, "the retry is in the log already"
+    fresh = two.handle(ProduceRequest(two.request_id(), idempotent(b"record-8", 8), 1, 1000), now_ms=2_012)
+    assert [(result.error, result.base_offset) for result in produce_results(fresh)] == [(ErrorCode.NONE, 8)]
+
+
+def test_follower_refuses_a_producer_state_that_does_not_parse(brokers: Brokers) -> None:
+    """Nothing changes, and the fetch is tried again after the backoff."""
+    _, two, _ = brokers()
+    make_follower(two, 1, 1, isr=(1,))
+    append_to = two.log.log_end_offset
+    position = two.partition.fetch_position()
+    for snapshot in (b"\x00\x01junk", ProducerStateManager(two.log.directory, "x").encode()[:-1] + b"\x07"):
+        response = FetchResponseFromLeader(1, 1, position.fetch_offset, position.last_fetched_epoch,
+                                           ErrorCode.OFFSET_OUT_OF_RANGE, b"", 5, 5, 9, producer_snapshot=snapshot)
+        ready = two.handle(response, now_ms=0)
+        assert ready.log_changes == () and ready.fetch_backoff
+        assert (two.log.log_start_offset, two.log.log_end_offset) == (0, append_to)
 
 
 def test_follower_starting_inside_the_leaders_first_batch_starts_at_that_batch(brokers: Brokers) -> None:

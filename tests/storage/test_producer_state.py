@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from storage.errors import InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
 from storage.log import Log, LogStartOffsetIncrementReason
-from storage.producer_state import BATCHES_KEPT, last_sequence, snapshot_file_name
+from storage.producer_state import BATCHES_KEPT, CorruptSnapshotError, last_sequence, snapshot_file_name
 from storage.records import build_batch
 from tests.storage.conftest import NOW_MS, open_log
 
@@ -206,3 +206,73 @@ def test_idle_producers_are_forgotten(tmp_path: Path) -> None:
     assert log.producer_state.remove_expired(NOW_MS + 999, expiration_ms=1000) == 0
     assert log.producer_state.remove_expired(NOW_MS + 1000, expiration_ms=1000) == 3
     assert not log.append_as_leader(batch(0, pid=0), 0, NOW_MS).duplicate, "forgotten: its retry is written"
+
+
+# -- a replica that starts over at another's logStartOffset ----------------------------------------
+
+def _state(log: Log) -> dict[int, tuple[int, list]]:
+    return {pid: (entry.producer_epoch, list(entry.batches)) for pid, entry in log.producer_state.producers.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3)), min_size=1, max_size=25), st.data())
+def test_a_log_started_at_another_logs_start_takes_exactly_its_producers_there(
+        tmp_path_factory: pytest.TempPathFactory, sends: list[tuple[int, int]], data: st.DataObject) -> None:
+    """Reference: a log that appended the same batches up to the last one ending at or below the
+    leader's logStartOffset (raised anywhere, inside a batch too, segments below it deleted, the
+    leader maybe restarted uncleanly). The follower that starts over there holds that state, also
+    after a crash; reading it changes no file of the leader."""
+    root = tmp_path_factory.mktemp("logs")
+    leader, reference = open_log(root / "leader", {"segment.bytes": 300}), open_log(root / "reference")
+    start = data.draw(st.integers(0, sum(records for _, records in sends)), label="logStartOffset")
+    sequences = [0, 0, 0]
+    for producer, records in sends:
+        info = leader.append_as_leader(batch(sequences[producer], records, pid=producer), 0, NOW_MS)
+        if info.last_offset < start:
+            reference.append_as_leader(batch(sequences[producer], records, pid=producer), 0, NOW_MS)
+        sequences[producer] += records
+    end = leader.log_end_offset
+    leader.maybe_increment_high_watermark(end)
+    leader.maybe_increment_log_start_offset(start, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
+    leader.delete_old_segments(NOW_MS)
+    if data.draw(st.booleans(), label="the leader restarted uncleanly"):
+        leader.flush(NOW_MS)
+        leader.close_handlers()
+        leader = open_log(root / "leader", {"segment.bytes": 300}, had_clean_shutdown=False,
+                          log_start_offset=start, high_watermark=end)
+    files = sorted(path.name for path in (root / "leader").iterdir())
+    snapshot = leader.producer_state_at_start()
+    assert sorted(path.name for path in (root / "leader").iterdir()) == files
+    follower = open_log(root / "follower", {"segment.bytes": 300})
+    follower.append_as_leader(batch(0, pid=5), 0, NOW_MS)
+    follower.truncate_fully_and_start_at(start, NOW_MS, snapshot)
+    assert _state(follower) == _state(reference)
+    follower.close_handlers()  # a crash: the state comes back from the snapshot at `start`
+    follower = open_log(root / "follower", {"segment.bytes": 300}, had_clean_shutdown=False,
+                        log_start_offset=start, high_watermark=start)
+    assert _state(follower) == _state(reference)
+
+
+def test_a_snapshot_written_above_the_log_end_is_dropped_by_the_next_load(tmp_path: Path) -> None:
+    """`Log.truncate_fully_and_start_at` writes the leader's state before it removes the old log:
+    after a crash between the two, the old log comes back without the state meant for the new one."""
+    source = open_log(tmp_path / "source", PROPERTIES)
+    source.append_as_leader(batch(0, records=3), 0, NOW_MS)
+    log = open_log(tmp_path / "t-0", PROPERTIES)
+    log.producer_state.write_snapshot(3, source.producer_state.encode())
+    log.close_handlers()
+    log = open_log(tmp_path / "t-0", PROPERTIES, had_clean_shutdown=False)
+    assert log.producer_state.producers == {} and log.producer_state.snapshot_offsets() == []
+
+
+@pytest.mark.parametrize("damage", ["bytes", "a batch at the start"])
+def test_a_state_that_does_not_parse_or_lies_above_the_start_changes_nothing(tmp_path: Path, damage: str) -> None:
+    source = open_log(tmp_path / "source", PROPERTIES)
+    source.append_as_leader(batch(0, records=3), 0, NOW_MS)
+    snapshot = source.producer_state.encode()
+    log = open_log(tmp_path / "t-0", PROPERTIES)
+    log.append_as_leader(batch(0, pid=5), 0, NOW_MS)
+    with pytest.raises(CorruptSnapshotError):
+        log.truncate_fully_and_start_at(2, NOW_MS, snapshot[:-1] if damage == "bytes" else snapshot)
+    assert (log.log_start_offset, log.log_end_offset, list(log.producer_state.producers)) == (0, 1, [5])
+    assert log.producer_state.snapshot_offsets() == []
