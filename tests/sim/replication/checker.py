@@ -50,10 +50,11 @@ partition, the history of committed batches (`CommittedBatch`). After every obse
     written) and never sends again a batch it gave up, whose records may then be missing, never
     written after later ones. Judged, as rule 9, while a replica holds the earlier batch (one no
     replica holds is lost: rules 1 and 8 judge it). One that logStartOffset deleted on every replica
-    that held it is counted instead (`idempotent_rewritten_after_deletion`): a replica that never
-    had the producer's batches (a follower that emptied its log at the leader's logStartOffset, or
-    was wiped) knows nothing of the producer once it leads and takes a retry of a deleted batch as
-    new, as Kafka's brokers do (KIP-360: a producer with no state may start at any sequence).
+    that held it is counted instead (`idempotent_rewritten_after_deletion`): a replica that knows
+    nothing of the producer (every replica that held its batches was wiped) takes a retry of a
+    deleted batch as new once it leads, as Kafka's brokers do (KIP-360: a producer with no state
+    may start at any sequence). A follower that empties its log at the leader's logStartOffset
+    starts with the leader's producers' state there (seed 659147698; in Kafka it starts with none).
 (3) A consumer is served only batches below the serving replica's HW, and they are committed
     batches; the HW served to a consumer by one replica incarnation never falls (unless that
     replica truncated below it, which rules 1 and 8 judge).
