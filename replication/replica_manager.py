@@ -18,10 +18,13 @@ no partition here owns (a stray, left by a deletion while the broker was down), 
 `partition.metadata` names another topic id (KIP-516). Strays go before any partition is applied,
 so a new topic never opens an old topic's log. Topic config changes reach the open logs.
 The partitions are then applied in name order, a bounded number per call
-(`metadata_partitions_per_call`, of which `metadata_changes_per_call` create a log or step a
-core): the rest waits for the Tick the broker asks for at once, so that its owner serves other
-events in between (creating a log and its first leader epoch fsync files; 250 new partitions at
-once held a node's event loop for seconds). Newer metadata queues, after those still waiting, only
+(`metadata_partitions_per_call`, of which `metadata_log_creations_per_call` create their log): the
+rest waits for the Tick the broker asks for at once, so that its owner serves other events in
+between (creating a log fsyncs files; 250 new partitions at once held a node's event loop for
+seconds). A failover's steps of open logs are cheaper and go 200 a call: two a call, each node's
+~2,700 steps of a failover at 2,000 partitions per node (new leaders, the dead broker out of every
+ISR, each new leader's lineage) took ~1 s. A client request for a partition still waiting applies
+its step first (`_apply_ahead`). Newer metadata queues, after those still waiting, only
 the partitions whose state it changed (as Kafka applies a delta), unless a replica's broker epoch
 changed, which restarts the pass from the first partition: a failover's many small changes (each
 new leader's epoch lineage) would otherwise keep restarting it, and the partitions last in name
@@ -342,19 +345,20 @@ class ReplicaManager:
 
     def _apply_metadata_chunk(self, out: _Outbox) -> None:
         """Apply the last metadata to the next partitions in line: at most
-        `metadata_partitions_per_call` of them, of which at most `metadata_changes_per_call` change.
-        Caught up once none is left."""
+        `metadata_partitions_per_call` of them, of which at most `metadata_log_creations_per_call`
+        create their log. Caught up once none is left."""
         metadata = self.metadata
         assert metadata is not None, f"metadata pass without metadata on broker {self.broker_id}"
-        examined = changes = 0
+        examined = creations = 0
         while (self._unapplied and examined < self.config.metadata_partitions_per_call
-               and changes < self.config.metadata_changes_per_call):
+               and creations < self.config.metadata_log_creations_per_call):
             topic_partition = self._unapplied[0]
             entry = self._wanted.get(topic_partition)
             examined += 1
             # Taken off the queue once applied: one that raises (a log dir failing) is tried again.
-            if entry is not None and self._apply_partition(topic_partition, entry[0], entry[1], metadata, out):
-                changes += 1
+            if entry is not None:
+                creations += topic_partition not in self.hosted
+                self._apply_partition(topic_partition, entry[0], entry[1], metadata, out)
             self._unapplied.popleft()
         self.caught_up = not self._unapplied
 
@@ -427,9 +431,8 @@ class ReplicaManager:
             del self._topic_configs[topic]
 
     def _apply_partition(self, topic_partition: TopicPartition, topic_id: str, state: PartitionStateView,
-                         metadata: MetadataView, out: _Outbox) -> bool:
-        """Host the partition and step its core into the metadata's state; whether anything changed."""
-        changed = False
+                         metadata: MetadataView, out: _Outbox) -> None:
+        """Host the partition and step its core into the metadata's state."""
         hosted = self.hosted.get(topic_partition)
         if hosted is None:
             # Open or create the log under its topic id first (partition.metadata is written if
@@ -438,7 +441,6 @@ class ReplicaManager:
             partition = Partition(topic_partition, self.log_manager, self.broker_id, self.config.replication,
                                   self.lease, self.now_ms, self.wall_clock_ms)
             hosted = self.hosted[topic_partition] = HostedPartition(partition, topic_id)
-            changed = True
         # The replicas' broker epochs first (KIP-903): a leader forgets what the older process of a
         # re-registered follower reported before it counts the ISR of the same metadata.
         broker_epochs = tuple((replica, NO_BROKER_EPOCH if (broker := metadata.broker(replica)) is None
@@ -446,10 +448,9 @@ class ReplicaManager:
         if hosted.broker_epochs != broker_epochs:
             hosted.broker_epochs = broker_epochs
             self._step(topic_partition, UpdateBrokerEpochs(broker_epochs), out)
-            changed = True
         version = (state.leader_epoch, state.partition_epoch)
         if hosted.applied == version:
-            return changed
+            return
         hosted.applied = version
         out.isr_changed.add(topic_partition)
         event: Event
@@ -461,7 +462,6 @@ class ReplicaManager:
         else:
             event = MakeFollower(state.leader, state.leader_epoch, state.partition_epoch, state.isr, state.replicas)
         self._step(topic_partition, event, out)
-        return True
 
     def _stop_and_delete(self, topic_partition: TopicPartition, out: _Outbox) -> None:
         self._step(topic_partition, StopReplica(), out)
@@ -483,6 +483,8 @@ class ReplicaManager:
             if refused is not None:
                 self._fill(pending, index, refused, out)
                 continue
+            if self._unapplied:
+                self._apply_ahead(topic_partition, out)
             if isinstance(part, ProduceRequest):
                 self._refresh_quiet_followers(topic_partition, out)
             part_id = self._next_id_value()
@@ -490,6 +492,18 @@ class ReplicaManager:
             self._step(topic_partition, dataclasses.replace(part, request_id=part_id), out)
         if pending.remaining == 0 and request.request_id in self._pending:
             self._finish(pending, out)
+
+    def _apply_ahead(self, topic_partition: TopicPartition, out: _Outbox) -> None:
+        """A request for a hosted partition whose metadata change still waits in the pass applies it
+        first: the client learned the new leader epoch from metadata this broker holds already, and
+        would be refused (UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER) and retry after a backoff.
+        Only a step of an open log: a creation waits for its turn. The pass finds it applied."""
+        entry = self._wanted.get(topic_partition)
+        hosted = self.hosted[topic_partition]
+        if entry is not None and entry[0] == hosted.topic_id and hosted.applied != (
+                entry[1].leader_epoch, entry[1].partition_epoch):
+            assert self.metadata is not None, f"a pass without metadata on broker {self.broker_id}"
+            self._apply_partition(topic_partition, entry[0], entry[1], self.metadata, out)
 
     def _refusal(self, topic_partition: TopicPartition, part: PartitionRequest) -> PartAnswer | None:
         """Why this broker cannot hand `part` to a core: the metadata has no such partition, or this

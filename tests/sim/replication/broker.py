@@ -165,7 +165,7 @@ class SimBroker:
             replica_fetch_backoff_ms=options.fetch_backoff_ms,
             replica_socket_timeout_ms=options.request_timeout_ms,
             metadata_partitions_per_call=options.metadata_partitions_per_call,
-            metadata_changes_per_call=options.metadata_changes_per_call,
+            metadata_log_creations_per_call=options.metadata_log_creations_per_call,
         )
         self.core = ReplicaManager(config, self.manager, now_ms)
         self.coordinator = GroupCoordinator()

@@ -74,7 +74,7 @@ class ReplicationSimOptions(FaultOptions):
     idempotent_producer: bool = False
     broker_probe_interval_ms: int = 0
     metadata_partitions_per_call: int = 200
-    metadata_changes_per_call: int = 8
+    metadata_log_creations_per_call: int = 8
 
     FAULTS_AFTER: ClassVar[str] = "checkpoint_interval_ms"
 
@@ -167,5 +167,5 @@ class ReplicationSimOptions(FaultOptions):
             # A metadata change applied a partition or a change at a time (the rest at the Ticks the
             # broker core asks for), as a change of thousands of partitions is on a node.
             metadata_partitions_per_call=chunks.choice((1, 2, 200)),
-            metadata_changes_per_call=chunks.choice((1, 8)),
+            metadata_log_creations_per_call=chunks.choice((1, 8)),
         )
