@@ -3,7 +3,9 @@
 The decisions are the core's (`replication.replica_manager.ReplicaManager`: metadata to roles,
 requests over partitions, the delayed fetch, replica fetch sessions and backoff, KIP-392); this
 module only feeds it events and carries out its `BrokerReady` in the order that class fixes:
-AlterPartition requests go to the active controller (one task each) and their answers come back;
+AlterPartition proposals go to the active controller, those of one Ready in one request (Kafka's
+AlterPartitionManager batches too: a failover's new leaders, each recording its epoch's lineage, are
+then one metadata commit instead of hundreds), and their answers come back one per partition;
 client answers resolve the future of the request that asked; replica fetches go to the leaders'
 inter-broker endpoints (one task each) and their answers, or the failure, come back; one timer
 ticks the core when it asked. `BrokerLifecycleManager` registers and heartbeats; `LogTasks` runs
@@ -24,7 +26,7 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from client.connection import Connections, NodeUnavailableError, RequestRejectedError
@@ -258,8 +260,8 @@ class Broker:
         for deleted in ready.deleted_logs:
             log.info("broker %s: deleted the log of %s (%s)", self.settings.node_id, deleted.topic_partition,
                      deleted.reason)
-        for send in ready.alter_partitions:
-            self._spawn(self._alter_partition(send), f"alter-partition-{send.topic_partition}")
+        for sends in _alter_partition_requests(ready.alter_partitions):
+            self._spawn(self._alter_partitions(sends), f"alter-partition-{len(sends)}")
         for answer in ready.answers:
             future = self._futures.pop(answer.request_id, None)
             assert future is not None, f"broker {self.settings.node_id}: answer to unknown request {answer.request_id}"
@@ -323,18 +325,24 @@ class Broker:
 
     # -- I/O the core asked for ---------------------------------------------------------------------
 
-    async def _alter_partition(self, send: AlterPartitionSend) -> None:
-        data = send.proposal.as_data(send.topic_id, send.topic_partition.partition)
-        request = AlterPartitionRequest(self.settings.node_id, send.broker_epoch, (data,))
+    async def _alter_partitions(self, sends: list[AlterPartitionSend]) -> None:
+        """One AlterPartition request; each proposal's answer goes back to the core on its own (a
+        partition the answer leaves out: the top-level error, or UNKNOWN_SERVER_ERROR)."""
+        request = AlterPartitionRequest(self.settings.node_id, sends[0].broker_epoch, tuple(
+            send.proposal.as_data(send.topic_id, send.topic_partition.partition) for send in sends))
         response = await self.quorum.controller_request(request, self.settings.request_timeout_ms)
         assert isinstance(response, ControllerAlterPartitionResponse), response
-        result = response.partitions[0] if response.partitions else None
-        if response.error_code != ErrorCode.NONE or result is None:
-            answer = AlterPartitionAnswer(send.request_id, response.error_code)
-        else:
-            answer = AlterPartitionAnswer(send.request_id, result.error_code, result.leader_id, result.leader_epoch,
-                                          result.partition_epoch, result.isr)
-        if not self._stopped:
+        results = {(result.topic_id, result.partition_index): result for result in response.partitions}
+        for send in sends:
+            result = results.get((send.topic_id, send.topic_partition.partition))
+            if response.error_code != ErrorCode.NONE or result is None:
+                error = ErrorCode.UNKNOWN_SERVER_ERROR if response.error_code == ErrorCode.NONE else response.error_code
+                answer = AlterPartitionAnswer(send.request_id, error)
+            else:
+                answer = AlterPartitionAnswer(send.request_id, result.error_code, result.leader_id,
+                                              result.leader_epoch, result.partition_epoch, result.isr)
+            if self._stopped:
+                return
             self._step(answer)
 
     async def _replica_fetch(self, send: ReplicaFetchSend) -> None:
@@ -509,6 +517,23 @@ class Broker:
                 size_bytes=log_.size_in_bytes(),
             ))
         return metrics
+
+
+def _alter_partition_requests(sends: Sequence[AlterPartitionSend]) -> list[list[AlterPartitionSend]]:
+    """The proposals of one Ready as requests: one per broker epoch, none naming a partition twice
+    (the controller would judge the second against the first's outcome)."""
+    requests: list[list[AlterPartitionSend]] = []
+    open_requests: dict[int, tuple[list[AlterPartitionSend], set[tuple[str, int]]]] = {}
+    for send in sends:
+        key = (send.topic_id, send.topic_partition.partition)
+        request, named = open_requests.get(send.broker_epoch, (None, set()))
+        if request is None or key in named:
+            request, named = [], set()
+            requests.append(request)
+            open_requests[send.broker_epoch] = (request, named)
+        request.append(send)
+        named.add(key)
+    return requests
 
 
 def _fetch_result(answer: FetchPartitionResponse) -> FetchResult:

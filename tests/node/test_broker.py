@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from node.broker import Broker
+from node.broker import Broker, _alter_partition_requests
+from replication.broker_ready import AlterPartitionSend
 from replication.config import ReplicationConfig
-from replication.ready import Role
+from replication.ready import AlterPartitionProposal, Role
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.records import iter_headers
 from tests.node.broker_harness import TIMEOUT_S, Cluster, batch, log_bytes, started, until, wall_clock_ms
@@ -340,3 +341,15 @@ async def test_a_large_creation_is_applied_between_other_callbacks_and_reported_
     assert all(host.partition.role == Role.LEADER for host in broker.hosts.values())
     produced = await cluster.produce(0, TopicPartition(TOPIC, 39), batch(b"a"), acks=1)
     assert produced.error_code == ErrorCode.NONE, produced
+
+
+def test_the_alter_partition_proposals_of_one_ready_go_as_few_requests_naming_each_partition_once() -> None:
+    """A failover's new leaders record their lineages in one request (one metadata commit) instead
+    of one each; a partition proposed twice, or another broker epoch, starts another request."""
+    def send(request_id: int, partition: int, broker_epoch: int = 7) -> AlterPartitionSend:
+        return AlterPartitionSend(request_id, broker_epoch, "topic-id", TopicPartition("t", partition),
+                                  AlterPartitionProposal(1, 1, (1, 2), (-1, -1)))
+
+    sends = [send(1, 0), send(2, 1), send(3, 0), send(4, 2), send(5, 3, broker_epoch=8)]
+    requests = _alter_partition_requests(sends)
+    assert [[item.request_id for item in request] for request in requests] == [[1, 2], [3, 4], [5]]
