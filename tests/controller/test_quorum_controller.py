@@ -895,6 +895,24 @@ def test_alter_partition_with_a_stale_partition_epoch_after_an_uncommitted_chang
     harness.commit(second)
 
 
+def test_one_alter_partition_request_for_many_partitions_judges_each_alone_in_one_batch() -> None:
+    """A broker sends the proposals of one step together (a failover's new leaders): each partition
+    is answered as it would be alone, and the accepted changes are one batch of records."""
+    harness = cluster(3)
+    topic_id = harness.create_topic("t", assignments={0: (1, 2, 3), 1: (1, 2, 3), 2: (1, 2, 3)})
+    request = AlterPartitionRequest(1, harness.broker_epochs[1], (
+        AlterPartitionData(topic_id, 0, 0, 0, (1, 2)),
+        AlterPartitionData(topic_id, 1, 0, 0, (2, 3)),  # without its leader
+        AlterPartitionData(topic_id, 2, 0, 0, (1, 3)),
+    ))
+    result = harness.controller.alter_partition(request, 0)
+    assert [(part.partition_index, part.error_code) for part in result.response.partitions] == [
+        (0, ErrorCode.NONE), (1, ErrorCode.INVALID_REQUEST), (2, ErrorCode.NONE)]
+    assert len(result.records) == 2
+    harness.commit(result)
+    assert [harness.partition("t", index).isr for index in range(3)] == [(1, 2), (1, 2, 3), (1, 3)]
+
+
 def test_fenced_broker_cannot_join_the_isr() -> None:
     harness = cluster(3)
     harness.create_topic("t", assignments={0: (1, 2, 3)})
