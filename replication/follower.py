@@ -137,8 +137,10 @@ def _start_at_first_batch(records: bytes, log: ReplicaLog, now_ms: int, out: Out
     end = log.log.log_end_offset
     if end == log.log.log_start_offset and first.base_offset < end <= first.last_offset:
         # The producers' state it started with stays: it covers the batches that end below `end`,
-        # so those below this batch, which the append adds.
-        log.truncate_fully_and_start_at(first.base_offset, now_ms, out, log.log.producer_state.encode())
+        # so those below this batch, which the append adds (after an unclean election it may hold
+        # one of another history that ends inside this batch: cut, as a truncation would).
+        log.truncate_fully_and_start_at(first.base_offset, now_ms, out,
+                                        log.log.producer_state.encode(below=first.base_offset))
 
 
 def _truncate_to_diverging_epoch(diverging: EpochEndOffset, log: ReplicaLog, now_ms: int, out: Outbox) -> None:

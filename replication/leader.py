@@ -35,6 +35,7 @@ epoch. It decides; `Partition` reads and writes the log and answers requests.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -43,6 +44,7 @@ from replication.events import AlterPartitionResponse, FollowerFetch
 from replication.isr_state import CommittedIsr, IsrState, PendingExpandIsr, PendingLineage, PendingShrinkIsr
 from replication.ready import AlterPartitionProposal, EpochEndOffset, FetchResult
 from replication.replica_state import NO_BROKER_EPOCH, UNKNOWN_OFFSET, ReplicaState
+from storage.errors import StorageError
 from storage.log import Log
 from wire.alter_partition import EpochLineage
 from wire.error_codes import ErrorCode
@@ -218,9 +220,13 @@ class Leader:
         """A refusal; a follower behind logStartOffset, which starts empty there, also gets the
         producers' state there (replication/follower.py)."""
         log = self.log
-        behind = error == ErrorCode.OFFSET_OUT_OF_RANGE and request.fetch_offset < log.log_start_offset
+        snapshot = b""
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE and request.fetch_offset < log.log_start_offset:
+            # A damaged batch below logStartOffset: the follower starts with no producers, as in Kafka.
+            with contextlib.suppress(StorageError):
+                snapshot = log.producer_state_at_start()
         return FetchResult(request.request_id, error, b"", log.high_watermark, log.log_start_offset,
-                           log.log_end_offset, None, message, log.producer_state_at_start() if behind else b"")
+                           log.log_end_offset, None, message, snapshot)
 
     def record_follower_fetch(self, request: FollowerFetch, now_ms: int) -> None:
         """Note an accepted fetch: the follower's LEO, logStartOffset, caught-up time, broker epoch."""

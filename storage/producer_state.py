@@ -198,11 +198,11 @@ class ProducerStateManager:
                 offsets.append(int(stem))
         return sorted(offsets)
 
-    def encode(self) -> bytes:
-        """The state as a snapshot file's bytes."""
+    def encode(self, below: int = 2**63) -> bytes:
+        """The state as a snapshot file's bytes, without the batches that end at or above `below`."""
         entries = [_ENTRY.pack(entry.producer_id, entry.producer_epoch, batch.last_seq, batch.last_offset,
                                batch.offset_delta, batch.timestamp, _NO_COORDINATOR_EPOCH, _NO_TXN_OFFSET)
-                   for entry in self.producers.values() for batch in entry.batches]
+                   for entry in self.producers.values() for batch in entry.batches if batch.last_offset < below]
         body = _COUNT.pack(len(entries)) + b"".join(entries)
         return _HEAD.pack(SNAPSHOT_VERSION, crc32c(body)) + body
 
@@ -213,13 +213,18 @@ class ProducerStateManager:
     def write_snapshot(self, offset: int, data: bytes) -> None:
         """Write `data`, another replica's state after every batch below `offset` (`state_at`), as
         the snapshot at `offset` (atomically, fsynced). Raises CorruptSnapshotError, writing
-        nothing, unless it parses and every batch in it lies below `offset`."""
-        producers = decode_snapshot(data, f"a snapshot for {self.name} at {offset}")
-        for entry in producers.values():
-            if entry.batches and entry.batches[-1].last_offset >= offset:
-                raise CorruptSnapshotError(
-                    f"a snapshot for {self.name} at {offset} has producer {entry.producer_id}'s batch at "
-                    f"{entry.batches[-1].last_offset}")
+        nothing, unless it parses, names real producer ids, and each producer's batches lie in
+        [0, offset) in offset order (a peer's bytes: a batch at an offset the log will not hold would
+        answer a retry with offsets never written)."""
+        label = f"a snapshot for {self.name} at {offset}"
+        for entry in decode_snapshot(data, label).values():
+            end = -1
+            for batch in entry.batches:
+                if (entry.producer_id < 0 or batch.offset_delta < 0
+                        or not end < batch.first_offset <= batch.last_offset < offset):
+                    raise CorruptSnapshotError(f"{label}: producer {entry.producer_id}'s batch "
+                                               f"[{batch.first_offset}, {batch.last_offset}] is out of place")
+                end = batch.last_offset
         write_atomically(self.directory / snapshot_file_name(offset), data)
 
     def delete_snapshots_below(self, offset: int) -> None:

@@ -18,7 +18,7 @@ from replication.ready import (
     TruncatedFully,
 )
 from storage.log import LogStartOffsetIncrementReason
-from storage.producer_state import ProducerStateManager
+from storage.producer_state import BatchMetadata, ProducerStateEntry, ProducerStateManager
 from storage.records import build_batch, iter_headers
 from tests.replication.harness import (
     Broker,
@@ -294,11 +294,21 @@ def test_follower_starting_inside_the_leaders_first_batch_starts_at_that_batch(b
     append(one, b"a", b"b", b"c")
     assert one.log.maybe_increment_log_start_offset(1, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION) == 0
     make_follower(two, 1, 1, isr=(1,))
-    two.log.truncate_fully_and_start_at(1, 0)
+    other_history = open_log_state(two, producer_batch_at=0)  # after an unclean election, say
+    two.log.truncate_fully_and_start_at(1, 0, other_history)
     _, ready = fetch_round(one, two, now_ms=0)
     assert ready.log_changes[0] == TruncatedFully(0)
     assert (two.log.log_start_offset, two.log.log_end_offset) == (1, 3), "the log start follows the leader's again"
     assert batches(two) == batches(one)
+    assert 9 not in two.log.producer_state.producers, "its batch at 0 is cut, as a truncation cuts it"
+
+
+def open_log_state(broker: Broker, producer_batch_at: int) -> bytes:
+    """A producers' state holding producer 9's one-record batch at `producer_batch_at`."""
+    state = ProducerStateManager(broker.log.directory, "other")
+    state.producers[9] = ProducerStateEntry(9, 0)
+    state.producers[9].batches.append(BatchMetadata(0, producer_batch_at, 0, 1_000))
+    return state.encode()
 
 
 def test_follower_ahead_of_leader_end_truncates_to_it(brokers: Brokers) -> None:

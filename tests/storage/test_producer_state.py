@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from storage.errors import InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
 from storage.log import Log, LogStartOffsetIncrementReason
-from storage.producer_state import BATCHES_KEPT, CorruptSnapshotError, last_sequence, snapshot_file_name
+from storage.producer_state import (
+    BATCHES_KEPT,
+    BatchMetadata,
+    CorruptSnapshotError,
+    ProducerStateEntry,
+    ProducerStateManager,
+    last_sequence,
+    snapshot_file_name,
+)
 from storage.records import build_batch
 from tests.storage.conftest import NOW_MS, open_log
 
@@ -265,14 +273,32 @@ def test_a_snapshot_written_above_the_log_end_is_dropped_by_the_next_load(tmp_pa
     assert log.producer_state.producers == {} and log.producer_state.snapshot_offsets() == []
 
 
-@pytest.mark.parametrize("damage", ["bytes", "a batch at the start"])
-def test_a_state_that_does_not_parse_or_lies_above_the_start_changes_nothing(tmp_path: Path, damage: str) -> None:
-    source = open_log(tmp_path / "source", PROPERTIES)
-    source.append_as_leader(batch(0, records=3), 0, NOW_MS)
-    snapshot = source.producer_state.encode()
+def _snapshot(tmp_path: Path, *batches: tuple[int, int, int]) -> bytes:
+    """Snapshot bytes with (producer id, first offset, last offset) batches, in the order given."""
+    state = ProducerStateManager(tmp_path, "peer")
+    for pid, first, last in batches:
+        entry = state.producers.setdefault(pid, ProducerStateEntry(pid, 0))
+        entry.batches.append(BatchMetadata(len(entry.batches) * 10 + last - first, last, last - first, NOW_MS))
+    return state.encode()
+
+
+@pytest.mark.parametrize("damage", ["bytes", "a batch at the start", "batches out of order", "a negative offset",
+                                    "no producer id"])
+def test_a_state_that_does_not_parse_or_lies_out_of_place_changes_nothing(tmp_path: Path, damage: str) -> None:
+    """A peer's bytes: a batch the log will not hold at its offsets would answer a retry with
+    offsets never written."""
+    snapshot = {
+        "bytes": _snapshot(tmp_path, (7, 0, 1))[:-1],
+        "a batch at the start": _snapshot(tmp_path, (7, 0, 2)),
+        "batches out of order": _snapshot(tmp_path, (7, 1, 1), (7, 0, 0)),
+        "a negative offset": _snapshot(tmp_path, (7, -1, 0)),
+        "no producer id": _snapshot(tmp_path, (-1, 0, 0)),
+    }[damage]
     log = open_log(tmp_path / "t-0", PROPERTIES)
     log.append_as_leader(batch(0, pid=5), 0, NOW_MS)
     with pytest.raises(CorruptSnapshotError):
-        log.truncate_fully_and_start_at(2, NOW_MS, snapshot[:-1] if damage == "bytes" else snapshot)
+        log.truncate_fully_and_start_at(2, NOW_MS, snapshot)
     assert (log.log_start_offset, log.log_end_offset, list(log.producer_state.producers)) == (0, 1, [5])
     assert log.producer_state.snapshot_offsets() == []
+    log.truncate_fully_and_start_at(2, NOW_MS, _snapshot(tmp_path, (7, 0, 0), (7, 1, 1)))
+    assert [batch.last_offset for batch in log.producer_state.producers[7].batches] == [0, 1]
