@@ -515,14 +515,16 @@ class Log:
 
         Kafka starts such a follower with no producers, so the next leader takes an idempotent
         producer's retry of a batch that retention removed below `offset` as new (replication sim
-        seed 659147698: written twice). The snapshot is written first, at `offset`, above the old
-        log's end: a crash before the new segment exists leaves the old log, whose load deletes it.
+        seed 659147698: written twice). The snapshot is written first, at `offset`, and the old
+        segments' snapshots go only once the new segment exists: a crash in between reloads the old
+        log, or an empty one at the checkpointed logStartOffset, each with a snapshot of its own
+        (a follower restarting inside the leader's first batch keeps the leader's state there).
         Raises CorruptSnapshotError (a ValueError), changing nothing, for a snapshot that does not
         parse."""
         if producer_snapshot:
             self.producer_state.write_snapshot(offset, producer_snapshot)
         for segment in list(self.segments):
-            self._remove_segment(segment, now_ms)
+            self._remove_segment(segment, now_ms, keep_snapshot=True)
         self.segments.add(self.new_segment(offset, now_ms))
         fsync_directory(self.directory)  # the removals are durable before the cache forgets (truncate_to)
         self.leader_epoch_cache.clear_and_flush()
@@ -582,11 +584,12 @@ class Log:
             deleted.append((reason, count))
         return deleted
 
-    def _remove_segment(self, segment: LogSegment, now_ms: int) -> None:
+    def _remove_segment(self, segment: LogSegment, now_ms: int, keep_snapshot: bool = False) -> None:
         """Take a segment out of the map now; rename its files `.deleted` for a delayed delete.
-        The producer snapshot taken at its base goes with it."""
+        The producer snapshot taken at its base goes with it, unless the caller deletes it later."""
         self.segments.remove(segment.base_offset)
-        (self.directory / snapshot_file_name(segment.base_offset)).unlink(missing_ok=True)
+        if not keep_snapshot:
+            (self.directory / snapshot_file_name(segment.base_offset)).unlink(missing_ok=True)
         # A segment at the same base may already wait for deletion (two cleans within
         # file.delete.delay.ms): delete that one now so the rename cannot overwrite it.
         for pending in [s for _, s in self._pending_deletes if s.base_offset == segment.base_offset]:

@@ -302,3 +302,28 @@ def test_a_state_that_does_not_parse_or_lies_out_of_place_changes_nothing(tmp_pa
     assert log.producer_state.snapshot_offsets() == []
     log.truncate_fully_and_start_at(2, NOW_MS, _snapshot(tmp_path, (7, 0, 0), (7, 1, 1)))
     assert [batch.last_offset for batch in log.producer_state.producers[7].batches] == [0, 1]
+
+
+class _Crash(BaseException):
+    """A kill -9 inside a storage call: nothing after it runs."""
+
+
+def test_a_crash_while_starting_over_inside_the_leaders_first_batch_keeps_the_leaders_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower started empty at the leader's logStartOffset (2) with the leader's state there,
+    then starts again at the leader's first batch, which holds 2 (DeleteRecords put the start inside
+    it), and is killed after removing its segment, before the new one exists: it reloads empty at
+    the checkpointed logStartOffset, and must still know the producer (the snapshot at 2 went with
+    the segment before, and the one at 1 lies below the reloaded log)."""
+    log = open_log(tmp_path / "t-0", PROPERTIES)
+    log.truncate_fully_and_start_at(2, NOW_MS, _snapshot(tmp_path, (7, 0, 0)))
+
+    def killed(*_: object) -> None:
+        raise _Crash
+
+    monkeypatch.setattr(Log, "new_segment", killed)
+    with pytest.raises(_Crash):
+        log.truncate_fully_and_start_at(1, NOW_MS, log.producer_state.encode(below=1))
+    monkeypatch.undo()
+    log = open_log(tmp_path / "t-0", PROPERTIES, had_clean_shutdown=False, log_start_offset=2, high_watermark=2)
+    assert [batch.last_offset for batch in log.producer_state.producers[7].batches] == [0]
