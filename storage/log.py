@@ -538,9 +538,7 @@ class Log:
     def producer_state_at_start(self) -> bytes:
         """The producers' state after every batch that ends below logStartOffset, as snapshot bytes:
         what a follower that starts empty there takes (`truncate_fully_and_start_at`)."""
-        first_offset = min(self.log_start_offset, self.segments.first_segment.base_offset)
-        return self.producer_state.state_at(first_offset, self.log_start_offset,
-                                            lambda start: (header for _, _, header in self.iter_batches(start)))
+        return self.producer_state.state_at(self._first_batch_offset(), self.log_start_offset, self._headers_from)
 
     def reload_producer_state(self) -> None:
         """Rebuild the producers' state for the log as it is now (load, truncation), from its first
@@ -548,9 +546,14 @@ class Log:
         them is the producers' state (Kafka replays from logStartOffset, and so forgets a producer
         whose batches a follower's raised logStartOffset passed before a crash: replication sim seed
         101, a retry of such a batch taken as new by the next leader and written twice)."""
-        first_offset = min(self.log_start_offset, self.segments.first_segment.base_offset)
-        self.producer_state.load(first_offset, self.log_end_offset,
-                                 lambda start: (header for _, _, header in self.iter_batches(start)))
+        self.producer_state.load(self._first_batch_offset(), self.log_end_offset, self._headers_from)
+
+    def _first_batch_offset(self) -> int:
+        """Where the batches on disk start (below logStartOffset until retention deletes them)."""
+        return min(self.log_start_offset, self.segments.first_segment.base_offset)
+
+    def _headers_from(self, start: int) -> Iterator[BatchHeader]:
+        return (header for _, _, header in self.iter_batches(start))
 
     # -- retention ----------------------------------------------------------------------
 
